@@ -1,0 +1,243 @@
+"""The MUR reasoning loop, assembled in one place:
+
+    draft_step -> score_uncertainty -> gamma_gate -> [refine] -> commit_step -> done?
+                                                                   |-> draft_step (next step)
+                                                                   |-> ask_answer (max_steps)
+                                                                   '-> finalize
+
+`build_graph(strategy, gate, backbone=..., verifier=...)` returns the compiled graph; models are
+injected (any LangChain chat model that returns OpenAI-format token logprobs), defaulting to
+clients of the servers configured in `servers/`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from langchain_core.language_models import BaseChatModel
+from langgraph.graph import END, START, StateGraph
+from langgraph.graph.state import CompiledStateGraph
+from langgraph.runtime import Runtime
+from langgraph.types import RetryPolicy
+
+from graphs.refine import REFINE_BUILDERS
+from graphs.state import (
+    Context,
+    InputState,
+    OutputState,
+    State,
+    StepRecord,
+    check_strategy,
+)
+from nodes.answer import extract_answer
+from nodes.draft import answer_fallback, contains_answer, sample_steps, step_messages
+from nodes.gates import GateHistory, check_gate, decide
+from nodes.uncertainty import step_confidence, step_uncertainty, update_momentum
+
+Update = dict[str, Any]
+
+# Transient server faults (connection resets, 5xx, timeouts) are retried on model-calling
+# nodes; anything else (bad request, missing logprobs) fails at once with its own message.
+MODEL_RETRY = RetryPolicy(max_attempts=3, initial_interval=1.0, backoff_factor=2.0)
+
+
+def _kept_texts(state: State) -> list[str]:
+    return [step["text"] for step in state.get("steps", [])]
+
+
+def build_graph(
+    strategy: str = "critic",
+    gate: str = "mur",
+    *,
+    backbone: BaseChatModel | None = None,
+    verifier: BaseChatModel | None = None,
+    checkpointer: Any = None,
+    context: Context | None = None,
+) -> CompiledStateGraph:
+    """Compile the MUR graph for one refine strategy.
+
+    `gate` (and `context`) give the defaults a run uses when it passes no context; a run can
+    still pick any gate and setting with `context=Context(...)`. The verifier defaults to the
+    backbone.
+    """
+    check_strategy(strategy)
+    check_gate(gate)
+    if backbone is None:
+        backbone, default_verifier = default_models()
+        verifier = verifier or default_verifier
+    verifier = verifier or backbone
+    defaults = context or Context(gate=gate)
+
+    def context_of(runtime: Runtime[Context]) -> Context:
+        ctx = runtime.context
+        if ctx is None:
+            return defaults
+        return ctx if isinstance(ctx, Context) else Context(**ctx)
+
+    async def draft_step(state: State, runtime: Runtime[Context]) -> Update:
+        """Continue the kept steps with step t (stops at the next step marker)."""
+        ctx = context_of(runtime)
+        kept = _kept_texts(state)
+        index = len(kept) + 1
+        messages = step_messages(state["question"], state.get("system_prompt"), kept, index)
+        (draft,), reply = await sample_steps(
+            backbone, messages, index=index, n=1, max_tokens=ctx.max_step_tokens
+        )
+        return {
+            "draft": draft,
+            "kept": None,
+            "refine": None,
+            "gate": None,
+            "usage": reply.usage("backbone").as_dict(),
+        }
+
+    def score_uncertainty(state: State) -> Update:
+        """m_t (mean -logprob) and the mean token probability of the draft."""
+        draft = state["draft"]
+        if draft["num_tokens"] == 0:
+            # Nothing was generated: the solution is over, there is nothing to score.
+            return {"done": True, "finish_reason": "empty_step"}
+        return {
+            "gate": {
+                "uncertainty": step_uncertainty(draft["logprobs"]),
+                "confidence": step_confidence(draft["logprobs"]),
+                "threshold": None,
+                "scale": False,
+            }
+        }
+
+    def gamma_gate(state: State, runtime: Runtime[Context]) -> Update:
+        """Decide whether this step deserves the expensive strategy."""
+        ctx = context_of(runtime)
+        steps = state.get("steps", [])
+        record = state["gate"]
+        decision = decide(
+            ctx.gate,
+            step=len(steps) + 1,
+            uncertainty=record["uncertainty"],
+            confidence=record["confidence"],
+            history=GateHistory(
+                momentum=state.get("momentum", 0.0),
+                kept_uncertainties=[step["uncertainty"] for step in steps],
+            ),
+            params=ctx.gate_params(),
+        )
+        return {"gate": {**record, "threshold": decision.threshold, "scale": decision.scale}}
+
+    def route_score(state: State) -> str:
+        return "finalize" if state.get("done") else "gamma_gate"
+
+    def route_gate(state: State) -> str:
+        return "refine" if state["gate"]["scale"] else "commit_step"
+
+    def commit_step(state: State, runtime: Runtime[Context]) -> Update:
+        """Keep the step (refined or not), update the momentum with its uncertainty."""
+        ctx = context_of(runtime)
+        scaled = state["gate"]["scale"]
+        kept = state.get("kept") if scaled else None
+        if kept is None or kept["num_tokens"] == 0:
+            kept = state["draft"]
+        uncertainty = step_uncertainty(kept["logprobs"])
+        before = state.get("momentum", 0.0)
+        after = update_momentum(before, uncertainty, ctx.alpha)
+        index = len(state.get("steps", [])) + 1
+        record = StepRecord(
+            index=index,
+            text=kept["text"],
+            uncertainty=uncertainty,
+            confidence=step_confidence(kept["logprobs"]),
+            momentum_before=before,
+            momentum_after=after,
+            scaled=scaled,
+            strategy=strategy if scaled else None,
+            num_tokens=kept["num_tokens"],
+            refine=state.get("refine") if scaled else None,
+        )
+        runtime.stream_writer(
+            {
+                "event": "step",
+                **record,
+                "draft_uncertainty": state["gate"]["uncertainty"],
+                "threshold": state["gate"]["threshold"],
+                "logprobs": kept["logprobs"],
+            }
+        )
+        update: Update = {"steps": [record], "momentum": after}
+        if contains_answer(kept["text"]):
+            update.update(done=True, finish_reason="answer")
+        elif kept["ended_by_model"]:
+            update.update(done=True, finish_reason="end_of_sequence")
+        return update
+
+    def route_commit(state: State, runtime: Runtime[Context]) -> str:
+        if state.get("done"):
+            return "finalize"
+        if len(state["steps"]) >= context_of(runtime).max_steps:
+            return "ask_answer"
+        return "draft_step"
+
+    async def ask_answer(state: State, runtime: Runtime[Context]) -> Update:
+        """After max_steps: one unconstrained continuation that asks for the answer."""
+        ctx = context_of(runtime)
+        text, num_tokens, reply = await answer_fallback(
+            backbone,
+            state["question"],
+            state.get("system_prompt"),
+            _kept_texts(state),
+            max_tokens=ctx.max_step_tokens,
+        )
+        return {
+            "fallback": {"text": text, "num_tokens": num_tokens},
+            "finish_reason": "max_steps",
+            "usage": reply.usage("backbone").as_dict(),
+        }
+
+    def finalize(state: State, runtime: Runtime[Context]) -> Update:
+        """The answer: the text after the last 'the answer is' (or the last boxed)."""
+        fallback = state.get("fallback")
+        texts = [*_kept_texts(state), fallback["text"] if fallback else ""]
+        return {
+            "answer": extract_answer("\n".join(texts)),
+            "fallback": fallback,
+            "finish_reason": state.get("finish_reason"),
+            "config": {"strategy": strategy, **context_of(runtime).as_dict()},
+        }
+
+    refine = REFINE_BUILDERS[strategy](backbone, verifier, context_of)
+
+    graph = StateGraph(
+        State, context_schema=Context, input_schema=InputState, output_schema=OutputState
+    )
+    graph.add_node("draft_step", draft_step, retry_policy=MODEL_RETRY)
+    graph.add_node("score_uncertainty", score_uncertainty)
+    graph.add_node("gamma_gate", gamma_gate)
+    graph.add_node("refine", refine, retry_policy=MODEL_RETRY)
+    graph.add_node("commit_step", commit_step)
+    graph.add_node("ask_answer", ask_answer, retry_policy=MODEL_RETRY)
+    graph.add_node("finalize", finalize)
+
+    graph.add_edge(START, "draft_step")
+    graph.add_edge("draft_step", "score_uncertainty")
+    graph.add_conditional_edges("score_uncertainty", route_score, ["gamma_gate", "finalize"])
+    graph.add_conditional_edges("gamma_gate", route_gate, ["refine", "commit_step"])
+    graph.add_edge("refine", "commit_step")
+    graph.add_conditional_edges(
+        "commit_step", route_commit, ["draft_step", "ask_answer", "finalize"]
+    )
+    graph.add_edge("ask_answer", "finalize")
+    graph.add_edge("finalize", END)
+    return graph.compile(checkpointer=checkpointer, name=f"mur_{strategy}")
+
+
+def default_models() -> tuple[BaseChatModel, BaseChatModel]:
+    """Clients of the default endpoints (env MUR_BASE_URL etc., else the embedded CPU server)."""
+    from servers.clients import default_endpoints, make_chat_model
+
+    backbone_endpoint, verifier_endpoint = default_endpoints()
+    backbone = make_chat_model(backbone_endpoint.base_url, backbone_endpoint.model)
+    verifier = (
+        backbone
+        if verifier_endpoint == backbone_endpoint
+        else make_chat_model(verifier_endpoint.base_url, verifier_endpoint.model)
+    )
+    return backbone, verifier

@@ -1,0 +1,230 @@
+"""One way to ask a chat model for text with token logprobs, and to count what it cost.
+
+Models arrive injected: any LangChain chat model whose messages carry OpenAI-format token
+logprobs in `response_metadata["logprobs"]["content"]` (what ChatOpenAI returns against vLLM).
+Everything a node needs from a reply (text, per-token logprobs, why it stopped, tokens spent)
+is read here, once, into plain dataclasses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage
+
+# The request fields that make vLLM continue the last assistant message instead of answering
+# a new turn (its chat template must not add a generation prompt).
+CONTINUE_FINAL_MESSAGE = {"continue_final_message": True, "add_generation_prompt": False}
+LOGPROB_FLOOR = -1e4
+
+
+class MissingLogprobsError(RuntimeError):
+    """The server answered without token logprobs, so no uncertainty can be measured."""
+
+
+@dataclass(frozen=True)
+class TopLogprob:
+    token: str
+    logprob: float
+
+
+@dataclass(frozen=True)
+class Generation:
+    """One choice of a reply: its text and what the server said about each token."""
+
+    text: str
+    logprobs: tuple[float, ...]
+    tokens: tuple[str, ...]
+    top_logprobs: tuple[tuple[TopLogprob, ...], ...]
+    finish_reason: str | None
+    stop_reason: str | int | None = None
+    stop_reason_known: bool = False
+
+    @property
+    def num_tokens(self) -> int:
+        """Generated tokens of this choice: vLLM returns one logprob per generated token."""
+        return len(self.logprobs)
+
+    @property
+    def ended_by_model(self) -> bool:
+        """True when the model ended the sequence itself (EOS), not a stop string or a cap."""
+        if self.finish_reason != "stop":
+            return False
+        if self.stop_reason_known:
+            return self.stop_reason is None
+        # vLLM's logprobs include the tokens that completed a stop string, which the text
+        # leaves out: if the tokens run past the text, a stop string ended the choice.
+        generated = "".join(self.tokens)
+        return len(generated.strip()) <= len(self.text.strip())
+
+
+@dataclass(frozen=True)
+class Usage:
+    """Tokens a request (or a whole run) cost, split by model; one reply counted once."""
+
+    backbone_tokens: int = 0
+    external_tokens: int = 0
+    backbone_prompt_tokens: int = 0
+    external_prompt_tokens: int = 0
+    llm_calls: int = 0
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(*(a + b for a, b in zip(self.as_tuple(), other.as_tuple(), strict=True)))
+
+    def as_tuple(self) -> tuple[int, ...]:
+        return (
+            self.backbone_tokens,
+            self.external_tokens,
+            self.backbone_prompt_tokens,
+            self.external_prompt_tokens,
+            self.llm_calls,
+        )
+
+    def as_dict(self) -> dict[str, int]:
+        return dict(zip(USAGE_KEYS, self.as_tuple(), strict=True))
+
+
+USAGE_KEYS: tuple[str, ...] = (
+    "backbone_tokens",
+    "external_tokens",
+    "backbone_prompt_tokens",
+    "external_prompt_tokens",
+    "llm_calls",
+)
+
+
+def add_usage(left: Mapping[str, int] | None, right: Mapping[str, int] | None) -> dict[str, int]:
+    """State reducer: usage deltas from nodes add up (missing keys count as 0)."""
+    left, right = left or {}, right or {}
+    return {key: int(left.get(key, 0)) + int(right.get(key, 0)) for key in USAGE_KEYS}
+
+
+@dataclass(frozen=True)
+class Reply:
+    """All choices of one or more requests, with the tokens they cost."""
+
+    choices: tuple[Generation, ...]
+    completion_tokens: int
+    prompt_tokens: int
+    calls: int
+
+    def usage(self, role: str) -> Usage:
+        if role == "backbone":
+            return Usage(self.completion_tokens, 0, self.prompt_tokens, 0, self.calls)
+        if role == "external":
+            return Usage(0, self.completion_tokens, 0, self.prompt_tokens, self.calls)
+        raise ValueError(f"role must be 'backbone' or 'external', got {role!r}")
+
+
+@dataclass(frozen=True)
+class Request:
+    """What to ask for, independent of the client library."""
+
+    messages: Sequence[BaseMessage]
+    max_tokens: int
+    stop: Sequence[str] | None = None
+    n: int = 1
+    continue_final_message: bool = True
+    top_logprobs: int | None = None
+    extra_body: Mapping[str, Any] = field(default_factory=dict)
+
+    def payload_kwargs(self, model: BaseChatModel) -> dict[str, Any]:
+        extra: dict[str, Any] = dict(getattr(model, "extra_body", None) or {})
+        if self.continue_final_message:
+            extra.update(CONTINUE_FINAL_MESSAGE)
+        extra.update(self.extra_body)
+        kwargs: dict[str, Any] = {"max_tokens": self.max_tokens, "extra_body": extra}
+        if self.stop:
+            kwargs["stop"] = list(self.stop)
+        if self.top_logprobs:
+            kwargs["top_logprobs"] = self.top_logprobs
+        return kwargs
+
+
+def _parse_generation(message: BaseMessage, info: Mapping[str, Any] | None) -> Generation:
+    metadata: dict[str, Any] = {**(info or {}), **message.response_metadata}
+    content = metadata.get("logprobs")
+    entries = content.get("content") if isinstance(content, Mapping) else None
+    if entries is None:
+        raise MissingLogprobsError(
+            "the model's reply carries no token logprobs: MUR measures uncertainty from them. "
+            "Serve the model with vLLM (or any OpenAI-compatible server that honours "
+            "logprobs=true) and use a client created with logprobs=True"
+        )
+    logprobs, tokens, tops = [], [], []
+    for entry in entries:
+        logprob = float(entry["logprob"])
+        if math.isnan(logprob):
+            raise ValueError(f"the server returned a NaN logprob for token {entry.get('token')!r}")
+        # vLLM can report -inf for a token it was forced to emit; keep the mean a number.
+        logprobs.append(max(logprob, LOGPROB_FLOOR))
+        tokens.append(str(entry.get("token", "")))
+        tops.append(
+            tuple(
+                TopLogprob(str(top.get("token", "")), float(top["logprob"]))
+                for top in entry.get("top_logprobs") or ()
+            )
+        )
+    text = message.content if isinstance(message.content, str) else message.text
+    return Generation(
+        text=text,
+        logprobs=tuple(logprobs),
+        tokens=tuple(tokens),
+        top_logprobs=tuple(tops),
+        finish_reason=metadata.get("finish_reason"),
+        stop_reason=metadata.get("stop_reason"),
+        stop_reason_known="stop_reason" in metadata,
+    )
+
+
+def _reply_usage(message: BaseMessage, choices: Sequence[Generation]) -> tuple[int, int]:
+    usage = getattr(message, "usage_metadata", None) if isinstance(message, AIMessage) else None
+    if usage:
+        return int(usage.get("output_tokens", 0)), int(usage.get("input_tokens", 0))
+    # No usage reported: vLLM returns one logprob per generated token, so count those.
+    return sum(choice.num_tokens for choice in choices), 0
+
+
+async def _one_request(model: BaseChatModel, request: Request, n: int) -> Reply:
+    kwargs = request.payload_kwargs(model)
+    if n > 1:
+        kwargs["n"] = n
+    result = await model.agenerate([list(request.messages)], **kwargs)
+    generations = result.generations[0]
+    choices = tuple(_parse_generation(g.message, g.generation_info) for g in generations)
+    # Every message of a multi-choice reply carries the whole reply's usage: count it once.
+    completion, prompt = _reply_usage(generations[0].message, choices)
+    return Reply(choices, completion, prompt, calls=1)
+
+
+def supports_n_choices(model: BaseChatModel) -> bool:
+    """Only clients that declare it get n > 1 in one request (stock ChatOpenAI shares one
+    generation_info between choices, so every choice would report the last one's logprobs)."""
+    return bool(getattr(model, "supports_n_choices", False))
+
+
+async def generate(model: BaseChatModel, request: Request) -> Reply:
+    """Ask for `request.n` choices: in one request where the client supports it, else
+    concurrently; a reply with fewer choices than asked is topped up with more requests."""
+    if request.n < 1:
+        raise ValueError(f"n must be >= 1, got {request.n}")
+    if request.n > 1 and supports_n_choices(model):
+        first = await _one_request(model, request, request.n)
+    else:
+        first = await _one_request(model, request, 1)
+    missing = request.n - len(first.choices)
+    if missing <= 0:
+        return Reply(first.choices[: request.n], first.completion_tokens, first.prompt_tokens, 1)
+    more = await asyncio.gather(*(_one_request(model, request, 1) for _ in range(missing)))
+    replies = [first, *more]
+    return Reply(
+        choices=tuple(c for reply in replies for c in reply.choices)[: request.n],
+        completion_tokens=sum(r.completion_tokens for r in replies),
+        prompt_tokens=sum(r.prompt_tokens for r in replies),
+        calls=sum(r.calls for r in replies),
+    )

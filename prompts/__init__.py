@@ -1,0 +1,1 @@
+"""Prompt text, and nothing else: every string the models read lives here."""

@@ -1,0 +1,305 @@
+"""MUR from the command line: solve one question step by step, or run a benchmark.
+
+    python run.py --strategy critic                       # the built-in sample problem
+    python run.py --strategy critic --question "..." --json
+    python run.py --strategy critic --dataset math500 --limit 8 --gate mur,always,never --out DIR
+
+Without --base-url it uses the embedded CPU vLLM server (reused when healthy, started if not).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+SAMPLE_QUESTION = (
+    "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips "
+    "in May. How many clips did Natalia sell altogether in April and May?"
+)
+
+# Context fields settable from the command line: flag -> (Context field, type).
+CONTEXT_FLAGS: dict[str, tuple[str, type]] = {
+    "--alpha": ("alpha", float),
+    "--tau": ("tau", float),
+    "--random-rate": ("random_rate", float),
+    "--seed": ("seed", int),
+    "--max-steps": ("max_steps", int),
+    "--max-step-tokens": ("max_step_tokens", int),
+    "--num-candidates": ("num_candidates", int),
+    "--critic-rounds": ("critic_rounds", int),
+    "--judge-max-tokens": ("judge_max_tokens", int),
+    "--foresight-steps": ("foresight_steps", int),
+    "--thinking-budget": ("thinking_budget", int),
+}
+
+
+class UsageError(Exception):
+    """Bad command-line input: reported in one line with exit status 2."""
+
+
+def _csv(kind: type) -> Any:
+    def parse(text: str) -> list[Any]:
+        items = [item.strip() for item in text.split(",") if item.strip()]
+        if not items:
+            raise argparse.ArgumentTypeError("expected a comma-separated list")
+        try:
+            return [kind(item) for item in items]
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(f"not a list of {kind.__name__}: {text}") from exc
+
+    return parse
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from graphs.state import STRATEGIES
+
+    parser = argparse.ArgumentParser(
+        prog="run.py", description="MUR: momentum-uncertainty-guided step-level reasoning."
+    )
+    parser.add_argument("--strategy", required=True, choices=STRATEGIES)
+    parser.add_argument(
+        "--gate",
+        type=_csv(str),
+        default=["mur"],
+        help="mur, always, never, average, smart, random (a comma list with --dataset)",
+    )
+    parser.add_argument(
+        "--gamma", type=_csv(float), default=[0.9], help="gamma (> 0; a list with --dataset)"
+    )
+    for flag, (name, kind) in CONTEXT_FLAGS.items():
+        parser.add_argument(flag, dest=name, type=kind, default=None)
+    parser.add_argument("--bias-correction", action="store_true", default=None)
+    parser.add_argument(
+        "--foresight-selection",
+        choices=("sample", "argmax"),
+        default=None,
+        dest="foresight_selection",
+    )
+    parser.add_argument("--thinking-style", choices=("prefix", "qwen3"), default=None)
+    parser.add_argument("--question", help="the question to solve (default: a sample problem)")
+    parser.add_argument("--system-prompt", default=None)
+    parser.add_argument("--base-url", help="backbone OpenAI-compatible URL (default: embedded)")
+    parser.add_argument("--model", help="backbone model name (default: what the server serves)")
+    parser.add_argument("--verifier-url", help="verifier URL (default: the backbone's)")
+    parser.add_argument("--verifier-model", help="verifier model name")
+    parser.add_argument(
+        "--profile",
+        default=None,
+        help="server profile whose recommended settings apply (default: cpu-tiny when embedded)",
+    )
+    parser.add_argument("--eager", action="store_true", help="start the embedded server eager")
+    parser.add_argument("--json", action="store_true", help="print the result as one JSON object")
+    parser.add_argument("--dataset", help="run a benchmark: math500, aime24, aime25, gpqa_diamond")
+    parser.add_argument("--data-dir", help="benchmark data folder (or 'hf' for the hub)")
+    parser.add_argument("--limit", type=int, help="first N questions of the dataset")
+    parser.add_argument("--samples", type=int, default=1, help="samples per question")
+    parser.add_argument("--concurrency", type=int, default=8, help="questions in flight")
+    parser.add_argument("--out", help="benchmark output folder (records.jsonl, tables)")
+    return parser
+
+
+@dataclass
+class Connection:
+    backbone: Any
+    verifier: Any
+    recommended: dict[str, Any]
+    note: str
+
+
+def connect(args: argparse.Namespace, say: Any) -> Connection:
+    """Clients for the requested endpoints, or the embedded CPU server (started if needed)."""
+    from servers import DEFAULT_PROFILE, get_profile, make_chat_model, resolve_model, up
+
+    recommended: dict[str, Any] = {}
+    if args.base_url:
+        model = args.model or resolve_model(args.base_url)
+        base_url = args.base_url
+        note = f"backbone {model} at {base_url}"
+    else:
+        say("Using the embedded CPU vLLM server (cpu-tiny); pass --base-url to use another.")
+        server = up(DEFAULT_PROFILE, eager=args.eager, progress=not args.json)
+        say(f"{'Started' if server.started else 'Reusing'} {server.model} at {server.base_url}")
+        base_url, model = server.base_url, server.model
+        note = f"embedded {model} at {base_url}"
+        args.profile = args.profile or DEFAULT_PROFILE
+    if args.profile:
+        recommended = dict(get_profile(args.profile).recommended)
+    backbone = make_chat_model(base_url, model)
+    verifier = backbone
+    if args.verifier_url or args.verifier_model:
+        verifier_url = args.verifier_url or base_url
+        verifier_model = args.verifier_model or resolve_model(verifier_url)
+        verifier = make_chat_model(verifier_url, verifier_model)
+        note += f"; verifier {verifier_model} at {verifier_url}"
+    return Connection(backbone, verifier, recommended, note)
+
+
+def make_context(args: argparse.Namespace, gate: str, gamma: float, recommended: dict) -> Any:
+    from graphs.state import Context
+
+    names = set(Context.field_names())
+    settings = {k: v for k, v in recommended.items() if k in names}
+    for name in [
+        *(n for n, _ in CONTEXT_FLAGS.values()),
+        "bias_correction",
+        "foresight_selection",
+        "thinking_style",
+    ]:
+        value = getattr(args, name, None)
+        if value is not None:
+            settings[name] = value
+    return Context(gate=gate, gamma=gamma, **settings)
+
+
+def validate(args: argparse.Namespace) -> None:
+    """Every bad value fails here, before any server is touched."""
+    from nodes.gates import check_gate
+
+    for gate in args.gate:
+        check_gate(gate)
+    for gamma in args.gamma:
+        make_context(args, args.gate[0], gamma, {})
+    if args.limit is not None and args.limit <= 0:
+        raise UsageError(f"--limit must be > 0, got {args.limit}")
+    if args.samples <= 0 or args.concurrency <= 0:
+        raise UsageError("--samples and --concurrency must be > 0")
+    if not args.dataset:
+        if len(args.gate) > 1 or len(args.gamma) > 1:
+            raise UsageError("lists of gates or gammas need --dataset")
+        if args.question is not None and not args.question.strip():
+            raise UsageError("--question is empty")
+    if args.model and not args.base_url:
+        raise UsageError("--model needs --base-url")
+
+
+class Printer:
+    """Human output: each kept step as it arrives, then the answer and the usage."""
+
+    def __init__(self, enabled: bool) -> None:
+        from rich.console import Console
+
+        self.enabled = enabled
+        self.console = Console(stderr=False, highlight=False)
+
+    def say(self, text: str) -> None:
+        if self.enabled:
+            self.console.print(f"[dim]{text}[/dim]")
+
+    def step(self, event: dict[str, Any]) -> None:
+        if not self.enabled:
+            return
+        threshold = event["threshold"]
+        numbers = (
+            f"m={event['draft_uncertainty']:.3f}  M={event['momentum_before']:.3f}  "
+            f"thr={threshold:.3f}"
+            if threshold is not None
+            else f"m={event['draft_uncertainty']:.3f}  M={event['momentum_before']:.3f}"
+        )
+        mark = (
+            f"[bold yellow]SCALED ({event['strategy']}{_refine_summary(event['refine'])})"
+            "[/bold yellow]"
+            if event["scaled"]
+            else "[green]kept[/green]"
+        )
+        self.console.print(f"[bold]Step{event['index']}[/bold]  {numbers}  {mark}")
+        if event["scaled"]:
+            self.console.print(f"   [dim]kept m={event['uncertainty']:.3f}[/dim]")
+        self.console.print(f"   {event['text']}", markup=False)
+
+    def result(self, result: dict[str, Any]) -> None:
+        if not self.enabled:
+            return
+        usage = result["usage"]
+        scaled = sum(step["scaled"] for step in result["steps"])
+        if result.get("fallback"):
+            self.console.print(f"[dim]fallback:[/dim] {result['fallback']['text']}", markup=False)
+        self.console.print(
+            f"\n[bold]Answer:[/bold] {result['answer']}   "
+            f"[dim](finish: {result['finish_reason']}, {len(result['steps'])} steps, "
+            f"{scaled} scaled)[/dim]"
+        )
+        self.console.print(
+            f"Tokens: backbone {usage['backbone_tokens']}, external {usage['external_tokens']}, "
+            f"prompt {usage['backbone_prompt_tokens'] + usage['external_prompt_tokens']}, "
+            f"LLM calls {usage['llm_calls']}"
+        )
+
+
+def _refine_summary(refine: dict[str, Any] | None) -> str:
+    if not refine:
+        return ""
+    if refine["strategy"] == "critic":
+        return ": revised" if refine["revised"] else ": judged correct"
+    if refine["strategy"] in ("best_of_n", "foresight"):
+        return f": chose {refine['chosen'] + 1} of {len(refine['candidates'])}"
+    if refine["strategy"] == "thinking":
+        return f": thought {refine['thinking_tokens']} tokens"
+    return ""
+
+
+async def solve(
+    graph: Any, question: str, system_prompt: str | None, context: Any, printer: Printer
+) -> dict[str, Any]:
+    """Stream the graph: print each step as it is kept, return the output contract."""
+    from graphs.state import output_of
+
+    result: dict[str, Any] = {}
+    async for mode, chunk in graph.astream(
+        {"question": question, "system_prompt": system_prompt},
+        context=context,
+        stream_mode=["custom", "values"],
+    ):
+        if mode == "custom" and chunk.get("event") == "step":
+            printer.step(chunk)
+        elif mode == "values":
+            result = chunk
+    return output_of(result)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        validate(args)
+    except (UsageError, ValueError) as exc:
+        print(f"run.py: error: {exc}", file=sys.stderr)
+        return 2
+
+    from graphs.mur import build_graph
+    from servers import ServerError
+
+    printer = Printer(enabled=not args.json)
+    try:
+        connection = connect(args, printer.say)
+    except ServerError as exc:
+        print(f"run.py: {exc}", file=sys.stderr)
+        return 1
+    if args.dataset:
+        from evals.runner import run_benchmark
+
+        return run_benchmark(args, connection, make_context)
+
+    context = make_context(args, args.gate[0], args.gamma[0], connection.recommended)
+    graph = build_graph(
+        args.strategy, context.gate, backbone=connection.backbone, verifier=connection.verifier
+    )
+    question = args.question or SAMPLE_QUESTION
+    printer.say(f"Question: {question}")
+    try:
+        result = asyncio.run(solve(graph, question, args.system_prompt, context, printer))
+    except KeyboardInterrupt:
+        print("run.py: interrupted", file=sys.stderr)
+        return 130
+    if args.json:
+        print(json.dumps(result, ensure_ascii=False))
+    else:
+        printer.result(result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

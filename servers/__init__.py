@@ -1,0 +1,71 @@
+"""Serving layer: vLLM server profiles, process management, and the LangChain client factory.
+
+Knows nothing of reasoning or benchmarks; everything hardware-specific (the CPU build, the
+embedded PyPI model) stays here. Typical use:
+
+    from servers import up, make_chat_model
+    server = up("cpu-tiny")                      # reuse or start, wait for /health
+    llm = make_chat_model(server.base_url, server.model, max_tokens=256)
+"""
+
+from servers.clients import (
+    SAMPLING_DEFAULTS,
+    Endpoint,
+    VLLMChatOpenAI,
+    default_endpoints,
+    make_chat_model,
+    resolve_model,
+)
+from servers.errors import ModelError, ServerError, ServerUnavailable
+from servers.launcher import (
+    RunningServer,
+    check_endpoint,
+    down,
+    normalize_base_url,
+    root_url,
+    status,
+    up,
+)
+from servers.metrics import generation_tokens, prompt_tokens, read_counter
+from servers.model import default_model_dir, ensure_default_model, verify_model_dir
+from servers.paths import mur_home
+from servers.profiles import (
+    DEFAULT_PROFILE,
+    EMBEDDED_MODEL,
+    Profile,
+    command_line,
+    get_profile,
+    profiles,
+)
+
+__all__ = [
+    "DEFAULT_PROFILE",
+    "EMBEDDED_MODEL",
+    "SAMPLING_DEFAULTS",
+    "Endpoint",
+    "ModelError",
+    "Profile",
+    "RunningServer",
+    "ServerError",
+    "ServerUnavailable",
+    "VLLMChatOpenAI",
+    "check_endpoint",
+    "command_line",
+    "default_endpoints",
+    "default_model_dir",
+    "down",
+    "ensure_default_model",
+    "generation_tokens",
+    "get_profile",
+    "make_chat_model",
+    "mur_home",
+    "normalize_base_url",
+    "profiles",
+    "prompt_tokens",
+    "read_counter",
+    "resolve_model",
+    "root_url",
+    "status",
+    "up",
+    "verify_model_dir",
+]

@@ -1,0 +1,117 @@
+"""`python -m servers`: start, stop and inspect vLLM servers; prepare the embedded model.
+
+python -m servers up [--profile cpu-tiny] [--eager] [--timeout S]
+python -m servers down [--profile P | --all]
+python -m servers status [--json]
+python -m servers model
+python -m servers profiles
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from servers.errors import ServerError
+from servers.launcher import down, recorded_profiles, status, up
+from servers.model import ensure_default_model
+from servers.profiles import DEFAULT_PROFILE, profiles
+
+
+def _parser() -> argparse.ArgumentParser:
+    names = sorted(profiles())
+    parser = argparse.ArgumentParser(
+        prog="python -m servers", description="Manage the vLLM servers MUR talks to."
+    )
+    sub = parser.add_subparsers(dest="cmd", required=True)
+
+    p_up = sub.add_parser("up", help="start (or reuse) a server and wait until it is healthy")
+    p_up.add_argument("--profile", default=DEFAULT_PROFILE, choices=names)
+    p_up.add_argument(
+        "--eager",
+        action="store_true",
+        help="--enforce-eager: faster start (~50 s on CPU), slower generation",
+    )
+    p_up.add_argument(
+        "--timeout",
+        type=float,
+        default=600,
+        metavar="S",
+        help="seconds to wait for /health (default 600)",
+    )
+    p_up.add_argument("--quiet", action="store_true", help="no progress display")
+
+    p_down = sub.add_parser("down", help="stop a server started by `up`")
+    group = p_down.add_mutually_exclusive_group()
+    group.add_argument("--profile", choices=names, help=f"default {DEFAULT_PROFILE}")
+    group.add_argument("--all", action="store_true", help="every recorded server")
+
+    p_status = sub.add_parser("status", help="list servers started by `up`")
+    p_status.add_argument("--json", action="store_true", help="machine-readable output")
+
+    sub.add_parser("model", help="print the embedded model's folder, converting it if needed")
+    sub.add_parser("profiles", help="list the known server profiles")
+    return parser
+
+
+def _cmd_up(args: argparse.Namespace) -> int:
+    server = up(args.profile, eager=args.eager, timeout=args.timeout, progress=not args.quiet)
+    how = "started" if server.started else "reused"
+    print(f"{server.profile}: {how} {server.base_url} model={server.model} pid={server.pid}")
+    print(f"  export MUR_BASE_URL={server.base_url} MUR_MODEL={server.model}")
+    return 0
+
+
+def _cmd_down(args: argparse.Namespace) -> int:
+    names = recorded_profiles() if args.all else [args.profile or DEFAULT_PROFILE]
+    for name in names:
+        stopped = down(name)
+        print(f"{name}: {'stopped' if stopped else 'not running'}")
+    if not names:
+        print("no recorded servers")
+    return 0
+
+
+def _cmd_status(args: argparse.Namespace) -> int:
+    servers = status()
+    if args.json:
+        print(json.dumps([s.to_json() for s in servers], indent=2))
+        return 0
+    if not servers:
+        print("no servers started by `python -m servers up` are running")
+    for s in servers:
+        health = "healthy" if s.healthy else "NOT healthy (starting or stuck)"
+        print(f"{s.profile}: {s.base_url} model={s.model} pid={s.pid} {health} log={s.log_path}")
+    return 0
+
+
+def _cmd_profiles(_: argparse.Namespace) -> int:
+    for p in profiles().values():
+        print(f"{p.name:12} {p.role:9} {p.device}  {p.base_url}  {p.served_model_name}")
+        print(f"{'':12} {p.description}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI entry point: ServerError becomes one message on stderr and exit code 1."""
+    args = _parser().parse_args(argv)
+    commands = {
+        "up": _cmd_up,
+        "down": _cmd_down,
+        "status": _cmd_status,
+        "model": lambda _: print(ensure_default_model()) or 0,
+        "profiles": _cmd_profiles,
+    }
+    try:
+        return commands[args.cmd](args)
+    except ServerError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,40 @@
+"""Child-process half of `servers.model`: GGUF -> Hugging Face folder (bf16 safetensors).
+
+Run as a script (`python _convert.py SRC.gguf DEST_DIR`) so torch/transformers are imported
+in a short-lived process (memory freed afterwards, offline env set before import) rather than
+in whatever program asked for the model.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+
+def convert(gguf: Path, dest: Path) -> None:
+    """Dequantize `gguf` and save model + tokenizer into `dest` (which must exist)."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
+
+    folder, name = str(gguf.parent), gguf.name
+    # dequantize=True: save_pretrained refuses a model still holding GGUF blocks.
+    model = AutoModelForCausalLM.from_pretrained(
+        folder,
+        gguf_file=name,
+        dtype=torch.bfloat16,
+        quantization_config=GgufConfig(gguf_file=name, dequantize=True),
+    )
+    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+    if not getattr(tokenizer, "chat_template", None):
+        raise SystemExit(f"{gguf} carries no chat template; it cannot serve chat completions")
+    model.save_pretrained(dest)
+    tokenizer.save_pretrained(dest)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 3:
+        raise SystemExit("usage: python _convert.py SRC.gguf DEST_DIR")
+    convert(Path(sys.argv[1]), Path(sys.argv[2]))

@@ -1,0 +1,18 @@
+"""Errors raised by servers/: each message says what went wrong and what to do next."""
+
+from __future__ import annotations
+
+
+class ServerError(RuntimeError):
+    """A server could not be started, reused, reached or stopped.
+
+    The CLI prints the message as is and exits 1, so messages are written for a person.
+    """
+
+
+class ServerUnavailable(ServerError):
+    """Nothing usable answers at an endpoint (closed port, not vLLM, or not healthy)."""
+
+
+class ModelError(ServerError):
+    """The embedded default model is missing or could not be converted."""

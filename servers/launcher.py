@@ -1,0 +1,520 @@
+"""Start, reuse, inspect and stop vLLM servers described by `servers.profiles`.
+
+A server started here runs in the background in its own process session (so stopping it takes
+vLLM's engine subprocesses along), logs to `<MUR_HOME>/logs/<profile>.log`, and is recorded in
+`<MUR_HOME>/run/<profile>.json` so `down` and `status` work from any later process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+
+from servers.errors import ServerError, ServerUnavailable
+from servers.model import ensure_default_model
+from servers.paths import logs_dir, run_dir
+from servers.profiles import Profile, command_line, get_profile, server_env
+
+LOG_TAIL_LINES = 40
+STOP_GRACE_S = 30.0
+_POLL_S = 0.5
+
+# Popen objects of servers this process started: kept so they are reaped (no zombies, no
+# "subprocess still running" ResourceWarning when the object would be collected).
+_CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
+
+
+@dataclass
+class RunningServer:
+    """A server that answers (or was recorded): where it is and whether we started it."""
+
+    profile: str
+    base_url: str
+    """OpenAI-compatible base URL, ending in /v1."""
+    model: str
+    """Served model name to pass as `model`."""
+    pid: int | None
+    healthy: bool
+    started: bool
+    """True when this call started it (so the caller owns stopping it)."""
+    log_path: Path | None
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain JSON-able dict (for `status --json`)."""
+        data = asdict(self)
+        data["log_path"] = str(self.log_path) if self.log_path else None
+        return data
+
+
+# ---------------------------------------------------------------------------- HTTP probes
+
+
+def root_url(base_url: str) -> str:
+    """`http://h:p/v1` -> `http://h:p`: the server root, where /health and /metrics live."""
+    parts = urlsplit(base_url.rstrip("/"))
+    path = parts.path.removesuffix("/v1")
+    return f"{parts.scheme}://{parts.netloc}{path}"
+
+
+def normalize_base_url(base_url: str) -> str:
+    """Accept `http://h:p`, `http://h:p/`, `http://h:p/v1`; return the `/v1` form.
+
+    A URL with some other path is kept as given (a proxy may mount the API elsewhere).
+    """
+    url = base_url.strip().rstrip("/")
+    if "://" not in url:
+        url = "http://" + url
+    parts = urlsplit(url)
+    if parts.path in ("", "/"):
+        url += "/v1"
+    return url
+
+
+def _healthy(root: str, timeout: float = 2.0) -> bool:
+    """GET <root>/health answers 200 (vLLM's readiness probe)."""
+    try:
+        return httpx.get(f"{root}/health", timeout=timeout).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def check_endpoint(base_url: str, timeout: float = 5) -> list[str]:
+    """Model ids served at `base_url` (GET /v1/models), or ServerUnavailable saying what to do."""
+    url = normalize_base_url(base_url)
+    hint = "start one with `python -m servers up` or pass --base-url"
+    try:
+        resp = httpx.get(f"{url}/models", timeout=timeout)
+    except httpx.TimeoutException:
+        raise ServerUnavailable(
+            f"the server at {url} did not answer within {timeout:g} s: it may still be "
+            f"starting (see `python -m servers status`), or {hint}"
+        ) from None
+    except httpx.HTTPError:
+        raise ServerUnavailable(f"no vLLM server at {url}: {hint}") from None
+    if resp.status_code != 200:
+        raise ServerUnavailable(
+            f"{url}/models answered HTTP {resp.status_code}, not a model list: is this a vLLM "
+            f"server? {hint}"
+        )
+    try:
+        data = resp.json()["data"]
+        return [str(item["id"]) for item in data]
+    except (ValueError, KeyError, TypeError):
+        raise ServerUnavailable(
+            f"{url}/models did not return an OpenAI model list: is this a vLLM server? {hint}"
+        ) from None
+
+
+def _port_open(host: str, port: int, timeout: float = 1.0) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+# ---------------------------------------------------------------------- processes, records
+
+
+def _proc_stat(pid: int) -> list[str] | None:
+    """Fields of /proc/<pid>/stat after the command name (state first), or None."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return raw.rsplit(")", 1)[1].split()
+
+
+def _start_ticks(pid: int) -> int | None:
+    """Process start time in clock ticks since boot: guards against PID reuse."""
+    fields = _proc_stat(pid)
+    return int(fields[19]) if fields and len(fields) > 19 else None
+
+
+def _alive(pid: int) -> bool:
+    """Running (not exited, not a zombie)."""
+    child = _CHILDREN.get(pid)
+    if child is not None:
+        return child.poll() is None
+    fields = _proc_stat(pid)
+    if fields is not None:
+        return fields[0] != "Z"
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _group_alive(pgid: int) -> bool:
+    """Some non-zombie process is still in process group `pgid`."""
+    proc = Path("/proc")
+    if proc.is_dir():
+        for entry in proc.iterdir():
+            if not entry.name.isdigit():
+                continue
+            fields = _proc_stat(int(entry.name))
+            if fields and len(fields) > 2 and fields[2] == str(pgid) and fields[0] != "Z":
+                return True
+        return False
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _record_path(profile: str) -> Path:
+    return run_dir() / f"{profile}.json"
+
+
+def _read_record(profile: str) -> dict[str, Any] | None:
+    try:
+        data = json.loads(_record_path(profile).read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _write_record(profile: str, record: Mapping[str, Any]) -> None:
+    path = _record_path(profile)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(dict(record), indent=2) + "\n")
+    tmp.replace(path)
+
+
+def _remove_record(profile: str) -> None:
+    _record_path(profile).unlink(missing_ok=True)
+
+
+def _record_alive(record: Mapping[str, Any]) -> bool:
+    """The recorded PID still runs and is the same process (start time matches)."""
+    pid = record.get("pid")
+    if not isinstance(pid, int) or not _alive(pid):
+        return False
+    ticks = record.get("start_ticks")
+    return ticks is None or _start_ticks(pid) in (None, ticks)
+
+
+@contextlib.contextmanager
+def _profile_lock(profile: str) -> Iterator[None]:
+    """Serializes up/down of one profile across processes (e.g. parallel test sessions)."""
+    path = run_dir() / f".{profile}.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a+") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
+    """Last `lines` lines of a log (empty string if unreadable)."""
+    try:
+        with path.open("rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, fh.tell() - 64 * 1024))
+            text = fh.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def _terminate(pid: int, grace: float = STOP_GRACE_S) -> None:
+    """SIGTERM the process group of `pid`, wait up to `grace` s, then SIGKILL what is left."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline:
+        if not _alive(pid) and not _group_alive(pid):
+            break
+        time.sleep(0.2)
+    else:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and (_alive(pid) or _group_alive(pid)):
+            time.sleep(0.1)
+    child = _CHILDREN.pop(pid, None)
+    if child is not None:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            child.wait(timeout=5)
+
+
+# ------------------------------------------------------------------------------ progress
+
+
+class _Progress:
+    """Elapsed-seconds display while waiting: a live line on a terminal, a line every 15 s in
+    a log (CI), nothing when disabled."""
+
+    def __init__(self, enabled: bool, label: str, log_path: Path) -> None:
+        self._label, self._log = label, log_path
+        self._status: Any = None
+        self._plain = False
+        self._last_plain = 0.0
+        if not enabled:
+            return
+        from rich.console import Console
+
+        console = Console(stderr=True)
+        if console.is_terminal:
+            self._status = console.status(self._text(0.0))
+            self._status.start()
+        else:
+            self._plain = True
+            print(f"{label} (log: {log_path})", file=sys.stderr, flush=True)
+
+    def _text(self, elapsed: float) -> str:
+        return f"{self._label}: {elapsed:.0f} s (log: {self._log})"
+
+    def update(self, elapsed: float) -> None:
+        if self._status is not None:
+            self._status.update(self._text(elapsed))
+        elif self._plain and elapsed - self._last_plain >= 15:
+            self._last_plain = elapsed
+            print(f"  ... {elapsed:.0f} s", file=sys.stderr, flush=True)
+
+    def stop(self) -> None:
+        if self._status is not None:
+            self._status.stop()
+            self._status = None
+
+
+# ----------------------------------------------------------------------------------- API
+
+
+def _resolve(profile: str | Profile) -> Profile:
+    return profile if isinstance(profile, Profile) else get_profile(profile)
+
+
+def _reuse(p: Profile) -> RunningServer:
+    """Something healthy answers on p's port: accept it only if it serves p's model."""
+    try:
+        models = check_endpoint(p.base_url)
+    except ServerUnavailable as exc:
+        raise ServerError(
+            f"port {p.port} answers /health but is not usable for profile {p.name}: {exc}. "
+            f"Stop that process or give the profile another port"
+        ) from None
+    if p.served_model_name not in models:
+        raise ServerError(
+            f"port {p.port} is already taken by a server serving {models or 'no model'}, not "
+            f"{p.served_model_name!r} (profile {p.name}): stop it (`python -m servers down "
+            f"--all` if it was started here, else kill it) or point clients at it with "
+            f"--base-url {p.base_url}"
+        )
+    record = _read_record(p.name)
+    pid = record.get("pid") if record and _record_alive(record) else None
+    log = Path(record["log"]) if record and pid and record.get("log") else None
+    return RunningServer(p.name, p.base_url, p.served_model_name, pid, True, False, log)
+
+
+def up(
+    profile_name: str | Profile,
+    *,
+    eager: bool = False,
+    timeout: float = 600,
+    progress: bool = True,
+    command: Sequence[str] | None = None,
+    model_path: Path | None = None,
+    env: Mapping[str, str] | None = None,
+) -> RunningServer:
+    """Reuse or start the profile's server and wait until `/health` answers.
+
+    Reuse: if something already answers on the port it is taken only when GET /v1/models lists
+    the profile's served model name; otherwise ServerError says what is there. If our own
+    recorded server is still starting, this waits for it instead of starting a second one.
+    Start: the embedded model is converted first if needed; the server runs detached; a
+    ServerError with the log tail is raised if it dies while starting or misses `timeout`.
+    `command`, `model_path` and `env` are for tests and custom setups (default: from the
+    profile).
+    """
+    p = _resolve(profile_name)
+    with _profile_lock(p.name):
+        if _healthy(p.root_url):
+            return _reuse(p)
+        record = _read_record(p.name)
+        if record and _record_alive(record):
+            return _wait_for(
+                p, int(record["pid"]), Path(record["log"]), timeout, progress, started=False
+            )
+        if record:
+            _remove_record(p.name)
+        if _port_open(p.host, p.port):
+            raise ServerError(
+                f"port {p.port} on {p.host} is in use but does not answer /health like a vLLM "
+                f"server: free the port or give profile {p.name} another one"
+            )
+        if command is None:
+            if p.embedded and model_path is None:
+                model_path = ensure_default_model()
+            command = command_line(p, eager=eager, python=sys.executable, model_path=model_path)
+        return _start(p, list(command), env, timeout, progress)
+
+
+def _start(
+    p: Profile,
+    argv: list[str],
+    env: Mapping[str, str] | None,
+    timeout: float,
+    progress: bool,
+) -> RunningServer:
+    log_path = logs_dir() / f"{p.name}.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("wb") as log:
+        log.write(f"# {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(argv)}\n".encode())
+        log.flush()
+        try:
+            proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=server_env(p, env),
+                start_new_session=True,
+            )
+        except OSError as exc:
+            raise ServerError(f"could not start {argv[0]} for profile {p.name}: {exc}") from None
+    _CHILDREN[proc.pid] = proc
+    _write_record(
+        p.name,
+        {
+            "profile": p.name,
+            "pid": proc.pid,
+            "start_ticks": _start_ticks(proc.pid),
+            "port": p.port,
+            "base_url": p.base_url,
+            "model": p.served_model_name,
+            "log": str(log_path),
+            "argv": argv,
+            "started_at": time.time(),
+        },
+    )
+    return _wait_for(p, proc.pid, log_path, timeout, progress, started=True)
+
+
+def _wait_for(
+    p: Profile,
+    pid: int,
+    log_path: Path,
+    timeout: float,
+    progress: bool,
+    *,
+    started: bool,
+) -> RunningServer:
+    """Poll /health until OK; the process dying or the deadline passing raises ServerError."""
+    verb = "starting" if started else "waiting for"
+    shown = _Progress(progress, f"{verb} {p.name} on {p.root_url}", log_path)
+    t0 = time.monotonic()
+    try:
+        while True:
+            elapsed = time.monotonic() - t0
+            if not _alive(pid):
+                code = _CHILDREN.pop(pid).returncode if pid in _CHILDREN else None
+                _remove_record(p.name)
+                status = f" with exit code {code}" if code is not None else ""
+                raise ServerError(
+                    f"the {p.name} server exited while starting{status}. Last lines of "
+                    f"{log_path}:\n{log_tail(log_path)}"
+                )
+            if _healthy(p.root_url):
+                break
+            if elapsed >= timeout:
+                _terminate(pid)
+                _remove_record(p.name)
+                raise ServerError(
+                    f"the {p.name} server was not healthy after {timeout:g} s and was stopped; "
+                    f"raise --timeout if it is just slow. Last lines of {log_path}:\n"
+                    f"{log_tail(log_path)}"
+                )
+            shown.update(elapsed)
+            time.sleep(_POLL_S)
+    except KeyboardInterrupt:
+        if started:
+            _terminate(pid)
+            _remove_record(p.name)
+        raise
+    finally:
+        shown.stop()
+    return _reuse_started(p, pid, log_path, started)
+
+
+def _reuse_started(p: Profile, pid: int, log_path: Path, started: bool) -> RunningServer:
+    models = check_endpoint(p.base_url)
+    if p.served_model_name not in models:
+        raise ServerError(
+            f"the {p.name} server is up but serves {models}, not {p.served_model_name!r}: "
+            f"check the profile's --served-model-name; log: {log_path}"
+        )
+    return RunningServer(p.name, p.base_url, p.served_model_name, pid, True, started, log_path)
+
+
+def down(profile_name: str, *, grace: float = STOP_GRACE_S) -> bool:
+    """Stop the recorded server of a profile (SIGTERM its process group, then SIGKILL).
+
+    Returns False when nothing recorded was running (a stale record is removed). A server this
+    package did not start (no record) is never touched.
+    """
+    with _profile_lock(profile_name):
+        record = _read_record(profile_name)
+        if record is None:
+            return False
+        if not _record_alive(record):
+            _remove_record(profile_name)
+            return False
+        _terminate(int(record["pid"]), grace)
+        _remove_record(profile_name)
+        return True
+
+
+def recorded_profiles() -> list[str]:
+    """Names of profiles with a run record (alive or not)."""
+    folder = run_dir()
+    return sorted(p.stem for p in folder.glob("*.json")) if folder.is_dir() else []
+
+
+def status(probe: Callable[[str], bool] = _healthy) -> list[RunningServer]:
+    """Every recorded server whose process still runs, with health checked live.
+
+    Records of dead processes are removed on the way.
+    """
+    servers = []
+    for name in recorded_profiles():
+        record = _read_record(name)
+        if record is None or not _record_alive(record):
+            _remove_record(name)
+            continue
+        base_url = str(record.get("base_url", ""))
+        servers.append(
+            RunningServer(
+                profile=name,
+                base_url=base_url,
+                model=str(record.get("model", "")),
+                pid=int(record["pid"]),
+                healthy=probe(root_url(base_url)),
+                started=False,
+                log_path=Path(record["log"]) if record.get("log") else None,
+            )
+        )
+    return servers

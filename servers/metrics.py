@@ -1,0 +1,70 @@
+"""Read vLLM's Prometheus counters: an independent check of client-side token accounting.
+
+vLLM's `vllm:generation_tokens_total` on `/metrics` moves by exactly the sum of
+`usage.completion_tokens` over the requests it served (checked with n = 1..3, stop strings and
+length cut-offs), so a benchmark can compare its own token count with the server's:
+
+    before = generation_tokens(base_url)
+    ...  # run the graph
+    spent = generation_tokens(base_url) - before
+
+The counter is server-wide: other clients of the same server during the window are counted too.
+"""
+
+from __future__ import annotations
+
+import httpx
+
+from servers.errors import ServerUnavailable
+from servers.launcher import normalize_base_url, root_url
+
+GENERATION_TOKENS = "vllm:generation_tokens_total"
+PROMPT_TOKENS = "vllm:prompt_tokens_total"
+
+
+def parse_counter(text: str, name: str) -> float | None:
+    """Sum of all samples of metric `name` (over every label set) in Prometheus text format.
+
+    Returns None when the metric is absent.
+    """
+    total, seen = 0.0, False
+    for line in text.splitlines():
+        if not line.startswith(name):
+            continue
+        head, _, value = line.rpartition(" ")
+        metric = head.split("{", 1)[0].strip()
+        if metric != name:
+            continue
+        total += float(value)
+        seen = True
+    return total if seen else None
+
+
+def read_counter(base_url: str, name: str, timeout: float = 5) -> float:
+    """Current value of counter `name` on the server at `base_url` (/v1 suffix optional)."""
+    root = root_url(normalize_base_url(base_url))
+    try:
+        resp = httpx.get(f"{root}/metrics", timeout=timeout)
+        resp.raise_for_status()
+    except httpx.HTTPError as exc:
+        raise ServerUnavailable(
+            f"cannot read {root}/metrics ({exc.__class__.__name__}): is a vLLM server running "
+            "there? start one with `python -m servers up` or pass --base-url"
+        ) from None
+    value = parse_counter(resp.text, name)
+    if value is None:
+        raise ServerUnavailable(
+            f"{root}/metrics has no {name}: this server is not vLLM, or a vLLM version that "
+            "names its metrics differently"
+        )
+    return value
+
+
+def generation_tokens(base_url: str, timeout: float = 5) -> int:
+    """Total tokens the server has generated since it started (`vllm:generation_tokens_total`)."""
+    return int(read_counter(base_url, GENERATION_TOKENS, timeout))
+
+
+def prompt_tokens(base_url: str, timeout: float = 5) -> int:
+    """Total prompt tokens the server has processed since it started."""
+    return int(read_counter(base_url, PROMPT_TOKENS, timeout))

@@ -1,0 +1,465 @@
+"""Unit tests of servers/: profiles, launcher reuse/failure paths, client payloads, metrics.
+
+No vLLM server is needed: a tiny HTTP server in a thread plays one where a test needs it.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import sys
+import threading
+from dataclasses import replace
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+from langchain_core.messages import AIMessage, HumanMessage
+
+from servers import clients, launcher
+from servers.__main__ import main
+from servers.clients import SAMPLING_DEFAULTS, Endpoint, default_endpoints, make_chat_model
+from servers.errors import ServerError, ServerUnavailable
+from servers.metrics import parse_counter
+from servers.profiles import (
+    EMBEDDED_MODEL,
+    Profile,
+    command_line,
+    cpu_list,
+    get_profile,
+    profiles,
+    server_env,
+)
+
+
+@pytest.fixture(autouse=True)
+def mur_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Every test gets its own MUR_HOME: no records, logs or models leak between tests."""
+    home = tmp_path / "mur-home"
+    monkeypatch.setenv("MUR_HOME", str(home))
+    for var in ("MUR_BASE_URL", "MUR_MODEL", "MUR_VERIFIER_URL", "MUR_VERIFIER_MODEL"):
+        monkeypatch.delenv(var, raising=False)
+    return home
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class FakeVLLM:
+    """Serves /health, /v1/models and /metrics like vLLM, on 127.0.0.1 in a thread."""
+
+    def __init__(self, models: list[str], metrics: str = "") -> None:
+        self.models, self.metrics = models, metrics
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                if self.path == "/health":
+                    self._send(200, b"", "text/plain")
+                elif self.path == "/v1/models":
+                    body = {"object": "list", "data": [{"id": m} for m in fake.models]}
+                    self._send(200, json.dumps(body).encode(), "application/json")
+                elif self.path == "/metrics":
+                    self._send(200, fake.metrics.encode(), "text/plain")
+                else:
+                    self._send(404, b"{}", "application/json")
+
+            def _send(self, code: int, body: bytes, ctype: str) -> None:
+                self.send_response(code)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                """Keep test output clean."""
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = int(self.httpd.server_address[1])
+        self.base_url = f"http://127.0.0.1:{self.port}/v1"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def __enter__(self) -> FakeVLLM:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def tiny_on(port: int) -> Profile:
+    return replace(get_profile("cpu-tiny"), port=port)
+
+
+# ------------------------------------------------------------------------------- profiles
+
+
+def test_profiles_cover_cpu_and_paper_models() -> None:
+    ps = profiles()
+    assert {"cpu-tiny", "qwen3-1.7b", "qwen3-4b", "qwen3-8b", "genprm-1.5b"} <= set(ps)
+    tiny = ps["cpu-tiny"]
+    assert tiny.model == EMBEDDED_MODEL and tiny.embedded and tiny.device == "cpu"
+    assert tiny.port == 8011 and tiny.base_url == "http://127.0.0.1:8011/v1"
+    assert tiny.recommended == {
+        "max_step_tokens": 256,
+        "judge_max_tokens": 256,
+        "thinking_budget": 256,
+        "max_steps": 8,
+    }
+    assert ps["genprm-1.5b"].role == "verifier" and ps["genprm-1.5b"].port == 8001
+    assert ps["genprm-1.5b"].model == "GenPRM/GenPRM-1.5B"
+    for name in ("qwen3-1.7b", "qwen3-4b", "qwen3-8b"):
+        assert ps[name].role == "backbone" and ps[name].port == 8000
+    # Backbone and verifier must fit on one GPU together.
+    util = {
+        n: float(p.args[p.args.index("--gpu-memory-utilization") + 1])
+        for n, p in ps.items()
+        if p.device == "gpu"
+    }
+    assert util["qwen3-8b"] + util["genprm-1.5b"] < 0.95
+
+
+def test_cpu_tiny_env_binds_all_cores_and_stays_offline(mur_home: Path) -> None:
+    env = get_profile("cpu-tiny").env
+    assert env["HF_HUB_OFFLINE"] == "1" and env["TRANSFORMERS_OFFLINE"] == "1"
+    assert env["VLLM_CPU_KVCACHE_SPACE"] == "2"
+    assert env["VLLM_CPU_NUM_OF_RESERVED_CPU"] == "0"
+    assert env["VLLM_CPU_OMP_THREADS_BIND"] == cpu_list()
+    assert Path(env["VLLM_CACHE_ROOT"]).is_relative_to(mur_home)
+    merged = server_env(get_profile("cpu-tiny"), {"PATH": "/bin", "HF_HUB_OFFLINE": "0"})
+    assert merged["PATH"] == "/bin" and merged["HF_HUB_OFFLINE"] == "1"
+
+
+def test_cpu_list_is_a_range_of_usable_cpus() -> None:
+    text = cpu_list()
+    cpus: set[int] = set()
+    for part in text.split(","):
+        lo, _, hi = part.partition("-")
+        cpus |= set(range(int(lo), int(hi or lo) + 1))
+    assert cpus == set(__import__("os").sched_getaffinity(0))
+
+
+def test_profile_is_immutable() -> None:
+    tiny = get_profile("cpu-tiny")
+    with pytest.raises(AttributeError):
+        tiny.port = 1  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        tiny.env["X"] = "1"  # type: ignore[index]
+
+
+def test_unknown_profile_names_the_valid_ones() -> None:
+    with pytest.raises(ServerError, match="cpu-tiny"):
+        get_profile("nope")
+
+
+def test_command_line_uses_module_entry_point(mur_home: Path) -> None:
+    tiny = get_profile("cpu-tiny")
+    argv = command_line(tiny, eager=True, python="/py")
+    assert argv[:3] == ["/py", "-m", "vllm.entrypoints.openai.api_server"]
+    assert argv[argv.index("--model") + 1] == str(mur_home / "models" / "SmolLM2-135M-Instruct")
+    assert argv[argv.index("--served-model-name") + 1] == "SmolLM2-135M-Instruct"
+    assert argv[argv.index("--port") + 1] == "8011"
+    assert argv[argv.index("--host") + 1] == "127.0.0.1"
+    assert argv[argv.index("--max-model-len") + 1] == "4096"
+    assert argv[argv.index("--dtype") + 1] == "bfloat16"
+    assert argv[-1] == "--enforce-eager"
+    assert "--enforce-eager" not in command_line(tiny, eager=False, python="/py")
+    custom = command_line(tiny, eager=False, python="/py", model_path="/m")
+    assert custom[custom.index("--model") + 1] == "/m"
+
+
+def test_command_line_gpu_profile_passes_hf_id() -> None:
+    argv = command_line(get_profile("genprm-1.5b"), eager=False, python="python")
+    assert argv[argv.index("--model") + 1] == "GenPRM/GenPRM-1.5B"
+    assert "--gpu-memory-utilization" in argv and argv[argv.index("--port") + 1] == "8001"
+
+
+# --------------------------------------------------------------------------------- launcher
+
+
+def test_check_endpoint_on_closed_port_says_what_to_do() -> None:
+    url = f"http://127.0.0.1:{free_port()}/v1"
+    with pytest.raises(ServerUnavailable) as info:
+        launcher.check_endpoint(url, timeout=2)
+    message = str(info.value)
+    assert message == (
+        f"no vLLM server at {url}: start one with `python -m servers up` or pass --base-url"
+    )
+    assert "\n" not in message
+
+
+def test_check_endpoint_lists_models_and_normalizes_url() -> None:
+    with FakeVLLM(["m1", "m2"]) as fake:
+        assert launcher.check_endpoint(fake.base_url) == ["m1", "m2"]
+        assert launcher.check_endpoint(f"http://127.0.0.1:{fake.port}") == ["m1", "m2"]
+
+
+def test_normalize_and_root_url() -> None:
+    assert launcher.normalize_base_url("http://h:1") == "http://h:1/v1"
+    assert launcher.normalize_base_url("h:1/v1/") == "http://h:1/v1"
+    assert launcher.normalize_base_url("http://h:1/proxy/v1") == "http://h:1/proxy/v1"
+    assert launcher.root_url("http://h:1/v1") == "http://h:1"
+
+
+def test_up_reuses_a_server_serving_the_expected_model() -> None:
+    with FakeVLLM(["SmolLM2-135M-Instruct"]) as fake:
+        server = launcher.up(
+            tiny_on(fake.port), progress=False, command=["false"], model_path=Path("/x")
+        )
+    assert server.started is False and server.healthy is True
+    assert server.base_url == fake.base_url and server.model == "SmolLM2-135M-Instruct"
+
+
+def test_up_rejects_a_server_serving_another_model() -> None:
+    with FakeVLLM(["some-other-model"]) as fake, pytest.raises(ServerError) as info:
+        launcher.up(tiny_on(fake.port), progress=False, command=["false"], model_path=Path("/x"))
+    message = str(info.value)
+    assert "some-other-model" in message and "SmolLM2-135M-Instruct" in message
+    assert str(fake.port) in message and "stop it" in message
+
+
+def test_up_rejects_a_port_held_by_something_else() -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        port = int(sock.getsockname()[1])
+        with pytest.raises(ServerError, match="in use"):
+            launcher.up(tiny_on(port), progress=False, command=["false"], model_path=Path("/x"))
+
+
+def test_process_dying_at_start_reports_log_tail(mur_home: Path) -> None:
+    script = "import sys; print('loading weights'); print('boom: bad flag', file=sys.stderr); " \
+        "sys.exit(3)"
+    with pytest.raises(ServerError) as info:
+        launcher.up(
+            tiny_on(free_port()),
+            progress=False,
+            timeout=30,
+            command=[sys.executable, "-c", script],
+        )
+    message = str(info.value)
+    assert "exited while starting with exit code 3" in message
+    assert "boom: bad flag" in message and "loading weights" in message
+    assert (mur_home / "logs" / "cpu-tiny.log").is_file()
+    assert launcher.status() == []  # the record is gone
+
+
+def test_timeout_kills_the_process_and_reports(mur_home: Path) -> None:
+    script = "import time; print('still loading', flush=True); time.sleep(60)"
+    with pytest.raises(ServerError) as info:
+        launcher.up(
+            tiny_on(free_port()),
+            progress=False,
+            timeout=1.5,
+            command=[sys.executable, "-u", "-c", script],
+        )
+    assert "not healthy after 1.5 s" in str(info.value) and "still loading" in str(info.value)
+    assert launcher.status() == [] and not launcher._CHILDREN
+
+
+def test_start_record_status_and_down(mur_home: Path) -> None:
+    """A fake server process started by `up`: recorded, listed by status, stopped by down."""
+    port = free_port()
+    script = (
+        "import http.server as h\n"
+        "class H(h.BaseHTTPRequestHandler):\n"
+        "    def do_GET(self):\n"
+        "        body = b'{\"data\": [{\"id\": \"SmolLM2-135M-Instruct\"}]}'\n"
+        "        self.send_response(200); self.send_header('Content-Length', str(len(body)))\n"
+        "        self.end_headers(); self.wfile.write(body)\n"
+        f"h.HTTPServer(('127.0.0.1', {port}), H).serve_forever()\n"
+    )
+    server = launcher.up(
+        tiny_on(port), progress=False, timeout=30, command=[sys.executable, "-c", script]
+    )
+    try:
+        assert server.started and server.healthy and server.pid
+        record = json.loads((mur_home / "run" / "cpu-tiny.json").read_text())
+        assert record["pid"] == server.pid and record["port"] == port
+        assert record["base_url"] == server.base_url and record["model"] == server.model
+        listed = launcher.status()
+        assert [(s.profile, s.pid, s.healthy) for s in listed] == [("cpu-tiny", server.pid, True)]
+        again = launcher.up(tiny_on(port), progress=False, command=["false"])
+        assert again.started is False and again.pid == server.pid
+    finally:
+        assert launcher.down("cpu-tiny") is True
+    assert launcher.status() == [] and not (mur_home / "run" / "cpu-tiny.json").exists()
+    assert launcher.down("cpu-tiny") is False
+
+
+def test_status_cleans_stale_records(mur_home: Path) -> None:
+    run = mur_home / "run"
+    run.mkdir(parents=True)
+    (run / "cpu-tiny.json").write_text(
+        json.dumps({"pid": 2**22 + 12345, "base_url": "http://127.0.0.1:1/v1", "model": "m"})
+    )
+    assert launcher.status() == []
+    assert not (run / "cpu-tiny.json").exists()
+
+
+# ----------------------------------------------------------------------------------- CLI
+
+
+def test_cli_status_json_empty(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["status", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == []
+
+
+def test_cli_server_error_is_one_message_exit_1(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def fail(*_: object, **__: object) -> None:
+        raise ServerError("port 8011 is already taken by X: stop it")
+
+    monkeypatch.setattr("servers.__main__.up", fail)
+    assert main(["up"]) == 1
+    err = capsys.readouterr().err
+    assert err == "error: port 8011 is already taken by X: stop it\n"
+
+
+def test_cli_bad_args_exit_2() -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["up", "--profile", "no-such-profile"])
+    assert info.value.code == 2
+    with pytest.raises(SystemExit) as info:
+        main(["down", "--all", "--profile", "cpu-tiny"])
+    assert info.value.code == 2
+
+
+# -------------------------------------------------------------------------------- clients
+
+
+def _payload(llm: clients.VLLMChatOpenAI, **kwargs: object) -> dict:
+    return llm._get_request_payload([HumanMessage("q"), AIMessage("Step1:")], **kwargs)
+
+
+def test_make_chat_model_sends_every_sampling_parameter() -> None:
+    llm = make_chat_model("http://127.0.0.1:9/v1", "m", max_tokens=64)
+    payload = _payload(llm)
+    assert payload["model"] == "m"
+    assert payload["temperature"] == SAMPLING_DEFAULTS["temperature"] == 0.6
+    assert payload["top_p"] == 0.8 and payload["presence_penalty"] == 1.5
+    assert payload["extra_body"]["top_k"] == 20
+    assert payload["logprobs"] is True
+    assert payload["max_completion_tokens"] == 64
+    assert str(llm.openai_api_base) == "http://127.0.0.1:9/v1"
+
+
+def test_call_time_extra_body_is_merged_not_replaced() -> None:
+    llm = make_chat_model("http://127.0.0.1:9", "m", extra_body={"repetition_penalty": 1.1})
+    extra = {"continue_final_message": True, "add_generation_prompt": False}
+    payload = _payload(llm, extra_body=extra, stop=["\n\n"])
+    assert payload["extra_body"] == {
+        "top_k": 20,
+        "repetition_penalty": 1.1,
+        **extra,
+    }
+    assert payload["stop"] == ["\n\n"]
+    bound = llm.bind(extra_body={"top_k": 5})
+    merged = bound.bound._get_request_payload("q", **bound.kwargs)  # type: ignore[attr-defined]
+    assert merged["extra_body"] == {"top_k": 5, "repetition_penalty": 1.1}
+    assert llm.extra_body == {"top_k": 20, "repetition_penalty": 1.1}  # not mutated
+
+
+def test_overrides_replace_defaults() -> None:
+    llm = make_chat_model("http://h:1/v1", "m", temperature=0.0, top_k=1, n=4, top_logprobs=3)
+    payload = _payload(llm)
+    assert payload["temperature"] == 0.0 and payload["extra_body"]["top_k"] == 1
+    assert payload["n"] == 4 and payload["top_logprobs"] == 3
+
+
+def test_api_key_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert make_chat_model("http://h:1", "m").openai_api_key.get_secret_value() == "EMPTY"
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    assert make_chat_model("http://h:1", "m").openai_api_key.get_secret_value() == "sk-test"
+
+
+def test_model_resolved_from_server() -> None:
+    with FakeVLLM(["served-name"]) as fake:
+        assert make_chat_model(fake.base_url).model_name == "served-name"
+
+
+def test_model_resolution_without_server_raises_unavailable() -> None:
+    with pytest.raises(ServerUnavailable, match="no vLLM server"):
+        make_chat_model(f"http://127.0.0.1:{free_port()}/v1")
+
+
+def test_each_choice_keeps_its_own_metadata_and_stop_reason() -> None:
+    llm = make_chat_model("http://h:1/v1", "m")
+    response = {
+        "id": "x",
+        "model": "m",
+        "choices": [
+            {
+                "index": i,
+                "message": {"role": "assistant", "content": f"c{i}"},
+                "finish_reason": reason,
+                "stop_reason": stop,
+                "logprobs": {"content": [{"token": f"t{i}", "logprob": -0.5 * i}]},
+            }
+            for i, (reason, stop) in enumerate([("stop", "\n\n"), ("length", None)])
+        ],
+        "usage": {"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7},
+    }
+    result = llm._create_chat_result(response)
+    infos = [g.generation_info for g in result.generations]
+    assert infos[0]["stop_reason"] == "\n\n" and infos[1]["stop_reason"] is None
+    assert [i["finish_reason"] for i in infos] == ["stop", "length"]
+    assert infos[0]["logprobs"]["content"][0]["token"] == "t0"
+    assert infos[1]["logprobs"]["content"][0]["token"] == "t1"
+
+
+def test_default_endpoints_from_profile_and_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    backbone, verifier = default_endpoints()
+    assert backbone == Endpoint("http://127.0.0.1:8011/v1", "SmolLM2-135M-Instruct")
+    assert verifier == backbone
+    monkeypatch.setenv("MUR_BASE_URL", "http://gpu:8000")
+    monkeypatch.setenv("MUR_MODEL", "Qwen3-8B")
+    monkeypatch.setenv("MUR_VERIFIER_URL", "http://gpu:8001/v1")
+    monkeypatch.setenv("MUR_VERIFIER_MODEL", "GenPRM-1.5B")
+    assert default_endpoints() == (
+        Endpoint("http://gpu:8000/v1", "Qwen3-8B"),
+        Endpoint("http://gpu:8001/v1", "GenPRM-1.5B"),
+    )
+    monkeypatch.delenv("MUR_MODEL")
+    monkeypatch.delenv("MUR_VERIFIER_URL")
+    monkeypatch.delenv("MUR_VERIFIER_MODEL")
+    assert default_endpoints() == (Endpoint("http://gpu:8000/v1", None),) * 2
+
+
+# -------------------------------------------------------------------------------- metrics
+
+
+METRICS = """\
+# HELP vllm:generation_tokens_total Number of generation tokens processed.
+# TYPE vllm:generation_tokens_total counter
+vllm:generation_tokens_total{engine="0",model_name="a"} 120.0
+vllm:generation_tokens_total{engine="0",model_name="b"} 3.0
+vllm:generation_tokens_total_created{engine="0",model_name="a"} 1.7e9
+vllm:prompt_tokens_total{engine="0",model_name="a"} 45.0
+"""
+
+
+def test_parse_counter_sums_label_sets_and_ignores_created() -> None:
+    assert parse_counter(METRICS, "vllm:generation_tokens_total") == 123.0
+    assert parse_counter(METRICS, "vllm:prompt_tokens_total") == 45.0
+    assert parse_counter(METRICS, "vllm:missing") is None
+
+
+def test_generation_tokens_over_http() -> None:
+    from servers.metrics import generation_tokens, prompt_tokens
+
+    with FakeVLLM(["m"], METRICS) as fake:
+        assert generation_tokens(fake.base_url) == 123
+        assert prompt_tokens(f"http://127.0.0.1:{fake.port}") == 45
+
+
+def test_generation_tokens_without_server() -> None:
+    from servers.metrics import generation_tokens
+
+    with pytest.raises(ServerUnavailable, match="metrics"):
+        generation_tokens(f"http://127.0.0.1:{free_port()}/v1")
