@@ -57,7 +57,6 @@ _WORKER_EXTRA_MEMORY = 2 * 1024**3
 _POOL_SIZE = max(1, min(4, os.cpu_count() or 1))
 
 _AIME_DATASETS = frozenset({"aime24", "aime25"})
-_CHOICES = "ABCD"
 
 
 class GradingUnavailableError(RuntimeError):
@@ -71,10 +70,11 @@ def grade(problem: Problem, prediction: str | None) -> bool:
     """True iff ``prediction`` answers ``problem`` correctly.
 
     ``prediction`` is the extracted answer (``extract_answer``'s result, None when the model gave
-    none); a whole solution text works too, its answer is extracted first. AIME: compared as
-    integers; GPQA: the first standalone choice letter; MATH-500: ``math_equal``.
+    none). A whole solution works too: its answer is extracted first (where it states none, all
+    of it is read as the answer, so pass None instead). AIME: compared as integers; GPQA: the
+    first standalone choice letter; MATH-500: ``math_equal``.
     """
-    if prediction is None or not isinstance(prediction, str):
+    if not isinstance(prediction, str):
         return False
     answer = extract_answer(prediction)
     if answer is None:

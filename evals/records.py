@@ -1,0 +1,101 @@
+"""records.jsonl: one JSON line per finished (question, gate, gamma, sample), appended at once.
+
+A crash can only ever cut the last line short; reopening the store drops such a tail, so a
+rerun with the same folder skips exactly what is done and never counts anything twice.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+RECORDS = "records.jsonl"
+ERRORS = "errors.jsonl"
+
+
+@dataclass(frozen=True)
+class JobKey:
+    """What identifies one run of one question."""
+
+    dataset: str
+    problem_id: str
+    strategy: str
+    gate: str
+    gamma: float | None  # None: a gate that does not read gamma
+    sample: int
+
+    @property
+    def text(self) -> str:
+        gamma = "-" if self.gamma is None else f"{self.gamma:g}"
+        return f"{self.dataset}/{self.problem_id}/{self.strategy}/{self.gate}/{gamma}/{self.sample}"
+
+
+def key_of(record: dict[str, Any]) -> str:
+    return record["key"]
+
+
+def _complete_lines(path: Path) -> Iterator[dict[str, Any]]:
+    with path.open("rb") as handle:
+        for raw in handle:
+            if not raw.endswith(b"\n"):
+                return  # a line cut short by a crash: not a record
+            yield json.loads(raw)
+
+
+def _drop_partial_tail(path: Path) -> int:
+    """Truncate a last line without its newline; returns the bytes dropped."""
+    size = path.stat().st_size
+    if size == 0:
+        return 0
+    with path.open("rb+") as handle:
+        handle.seek(max(0, size - 1))
+        if handle.read(1) == b"\n":
+            return 0
+        handle.seek(0)
+        keep = handle.read().rfind(b"\n") + 1
+        handle.truncate(keep)
+        return size - keep
+
+
+class RecordStore:
+    """Append-only records with resume: what is in the file is done."""
+
+    def __init__(self, folder: str | os.PathLike[str]) -> None:
+        self.folder = Path(folder)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.path = self.folder / RECORDS
+        self.errors_path = self.folder / ERRORS
+        self.path.touch(exist_ok=True)
+        self.dropped_bytes = _drop_partial_tail(self.path)
+
+    def load(self) -> list[dict[str, Any]]:
+        return list(_complete_lines(self.path))
+
+    def done_keys(self) -> set[str]:
+        return {key_of(record) for record in self.load()}
+
+    def _append(self, path: Path, record: dict[str, Any]) -> None:
+        line = (json.dumps(record, ensure_ascii=False) + "\n").encode()
+        # One write of one whole line, flushed to disk before the next question is counted.
+        with path.open("ab") as handle:
+            handle.write(line)
+            handle.flush()
+            os.fsync(handle.fileno())
+
+    def append(self, record: dict[str, Any]) -> None:
+        self._append(self.path, record)
+
+    def append_error(self, record: dict[str, Any]) -> None:
+        self._append(self.errors_path, record)
+
+
+def load_records(folder: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """The complete records of a run folder (read-only; a cut-short tail is skipped)."""
+    path = Path(folder) / RECORDS
+    if not path.exists():
+        raise FileNotFoundError(f"no {RECORDS} in {folder}: run a benchmark with --out {folder}")
+    return list(_complete_lines(path))

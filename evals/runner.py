@@ -1,0 +1,196 @@
+"""The benchmark runner: every (gate, gamma, sample) on the same questions, concurrently,
+each finished question appended to records.jsonl at once; a rerun finishes the rest."""
+
+from __future__ import annotations
+
+import asyncio
+import shlex
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+
+from evals.datasets import Problem, load_dataset
+from evals.grading import grade
+from evals.records import JobKey, RecordStore
+from evals.report import write_report
+from graphs.mur import build_graph
+from graphs.state import Context
+
+# Gates whose decisions depend on gamma; the others run once, whatever the gamma list.
+GAMMA_GATES = frozenset({"mur"})
+
+
+@dataclass(frozen=True)
+class Job:
+    key: JobKey
+    problem: Problem
+    context: Context
+
+
+def plan_jobs(
+    problems: Sequence[Problem],
+    strategy: str,
+    gates: Sequence[str],
+    gammas: Sequence[float],
+    samples: int,
+    make_context: Callable[[str, float, int], Context],
+) -> list[Job]:
+    """The cross product, with gamma-blind gates run once (their gamma recorded as None)."""
+    jobs: list[Job] = []
+    for problem in problems:
+        for gate in gates:
+            gate_gammas: Sequence[float | None] = gammas if gate in GAMMA_GATES else [None]
+            for gamma in gate_gammas:
+                for sample in range(samples):
+                    context = make_context(gate, gamma if gamma is not None else gammas[0], sample)
+                    key = JobKey(problem.dataset, problem.id, strategy, gate, gamma, sample)
+                    jobs.append(Job(key, problem, context))
+    return jobs
+
+
+def make_record(
+    job: Job, result: dict[str, Any], correct: bool, latency_s: float
+) -> dict[str, Any]:
+    steps = result["steps"]
+    trace = {k: v for k, v in result.items() if k != "question"}  # questions stay in datasets
+    return {
+        "key": job.key.text,
+        "dataset": job.key.dataset,
+        "problem_id": job.key.problem_id,
+        "strategy": job.key.strategy,
+        "gate": job.key.gate,
+        "gamma": job.key.gamma,
+        "sample": job.key.sample,
+        "gold": job.problem.answer,
+        "answer": result["answer"],
+        "correct": correct,
+        "usage": result["usage"],
+        "steps_total": len(steps),
+        "steps_scaled": sum(1 for s in steps if s["scaled"]),
+        "finish_reason": result["finish_reason"],
+        "latency_s": round(latency_s, 3),
+        "trace": trace,
+    }
+
+
+async def run_jobs(
+    graph: Any,
+    jobs: Sequence[Job],
+    store: RecordStore,
+    *,
+    concurrency: int,
+    show_progress: bool = True,
+) -> tuple[int, int]:
+    """Run the jobs (at most `concurrency` in flight); returns (finished, failed)."""
+    limit = asyncio.Semaphore(concurrency)
+    finished = failed = 0
+    tokens = 0
+    started = time.monotonic()
+    progress = Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[rate]}"),
+        TimeElapsedColumn(),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
+        disable=not show_progress,
+        transient=False,
+    )
+    task = progress.add_task("questions", total=len(jobs), rate="")
+
+    async def run_one(job: Job) -> None:
+        nonlocal finished, failed, tokens
+        async with limit:
+            begin = time.monotonic()
+            try:
+                result = await graph.ainvoke(
+                    {"question": job.problem.question, "system_prompt": job.problem.system_prompt},
+                    context=job.context,
+                )
+            except Exception as exc:  # recorded with its reason; the run goes on
+                failed += 1
+                store.append_error(
+                    {"key": job.key.text, "error": type(exc).__name__, "message": str(exc)[:2000]}
+                )
+                progress.advance(task)
+                return
+            latency = time.monotonic() - begin
+            # Grading may take seconds (bounded by math-verify's timeouts): off the event loop.
+            correct = await asyncio.to_thread(grade, job.problem, result["answer"])
+            record = make_record(job, result, correct, latency)
+            store.append(record)
+        finished += 1
+        usage = record["usage"]
+        tokens += usage["backbone_tokens"] + usage["external_tokens"]
+        elapsed = max(time.monotonic() - started, 1e-9)
+        progress.update(
+            task,
+            advance=1,
+            rate=f"{finished / elapsed * 60:.1f} q/min  {tokens / elapsed:.0f} tok/s",
+        )
+
+    with progress:
+        await asyncio.gather(*(run_one(job) for job in jobs))
+    return finished, failed
+
+
+def run_benchmark(args: Any, connection: Any, make_context: Callable[..., Context]) -> int:
+    """`run.py --dataset ...`: plan, skip what --out already holds, run, report."""
+    problems = load_dataset(args.dataset, args.data_dir, limit=args.limit)
+    out = Path(args.out or f"runs/{args.dataset}-{args.strategy}")
+    store = RecordStore(out)
+    (out / "command.txt").write_text(
+        "python run.py " + " ".join(shlex.quote(a) for a in sys.argv[1:]) + "\n"
+    )
+
+    def context_for(gate: str, gamma: float, sample: int) -> Context:
+        ctx = make_context(args, gate, gamma, connection.recommended)
+        return Context(**{**ctx.as_dict(), "seed": ctx.seed + sample})
+
+    jobs = plan_jobs(problems, args.strategy, args.gate, args.gamma, args.samples, context_for)
+    done = store.done_keys()
+    todo = [job for job in jobs if job.key.text not in done]
+    print(
+        f"{len(problems)} questions x {len(jobs) // max(len(problems), 1)} settings = "
+        f"{len(jobs)} runs; {len(jobs) - len(todo)} already in {store.path}, {len(todo)} to go"
+        + (
+            f" (dropped {store.dropped_bytes} bytes of a cut-short last line)"
+            if store.dropped_bytes
+            else ""
+        ),
+        file=sys.stderr,
+    )
+    graph = build_graph(args.strategy, backbone=connection.backbone, verifier=connection.verifier)
+    try:
+        _, failed = asyncio.run(run_jobs(graph, todo, store, concurrency=args.concurrency))
+    except KeyboardInterrupt:
+        print(
+            f"\ninterrupted: finished questions are saved in {store.path}; rerun the same "
+            "command to finish the rest",
+            file=sys.stderr,
+        )
+        return 130
+    report = write_report(out)
+    print(report.markdown)
+    print(f"records: {store.path}\nreport: {report.markdown_path}", file=sys.stderr)
+    if failed:
+        print(
+            f"{failed} runs failed (reasons in {store.errors_path}); rerun the same command to "
+            "retry them",
+            file=sys.stderr,
+        )
+        return 1
+    return 0

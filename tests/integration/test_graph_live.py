@@ -1,0 +1,99 @@
+"""The MUR graph against the real CPU vLLM server: exact uncertainty, decisions and tokens."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from graphs.mur import build_graph
+from graphs.state import STRATEGIES, Context, output_of
+from nodes.gates import replay_decisions
+from nodes.uncertainty import step_uncertainty
+from servers import generation_tokens, make_chat_model
+
+pytestmark = pytest.mark.integration
+
+QUESTIONS = [
+    "A store sells pencils at 3 for $1. How much do 24 pencils cost?",
+    "What is the sum of the first 10 positive odd numbers?",
+    "If 2x + 3 = 11, what is x?",
+]
+# Small enough for two CPU cores, large enough for several steps and every mechanism.
+TINY = {"max_steps": 4, "max_step_tokens": 48, "judge_max_tokens": 32, "thinking_budget": 32}
+
+
+@pytest.fixture(scope="module")
+def backbone(cpu_server):
+    return make_chat_model(cpu_server.base_url, cpu_server.model)
+
+
+async def solve_all(graph, context: Context) -> list[tuple[dict, list[dict]]]:
+    async def one(question: str) -> tuple[dict, list[dict]]:
+        events, final = [], {}
+        async for mode, chunk in graph.astream(
+            {"question": question}, context=context, stream_mode=["custom", "values"]
+        ):
+            if mode == "custom":
+                events.append(chunk)
+            else:
+                final = chunk
+        return output_of(final), events
+
+    return list(await asyncio.gather(*(one(q) for q in QUESTIONS)))
+
+
+def check_trace(result: dict[str, Any], events: list[dict[str, Any]], context: Context) -> None:
+    steps = result["steps"]
+    assert [e["index"] for e in events] == [s["index"] for s in steps]
+    for step, event in zip(steps, events, strict=True):
+        # The uncertainty recomputes from the kept step's own token logprobs.
+        assert len(event["logprobs"]) == step["num_tokens"] > 0
+        assert step["uncertainty"] == pytest.approx(step_uncertainty(event["logprobs"]))
+    drafts = [e["draft_uncertainty"] if e["scaled"] else None for e in events]
+    replayed = replay_decisions(
+        context.gate,
+        [s["uncertainty"] for s in steps],
+        gamma=context.gamma,
+        alpha=context.alpha,
+        draft_uncertainties=drafts,
+    )
+    assert replayed == [s["scaled"] for s in steps]
+
+
+@pytest.mark.parametrize("gate", ["mur", "always", "never"])
+async def test_critic_graph_is_exact_against_the_server(cpu_server, backbone, gate) -> None:
+    context = Context(gate=gate, **TINY)
+    graph = build_graph("critic", backbone=backbone)
+    before = generation_tokens(cpu_server.base_url)
+    results = await solve_all(graph, context)
+    generated = generation_tokens(cpu_server.base_url) - before
+    counted = sum(r["usage"]["backbone_tokens"] + r["usage"]["external_tokens"] for r, _ in results)
+    assert counted == generated
+    for result, events in results:
+        check_trace(result, events, context)
+        if gate == "always":
+            assert all(s["scaled"] for s in result["steps"])
+        if gate == "never":
+            assert result["usage"]["external_tokens"] == 0
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("gate", ["always", "mur"])
+async def test_every_strategy_counts_every_token(cpu_server, backbone, strategy, gate) -> None:
+    context = Context(gate=gate, gamma=1.2, num_candidates=3, **TINY)
+    graph = build_graph(strategy, backbone=backbone)
+    before = generation_tokens(cpu_server.base_url)
+    results = await solve_all(graph, context)
+    generated = generation_tokens(cpu_server.base_url) - before
+    counted = sum(r["usage"]["backbone_tokens"] + r["usage"]["external_tokens"] for r, _ in results)
+    assert counted == generated
+    for result, events in results:
+        check_trace(result, events, context)
+        for step in result["steps"]:
+            if step["scaled"]:
+                assert step["refine"]["strategy"] == strategy
+                assert step["strategy"] == strategy
+    if gate == "always":
+        assert all(s["refine"] for r, _ in results for s in r["steps"])

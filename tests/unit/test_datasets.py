@@ -1,0 +1,388 @@
+"""Benchmark loaders, on the real offline copies and on small broken files.
+
+GPQA rule: no GPQA question or choice text may appear in this file or in any test output, so
+every GPQA check below compares inside the test and asserts on booleans, letters or record ids.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import pickle
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+from evals import datasets as ds
+from evals.datasets import (
+    DATASETS,
+    DataNotFoundError,
+    DatasetError,
+    MalformedRecordError,
+    Problem,
+    load_dataset,
+    resolve_data_dir,
+)
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+AIME_SYSTEM = "You are a helpful math assistant."
+GPQA_SYSTEM = 'You are a helpful assistant. Please answer "A", "B", "C", or "D".'
+
+
+@pytest.fixture(scope="module")
+def data_dir() -> Path:
+    """The offline benchmark copies; tests that need them skip where they are absent."""
+    env = os.environ.get(ds.DATA_DIR_ENV)
+    candidate = Path(env) if env and env != ds.HF_SOURCE else ds._DEFAULT_DATA_DIR
+    if not (candidate / "math500.jsonl").is_file():
+        pytest.skip(f"benchmark data not found at {candidate}")
+    return candidate
+
+
+def _write_jsonl(path: Path, lines: list[str]) -> Path:
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def _math_record(i: int, answer: str = "1") -> str:
+    return json.dumps({"problem": f"What is {i}?", "answer": answer, "unique_id": f"t/{i}.json"})
+
+
+def _fake_gpqa_record(record_id: str = "recFAKE1", **overrides: str) -> dict[str, str]:
+    # Synthetic placeholder text, not GPQA content.
+    record = {
+        "Record ID": record_id,
+        "Question": "Synthetic placeholder question?",
+        "Correct Answer": "right",
+        "Incorrect Answer 1": "wrong one",
+        "Incorrect Answer 2": "wrong two",
+        "Incorrect Answer 3": "wrong three",
+        "High-level domain": "Physics",
+        "Subdomain": "Synthetic",
+    }
+    record.update(overrides)
+    return record
+
+
+# --------------------------------------------------------------------------- real files
+
+
+@pytest.mark.parametrize(
+    ("name", "count"), [("math500", 500), ("aime24", 30), ("aime25", 30), ("gpqa_diamond", 198)]
+)
+def test_counts_and_fields(data_dir: Path, name: str, count: int) -> None:
+    problems = load_dataset(name, data_dir)
+    assert len(problems) == count
+    assert all(isinstance(p, Problem) and p.dataset == name for p in problems)
+    assert len({p.id for p in problems}) == count
+    assert all(p.question.strip() and p.answer for p in problems)
+    assert {p.system_prompt for p in problems} == {ds.SYSTEM_PROMPTS[name]}
+
+
+def test_system_prompts_follow_the_contract() -> None:
+    assert ds.SYSTEM_PROMPTS == {
+        "math500": None,
+        "aime24": AIME_SYSTEM,
+        "aime25": AIME_SYSTEM,
+        "gpqa_diamond": GPQA_SYSTEM,
+    }
+    assert DATASETS == ("math500", "aime24", "aime25", "gpqa_diamond")
+
+
+def test_default_data_dir_is_shared_data(monkeypatch: pytest.MonkeyPatch, data_dir: Path) -> None:
+    monkeypatch.delenv(ds.DATA_DIR_ENV, raising=False)
+    if not ds._DEFAULT_DATA_DIR.is_dir():
+        pytest.skip("no ../shared/data next to the project")
+    assert resolve_data_dir() == ds._DEFAULT_DATA_DIR
+    assert len(load_dataset("aime25")) == 30
+
+
+def test_math500_keeps_answer_and_metadata(data_dir: Path) -> None:
+    first = load_dataset("math500", data_dir, limit=1)[0]
+    assert first.id == "test/precalculus/807.json"
+    assert first.answer == r"\left( 3, \frac{\pi}{2} \right)"
+    assert first.metadata == {"subject": "Precalculus", "level": 2}
+    assert first.system_prompt is None
+
+
+def test_aime_answers_are_plain_integers(data_dir: Path) -> None:
+    raw = [json.loads(line) for line in (data_dir / "aime24.jsonl").read_text().splitlines()]
+    padded = {str(r["id"]): r["answer"] for r in raw if r["answer"].startswith("0")}
+    assert padded, "the AIME24 copy should contain zero-padded answers such as '025'"
+    by_id = {p.id: p for p in load_dataset("aime24", data_dir)}
+    for problem_id, answer in padded.items():
+        assert by_id[problem_id].answer == str(int(answer))
+    for name in ("aime24", "aime25"):
+        for p in load_dataset(name, data_dir):
+            assert p.answer == str(int(p.answer)) and 0 <= int(p.answer) <= 999
+
+
+def test_aime_metadata(data_dir: Path) -> None:
+    aime24 = load_dataset("aime24", data_dir)
+    assert {p.metadata["contest"] for p in aime24} == {"I", "II"}
+    aime25 = load_dataset("aime25", data_dir)
+    assert [p.metadata["contest"] for p in aime25] == ["I"] * 15 + ["II"] * 15
+    assert [p.metadata["number"] for p in aime25] == list(range(1, 16)) * 2
+
+
+def _raw_gpqa_correct(data_dir: Path) -> dict[str, str]:
+    with gzip.open(data_dir / "gpqa_diamond.jsonl.gz", "rt", encoding="utf-8") as handle:
+        records = [json.loads(line) for line in handle if line.strip()]
+    return {r["Record ID"]: r["Correct Answer"].strip() for r in records}
+
+
+def test_gpqa_correct_letter_maps_to_correct_answer(data_dir: Path) -> None:
+    correct = _raw_gpqa_correct(data_dir)
+    problems = load_dataset("gpqa_diamond", data_dir)
+    mismatched = [
+        p.id
+        for p in problems
+        if p.metadata["choices"].get(p.answer) != correct[p.id]
+        or p.metadata["correct_letter"] != p.answer
+        or p.answer not in "ABCD"
+    ]
+    assert mismatched == []
+
+
+def test_gpqa_question_lists_the_four_lettered_choices(data_dir: Path) -> None:
+    bad = []
+    for p in load_dataset("gpqa_diamond", data_dir):
+        choices = p.metadata["choices"]
+        tail = "\n".join(f"{letter}) {choices[letter]}" for letter in "ABCD")
+        if list(choices) != list("ABCD") or not p.question.endswith("\n\n" + tail):
+            bad.append(p.id)
+    assert bad == []
+
+
+def test_gpqa_shuffle_is_stable_and_balanced(data_dir: Path) -> None:
+    first = load_dataset("gpqa_diamond", data_dir)
+    second = load_dataset("gpqa_diamond", data_dir)
+    same_text = all(a.question == b.question for a, b in zip(first, second, strict=True))
+    assert same_text
+    letters = "".join(p.answer for p in first)
+    assert letters == "".join(p.answer for p in second)
+    # Pinned: a change of the shuffle would silently change every GPQA result.
+    assert letters[:12] == "ADABADCDBDAD"
+    assert all(30 <= letters.count(letter) <= 70 for letter in "ABCD")
+
+
+def test_gpqa_shuffle_is_stable_across_python_processes(data_dir: Path) -> None:
+    code = (
+        "from evals.datasets import load_dataset; import sys; "
+        "print(''.join(p.answer for p in load_dataset('gpqa_diamond', sys.argv[1])))"
+    )
+    here = "".join(p.answer for p in load_dataset("gpqa_diamond", data_dir))
+    for hash_seed in ("1", "12345"):
+        env = {**os.environ, "PYTHONHASHSEED": hash_seed, "PYTHONPATH": str(PROJECT_ROOT)}
+        out = subprocess.run(
+            [sys.executable, "-c", code, str(data_dir)],
+            capture_output=True,
+            text=True,
+            env=env,
+            check=True,
+            timeout=120,
+        )
+        assert out.stdout.strip() == here
+
+
+def test_repr_never_shows_question_text(data_dir: Path) -> None:
+    problem = load_dataset("gpqa_diamond", data_dir, limit=1)[0]
+    text = repr(problem)
+    leaked = problem.question in text or any(
+        c in text for c in problem.metadata["choices"].values()
+    )
+    assert not leaked
+    assert problem.id in text
+
+
+def test_limit(data_dir: Path) -> None:
+    assert [p.id for p in load_dataset("math500", data_dir, limit=3)] == [
+        p.id for p in load_dataset("math500", data_dir)[:3]
+    ]
+    assert load_dataset("gpqa_diamond", data_dir, limit=0) == []
+    with pytest.raises(ValueError, match="limit"):
+        load_dataset("math500", data_dir, limit=-1)
+
+
+def test_name_is_case_insensitive(data_dir: Path) -> None:
+    assert len(load_dataset("AIME25", data_dir)) == 30
+
+
+# --------------------------------------------------------------------------- errors
+
+
+def test_unknown_dataset_lists_valid_names() -> None:
+    with pytest.raises(ValueError, match="unknown dataset 'gsm8k'") as info:
+        load_dataset("gsm8k")
+    assert all(name in str(info.value) for name in DATASETS)
+
+
+def test_missing_data_dir_names_path_and_options(tmp_path: Path) -> None:
+    missing = tmp_path / "nowhere"
+    with pytest.raises(DataNotFoundError) as info:
+        load_dataset("math500", missing)
+    message = str(info.value)
+    assert str(missing) in message and "--data-dir" in message and "MUR_DATA_DIR" in message
+    assert isinstance(info.value, FileNotFoundError)
+
+
+def test_missing_dir_from_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(ds.DATA_DIR_ENV, str(tmp_path / "gone"))
+    with pytest.raises(DataNotFoundError, match=r"\$MUR_DATA_DIR"):
+        load_dataset("aime24")
+
+
+def test_no_default_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(ds.DATA_DIR_ENV, raising=False)
+    monkeypatch.setattr(ds, "_DEFAULT_DATA_DIR", tmp_path / "absent")
+    with pytest.raises(DataNotFoundError, match="--data-dir"):
+        resolve_data_dir()
+
+
+def test_missing_file_names_it(tmp_path: Path) -> None:
+    with pytest.raises(DataNotFoundError) as info:
+        load_dataset("aime25", tmp_path)
+    assert str(tmp_path / "aime25.jsonl") in str(info.value)
+    assert "MUR_DATA_DIR" in str(info.value)
+
+
+def test_argument_beats_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    good = tmp_path / "good"
+    good.mkdir()
+    _write_jsonl(good / "math500.jsonl", [_math_record(1), _math_record(2)])
+    monkeypatch.setenv(ds.DATA_DIR_ENV, str(tmp_path / "gone"))
+    assert [p.id for p in load_dataset("math500", good)] == ["t/1.json", "t/2.json"]
+    monkeypatch.setenv(ds.DATA_DIR_ENV, str(good))
+    assert len(load_dataset("math500")) == 2
+
+
+def test_bad_json_names_file_and_line(tmp_path: Path) -> None:
+    path = _write_jsonl(tmp_path / "math500.jsonl", [_math_record(1), "", '{"problem": "x",'])
+    with pytest.raises(MalformedRecordError) as info:
+        load_dataset("math500", tmp_path)
+    assert str(path) in str(info.value) and "line 3" in str(info.value)
+    assert "invalid JSON" in str(info.value)
+    assert (info.value.source, info.value.line) == (str(path), 3)
+    assert isinstance(info.value, ValueError)
+
+
+def test_missing_field_names_file_line_and_field(tmp_path: Path) -> None:
+    lines = [_math_record(1), json.dumps({"problem": "x", "unique_id": "t/2.json"})]
+    path = _write_jsonl(tmp_path / "math500.jsonl", lines)
+    with pytest.raises(MalformedRecordError, match=r"line 2: missing field 'answer'") as info:
+        load_dataset("math500", tmp_path)
+    assert str(path) in str(info.value)
+
+
+def test_non_object_and_non_utf8_lines(tmp_path: Path) -> None:
+    _write_jsonl(tmp_path / "math500.jsonl", ["[1, 2]"])
+    with pytest.raises(MalformedRecordError, match="line 1: expected a JSON object"):
+        load_dataset("math500", tmp_path)
+    (tmp_path / "math500.jsonl").write_bytes(_math_record(1).encode() + b"\n\xff\xfe\n")
+    with pytest.raises(MalformedRecordError, match="line 2: not UTF-8"):
+        load_dataset("math500", tmp_path)
+
+
+def test_aime_non_integer_answer_is_malformed(tmp_path: Path) -> None:
+    record = {"problem": "p", "answer": "2.5", "id": "0"}
+    _write_jsonl(tmp_path / "aime25.jsonl", [json.dumps(record)])
+    with pytest.raises(MalformedRecordError, match="line 1: field 'answer' must be an integer"):
+        load_dataset("aime25", tmp_path)
+
+
+def test_duplicate_id_is_malformed(tmp_path: Path) -> None:
+    _write_jsonl(tmp_path / "math500.jsonl", [_math_record(1), _math_record(1)])
+    with pytest.raises(MalformedRecordError, match="line 2: duplicate id"):
+        load_dataset("math500", tmp_path)
+
+
+def test_gzipped_gpqa_missing_field(tmp_path: Path) -> None:
+    good = json.dumps(_fake_gpqa_record("recA"))
+    bad_record = _fake_gpqa_record("recB")
+    del bad_record["Incorrect Answer 2"]
+    path = tmp_path / "gpqa_diamond.jsonl.gz"
+    with gzip.open(path, "wt", encoding="utf-8") as handle:
+        handle.write(good + "\n" + json.dumps(bad_record) + "\n")
+    with pytest.raises(MalformedRecordError, match="line 2: missing field 'Incorrect Answer 2'"):
+        load_dataset("gpqa_diamond", tmp_path)
+
+
+def test_corrupt_gzip_is_a_clear_error(tmp_path: Path) -> None:
+    path = tmp_path / "gpqa_diamond.jsonl.gz"
+    path.write_bytes(b"this is not gzip data\n")
+    with pytest.raises(DataNotFoundError, match="cannot read") as info:
+        load_dataset("gpqa_diamond", tmp_path)
+    assert str(path) in str(info.value)
+
+
+def test_synthetic_gpqa_letters_and_choices(tmp_path: Path) -> None:
+    path = tmp_path / "gpqa_diamond.jsonl.gz"
+    records = [_fake_gpqa_record(f"rec{i}") for i in range(40)]
+    with gzip.open(path, "wt", encoding="utf-8") as handle:
+        handle.writelines(json.dumps(r) + "\n" for r in records)
+    problems = load_dataset("gpqa_diamond", tmp_path)
+    assert all(p.metadata["choices"][p.answer] == "right" for p in problems)
+    assert len({p.answer for p in problems}) == 4  # the correct choice moves around
+    first = problems[0]
+    assert first.question.startswith("Synthetic placeholder question?\n\nA) ")
+    assert sorted(first.metadata["choices"].values()) == sorted(
+        ["right", "wrong one", "wrong two", "wrong three"]
+    )
+    assert first.metadata["domain"] == "Physics" and first.metadata["record_id"] == "rec0"
+    assert pickle.loads(pickle.dumps(first)) == first  # checkpointers may store problems
+    assert hash(first) == hash(load_dataset("gpqa_diamond", tmp_path, limit=1)[0])
+
+
+# --------------------------------------------------------------------------- hub path
+
+
+def _fake_hub(monkeypatch: pytest.MonkeyPatch, rows: dict[tuple[str, str | None], list]) -> list:
+    calls: list = []
+
+    def load(repo: str, config: str | None = None, *, split: str) -> list:
+        calls.append((repo, config, split))
+        return rows[(repo, config)]
+
+    monkeypatch.setitem(sys.modules, "datasets", types.SimpleNamespace(load_dataset=load))
+    return calls
+
+
+def test_hub_math500_and_aime25(monkeypatch: pytest.MonkeyPatch) -> None:
+    math_rows = [json.loads(_math_record(i, answer=r"\frac12")) for i in range(3)]
+    aime_i = [{"question": f"q{i}", "answer": str(i)} for i in range(15)]
+    aime_ii = [{"question": f"q{i}", "answer": "007"} for i in range(15, 30)]
+    calls = _fake_hub(
+        monkeypatch,
+        {
+            ("HuggingFaceH4/MATH-500", None): math_rows,
+            ("opencompass/AIME2025", "AIME2025-I"): aime_i,
+            ("opencompass/AIME2025", "AIME2025-II"): aime_ii,
+        },
+    )
+    math = load_dataset("math500", "hf", limit=2)
+    assert [p.answer for p in math] == [r"\frac12"] * 2
+    aime = load_dataset("aime25", "HF")
+    assert [p.id for p in aime] == [str(i) for i in range(30)]
+    assert aime[20].answer == "7" and aime[20].metadata["contest"] == "II"
+    assert ("HuggingFaceH4/MATH-500", None, "test") in calls
+
+
+def test_hub_without_datasets_package(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "datasets", None)
+    with pytest.raises(DatasetError, match="pip install datasets"):
+        load_dataset("aime24", "hf")
+
+
+def test_hub_failure_is_explained(monkeypatch: pytest.MonkeyPatch) -> None:
+    def offline(*args: object, **kwargs: object) -> list:
+        raise ConnectionError("offline")
+
+    monkeypatch.setitem(sys.modules, "datasets", types.SimpleNamespace(load_dataset=offline))
+    monkeypatch.setenv(ds.DATA_DIR_ENV, "hf")
+    with pytest.raises(DatasetError, match="Idavidrein/gpqa") as info:
+        load_dataset("gpqa_diamond")
+    assert "--data-dir" in str(info.value)

