@@ -13,7 +13,9 @@ import argparse
 import asyncio
 import json
 import sys
+import uuid
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 SAMPLE_QUESTION = (
@@ -99,6 +101,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--samples", type=int, default=1, help="samples per question")
     parser.add_argument("--concurrency", type=int, default=8, help="questions in flight")
     parser.add_argument("--out", help="benchmark output folder (records.jsonl, tables)")
+    parser.add_argument(
+        "--checkpoint", help="SQLite file that checkpoints the run after every node (resumable)"
+    )
+    parser.add_argument(
+        "--thread-id", help="the run's id in --checkpoint: the same id resumes where it stopped"
+    )
     return parser
 
 
@@ -157,6 +165,7 @@ def make_context(args: argparse.Namespace, gate: str, gamma: float, recommended:
 
 def validate(args: argparse.Namespace) -> None:
     """Every bad value fails here, before any server is touched."""
+    from nodes.draft import check_question
     from nodes.gates import check_gate
 
     for gate in args.gate:
@@ -170,8 +179,12 @@ def validate(args: argparse.Namespace) -> None:
     if not args.dataset:
         if len(args.gate) > 1 or len(args.gamma) > 1:
             raise UsageError("lists of gates or gammas need --dataset")
-        if args.question is not None and not args.question.strip():
-            raise UsageError("--question is empty")
+        if args.question is not None:
+            check_question(args.question)
+    elif args.question or args.checkpoint:
+        raise UsageError("--question and --checkpoint solve one question: drop --dataset")
+    if args.thread_id and not args.checkpoint:
+        raise UsageError("--thread-id needs --checkpoint")
     if args.model and not args.base_url:
         raise UsageError("--model needs --base-url")
 
@@ -242,16 +255,30 @@ def _refine_summary(refine: dict[str, Any] | None) -> str:
 
 
 async def solve(
-    graph: Any, question: str, system_prompt: str | None, context: Any, printer: Printer
+    graph: Any,
+    question: str,
+    system_prompt: str | None,
+    context: Any,
+    printer: Printer,
+    config: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Stream the graph: print each step as it is kept, return the output contract."""
+    """Stream the graph: print each step as it is kept, return the output contract.
+
+    With a checkpointed thread that already holds progress, the run resumes from it.
+    """
     from graphs.state import output_of
 
+    graph_input: dict[str, Any] | None = {"question": question, "system_prompt": system_prompt}
+    if config is not None:
+        snapshot = await graph.aget_state(config)
+        if snapshot.next:
+            printer.say(f"Resuming thread {config['configurable']['thread_id']}")
+            graph_input = None
+        elif snapshot.values:
+            return output_of(snapshot.values)  # that thread already finished
     result: dict[str, Any] = {}
     async for mode, chunk in graph.astream(
-        {"question": question, "system_prompt": system_prompt},
-        context=context,
-        stream_mode=["custom", "values"],
+        graph_input, config=config, context=context, stream_mode=["custom", "values"]
     ):
         if mode == "custom" and chunk.get("event") == "step":
             printer.step(chunk)
@@ -260,16 +287,60 @@ async def solve(
     return output_of(result)
 
 
+async def solve_one(args: argparse.Namespace, connection: Connection, printer: Printer) -> dict:
+    from graphs.mur import build_graph
+
+    context = make_context(args, args.gate[0], args.gamma[0], connection.recommended)
+    question = args.question or SAMPLE_QUESTION
+    printer.say(f"Question: {question}")
+    build = partial(
+        build_graph,
+        args.strategy,
+        context.gate,
+        backbone=connection.backbone,
+        verifier=connection.verifier,
+    )
+    if not args.checkpoint:
+        return await solve(build(), question, args.system_prompt, context, printer)
+    from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+
+    thread_id = args.thread_id or uuid.uuid4().hex[:12]
+    async with AsyncSqliteSaver.from_conn_string(args.checkpoint) as saver:
+        printer.say(
+            f"Checkpointing thread {thread_id} in {args.checkpoint}: resume with "
+            f"--checkpoint {args.checkpoint} --thread-id {thread_id}"
+        )
+        config = {"configurable": {"thread_id": thread_id}}
+        return await solve(
+            build(checkpointer=saver), question, args.system_prompt, context, printer, config
+        )
+
+
+def describe_failure(exc: BaseException) -> str:
+    """One line for the errors a user can meet while the graph runs."""
+    import openai
+
+    from nodes.llm import MissingLogprobsError
+
+    if isinstance(exc, openai.APIConnectionError):
+        return f"lost the model server ({exc}); is it still running? `python -m servers status`"
+    if isinstance(exc, openai.APIStatusError):
+        return f"the model server refused a request (HTTP {exc.status_code}): {exc.message}"
+    if isinstance(exc, MissingLogprobsError | ValueError):
+        return str(exc)
+    return f"{type(exc).__name__}: {exc}"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
         validate(args)
-    except (UsageError, ValueError) as exc:
+        problems = load_problems(args) if args.dataset else None
+    except (UsageError, ValueError, OSError) as exc:
         print(f"run.py: error: {exc}", file=sys.stderr)
         return 2
 
-    from graphs.mur import build_graph
     from servers import ServerError
 
     printer = Printer(enabled=not args.json)
@@ -278,27 +349,33 @@ def main(argv: list[str] | None = None) -> int:
     except ServerError as exc:
         print(f"run.py: {exc}", file=sys.stderr)
         return 1
-    if args.dataset:
+    if problems is not None:
         from evals.runner import run_benchmark
 
-        return run_benchmark(args, connection, make_context)
-
-    context = make_context(args, args.gate[0], args.gamma[0], connection.recommended)
-    graph = build_graph(
-        args.strategy, context.gate, backbone=connection.backbone, verifier=connection.verifier
-    )
-    question = args.question or SAMPLE_QUESTION
-    printer.say(f"Question: {question}")
+        return run_benchmark(args, problems, connection, make_context)
     try:
-        result = asyncio.run(solve(graph, question, args.system_prompt, context, printer))
+        result = asyncio.run(solve_one(args, connection, printer))
     except KeyboardInterrupt:
-        print("run.py: interrupted", file=sys.stderr)
+        hint = " (rerun with the same --checkpoint and --thread-id to resume)" * bool(
+            args.checkpoint
+        )
+        print(f"run.py: interrupted{hint}", file=sys.stderr)
         return 130
+    except Exception as exc:  # one clear line instead of a traceback; exit status 1
+        print(f"run.py: {describe_failure(exc)}", file=sys.stderr)
+        return 1
     if args.json:
         print(json.dumps(result, ensure_ascii=False))
     else:
         printer.result(result)
     return 0
+
+
+def load_problems(args: argparse.Namespace) -> list[Any]:
+    """The benchmark's questions, read before any server starts (bad paths fail fast)."""
+    from evals.datasets import load_dataset
+
+    return load_dataset(args.dataset, args.data_dir, limit=args.limit)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from evals.datasets import Problem, load_dataset
+from evals.datasets import Problem
 from evals.grading import grade
 from evals.records import JobKey, RecordStore
 from evals.report import write_report
@@ -147,9 +147,10 @@ async def run_jobs(
     return finished, failed
 
 
-def run_benchmark(args: Any, connection: Any, make_context: Callable[..., Context]) -> int:
+def run_benchmark(
+    args: Any, problems: Sequence[Problem], connection: Any, make_context: Callable[..., Context]
+) -> int:
     """`run.py --dataset ...`: plan, skip what --out already holds, run, report."""
-    problems = load_dataset(args.dataset, args.data_dir, limit=args.limit)
     out = Path(args.out or f"runs/{args.dataset}-{args.strategy}")
     store = RecordStore(out)
     (out / "command.txt").write_text(

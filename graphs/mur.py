@@ -30,15 +30,28 @@ from graphs.state import (
     check_strategy,
 )
 from nodes.answer import extract_answer
-from nodes.draft import answer_fallback, contains_answer, sample_steps, step_messages
+from nodes.draft import (
+    answer_fallback,
+    check_question,
+    contains_answer,
+    sample_steps,
+    step_messages,
+)
 from nodes.gates import GateHistory, check_gate, decide
+from nodes.llm import is_transient
 from nodes.uncertainty import step_confidence, step_uncertainty, update_momentum
 
 Update = dict[str, Any]
 
 # Transient server faults (connection resets, 5xx, timeouts) are retried on model-calling
 # nodes; anything else (bad request, missing logprobs) fails at once with its own message.
-MODEL_RETRY = RetryPolicy(max_attempts=3, initial_interval=1.0, backoff_factor=2.0)
+MODEL_RETRY = RetryPolicy(
+    max_attempts=3,
+    initial_interval=1.0,
+    backoff_factor=2.0,
+    max_interval=30.0,
+    retry_on=is_transient,
+)
 
 
 def _kept_texts(state: State) -> list[str]:
@@ -79,6 +92,8 @@ def build_graph(
         ctx = context_of(runtime)
         kept = _kept_texts(state)
         index = len(kept) + 1
+        if index == 1:
+            check_question(state["question"])
         messages = step_messages(state["question"], state.get("system_prompt"), kept, index)
         (draft,), reply = await sample_steps(
             backbone, messages, index=index, n=1, max_tokens=ctx.max_step_tokens

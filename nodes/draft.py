@@ -32,6 +32,34 @@ class StepCandidate(TypedDict):
     finish_reason: str | None
 
 
+# Far beyond any benchmark question; the server's context length is the real limit.
+MAX_QUESTION_CHARS = 100_000
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+
+
+def check_question(question: object) -> str:
+    """A question the models can read, or a ValueError saying what is wrong with it."""
+    if not isinstance(question, str):
+        raise ValueError(f"the question must be text, got {type(question).__name__}")
+    if not question.strip():
+        raise ValueError("the question is empty")
+    if len(question) > MAX_QUESTION_CHARS:
+        raise ValueError(
+            f"the question has {len(question):,} characters; at most {MAX_QUESTION_CHARS:,} "
+            "are accepted"
+        )
+    try:
+        question.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError("the question is not valid UTF-8 text") from exc
+    if found := _CONTROL.search(question):
+        raise ValueError(
+            f"the question contains a control character (code {ord(found.group()):#04x}) at "
+            f"position {found.start()}"
+        )
+    return question
+
+
 def marker(index: int) -> str:
     return STEP_MARKER.format(index=index)
 

@@ -27,6 +27,26 @@ class MissingLogprobsError(RuntimeError):
     """The server answered without token logprobs, so no uncertainty can be measured."""
 
 
+def is_transient(exc: BaseException) -> bool:
+    """Worth retrying: the server was unreachable, slow, overloaded or failed (5xx).
+
+    A 4xx answer (bad request, context overflow, unknown model) or a reply without logprobs
+    will fail again the same way: those stop the question at once, with their own message.
+    """
+    import httpx
+    import openai
+
+    if isinstance(exc, openai.APIConnectionError | openai.RateLimitError):
+        return True  # includes timeouts
+    if isinstance(exc, openai.APIStatusError):
+        return exc.status_code >= 500
+    if isinstance(exc, httpx.TransportError | ConnectionError):
+        return True
+    if isinstance(exc, httpx.HTTPStatusError):
+        return exc.response.status_code >= 500
+    return False
+
+
 @dataclass(frozen=True)
 class TopLogprob:
     token: str

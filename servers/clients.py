@@ -68,6 +68,9 @@ def loop_safe_async_http_client() -> Any:
 class VLLMChatOpenAI(ChatOpenAI):
     """ChatOpenAI for vLLM: merged `extra_body`, vLLM `stop_reason` kept per choice."""
 
+    supports_n_choices: bool = True
+    """Each of n choices keeps its own logprobs here, so callers may ask for n > 1 at once."""
+
     def _get_request_payload(
         self,
         input_: Any,

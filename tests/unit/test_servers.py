@@ -232,8 +232,10 @@ def test_up_rejects_a_port_held_by_something_else() -> None:
 
 
 def test_process_dying_at_start_reports_log_tail(mur_home: Path) -> None:
-    script = "import sys; print('loading weights'); print('boom: bad flag', file=sys.stderr); " \
+    script = (
+        "import sys; print('loading weights'); print('boom: bad flag', file=sys.stderr); "
         "sys.exit(3)"
+    )
     with pytest.raises(ServerError) as info:
         launcher.up(
             tiny_on(free_port()),
@@ -250,6 +252,7 @@ def test_process_dying_at_start_reports_log_tail(mur_home: Path) -> None:
 
 def test_timeout_kills_the_process_and_reports(mur_home: Path) -> None:
     script = "import time; print('still loading', flush=True); time.sleep(60)"
+    before = set(launcher._CHILDREN)  # a session server may be running in this process
     with pytest.raises(ServerError) as info:
         launcher.up(
             tiny_on(free_port()),
@@ -258,7 +261,7 @@ def test_timeout_kills_the_process_and_reports(mur_home: Path) -> None:
             command=[sys.executable, "-u", "-c", script],
         )
     assert "not healthy after 1.5 s" in str(info.value) and "still loading" in str(info.value)
-    assert launcher.status() == [] and not launcher._CHILDREN
+    assert launcher.status() == [] and set(launcher._CHILDREN) == before
 
 
 def test_start_record_status_and_down(mur_home: Path) -> None:
@@ -268,7 +271,7 @@ def test_start_record_status_and_down(mur_home: Path) -> None:
         "import http.server as h\n"
         "class H(h.BaseHTTPRequestHandler):\n"
         "    def do_GET(self):\n"
-        "        body = b'{\"data\": [{\"id\": \"SmolLM2-135M-Instruct\"}]}'\n"
+        '        body = b\'{"data": [{"id": "SmolLM2-135M-Instruct"}]}\'\n'
         "        self.send_response(200); self.send_header('Content-Length', str(len(body)))\n"
         "        self.end_headers(); self.wfile.write(body)\n"
         f"h.HTTPServer(('127.0.0.1', {port}), H).serve_forever()\n"

