@@ -286,7 +286,9 @@ class _Progress:
             print(f"{label} (log: {log_path})", file=sys.stderr, flush=True)
 
     def _text(self, elapsed: float) -> str:
-        return f"{self._label}: {elapsed:.0f} s (log: {self._log})"
+        from rich.markup import escape
+
+        return escape(f"{self._label}: {elapsed:.0f} s (log: {self._log})")
 
     def update(self, elapsed: float) -> None:
         if self._status is not None:
