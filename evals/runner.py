@@ -27,9 +27,18 @@ from evals.records import JobKey, RecordStore
 from evals.report import write_report
 from graphs.mur import build_graph
 from graphs.state import Context
+from nodes.llm import is_transient
 
 # Gates whose decisions depend on gamma; the others run once, whatever the gamma list.
 GAMMA_GATES = frozenset({"mur"})
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    finished: int
+    failed: int
+    skipped: int
+    server_gone: str | None  # why the run gave up early, if it did
 
 
 @dataclass(frozen=True)
@@ -92,10 +101,19 @@ async def run_jobs(
     *,
     concurrency: int,
     show_progress: bool = True,
-) -> tuple[int, int]:
-    """Run the jobs (at most `concurrency` in flight); returns (finished, failed)."""
+    give_up_after: int | None = None,
+) -> RunOutcome:
+    """Run the jobs (at most `concurrency` in flight), appending each record as it finishes.
+
+    A question that fails is recorded in errors.jsonl and the run goes on, unless
+    `give_up_after` questions in a row fail on the server itself (unreachable, 5xx after the
+    graph's retries): then the server is gone, and the rest is left for a rerun.
+    """
     limit = asyncio.Semaphore(concurrency)
+    give_up_after = give_up_after or concurrency + 2
     finished = failed = 0
+    consecutive_server_failures = 0
+    server_gone: str | None = None
     tokens = 0
     started = time.monotonic()
     progress = Progress(
@@ -112,8 +130,10 @@ async def run_jobs(
     task = progress.add_task("questions", total=len(jobs), rate="")
 
     async def run_one(job: Job) -> None:
-        nonlocal finished, failed, tokens
+        nonlocal finished, failed, tokens, consecutive_server_failures, server_gone
         async with limit:
+            if server_gone:
+                return
             begin = time.monotonic()
             try:
                 result = await graph.ainvoke(
@@ -126,7 +146,13 @@ async def run_jobs(
                     {"key": job.key.text, "error": type(exc).__name__, "message": str(exc)[:2000]}
                 )
                 progress.advance(task)
+                consecutive_server_failures = (
+                    consecutive_server_failures + 1 if is_transient(exc) else 0
+                )
+                if consecutive_server_failures >= give_up_after:
+                    server_gone = f"{type(exc).__name__}: {str(exc)[:300]}"
                 return
+            consecutive_server_failures = 0
             latency = time.monotonic() - begin
             # Grading may take seconds (bounded by math-verify's timeouts): off the event loop.
             correct = await asyncio.to_thread(grade, job.problem, result["answer"])
@@ -144,7 +170,7 @@ async def run_jobs(
 
     with progress:
         await asyncio.gather(*(run_one(job) for job in jobs))
-    return finished, failed
+    return RunOutcome(finished, failed, len(jobs) - finished - failed, server_gone)
 
 
 def run_benchmark(
@@ -176,7 +202,7 @@ def run_benchmark(
     )
     graph = build_graph(args.strategy, backbone=connection.backbone, verifier=connection.verifier)
     try:
-        _, failed = asyncio.run(run_jobs(graph, todo, store, concurrency=args.concurrency))
+        outcome = asyncio.run(run_jobs(graph, todo, store, concurrency=args.concurrency))
     except KeyboardInterrupt:
         print(
             f"\ninterrupted: finished questions are saved in {store.path}; rerun the same "
@@ -184,13 +210,21 @@ def run_benchmark(
             file=sys.stderr,
         )
         return 130
+    if outcome.server_gone:
+        print(
+            f"the model server stopped answering ({outcome.server_gone}); "
+            f"{outcome.finished} runs finished and are saved in {store.path}. Start the server "
+            "again and rerun the same command to finish the rest.",
+            file=sys.stderr,
+        )
+        return 1
     report = write_report(out)
     print(report.markdown)
     print(f"records: {store.path}\nreport: {report.markdown_path}", file=sys.stderr)
-    if failed:
+    if outcome.failed:
         print(
-            f"{failed} runs failed (reasons in {store.errors_path}); rerun the same command to "
-            "retry them",
+            f"{outcome.failed} runs failed (reasons in {store.errors_path}); rerun the same "
+            "command to retry them",
             file=sys.stderr,
         )
         return 1

@@ -130,9 +130,9 @@ def _cpu_tiny() -> Profile:
 # fraction against memory still free at start, so start the backbone first).
 _GPU_BACKBONE_ARGS = ("--gpu-memory-utilization", "0.55", "--max-model-len", "32768")
 _GPU_VERIFIER_ARGS = ("--gpu-memory-utilization", "0.35", "--max-model-len", "16384")
-_GPU_RECOMMENDED = _frozen(
-    {"max_step_tokens": 2048, "judge_max_tokens": 2048, "thinking_budget": 4096, "max_steps": 32}
-)
+# The graph's defaults are the paper's settings already; Qwen3 only needs its own thinking
+# switch (a fresh turn with enable_thinking, since its template rewrites continued messages).
+_QWEN3_RECOMMENDED = _frozen({"thinking_style": "qwen3"})
 
 
 def _qwen3(size: str) -> Profile:
@@ -143,7 +143,7 @@ def _qwen3(size: str) -> Profile:
         served_model_name=f"Qwen3-{size}",
         port=8000,
         args=_GPU_BACKBONE_ARGS,
-        recommended=_GPU_RECOMMENDED,
+        recommended=_QWEN3_RECOMMENDED,
         device="gpu",
         description=f"The paper's backbone Qwen3-{size} on a GPU (package `vllm`, extra `gpu`).",
     )
@@ -157,7 +157,6 @@ def _genprm() -> Profile:
         served_model_name="GenPRM-1.5B",
         port=8001,
         args=_GPU_VERIFIER_ARGS,
-        recommended=_GPU_RECOMMENDED,
         device="gpu",
         description="The paper's external verifier GenPRM-1.5B, beside a backbone on one GPU.",
     )

@@ -74,8 +74,8 @@ async def test_interrupted_run_resumes_without_loss_or_duplicates(tmp_path: Path
     assert store.dropped_bytes > 0
     done = store.done_keys()
     todo = [job for job in jobs if job.key.text not in done]
-    finished, failed = await run_jobs(graph, todo, store, concurrency=4, show_progress=False)
-    assert (finished, failed) == (len(jobs) - 5, 0)
+    outcome = await run_jobs(graph, todo, store, concurrency=4, show_progress=False)
+    assert (outcome.finished, outcome.failed) == (len(jobs) - 5, 0)
     keys = [record["key"] for record in load_records(tmp_path)]
     assert sorted(keys) == sorted(job.key.text for job in jobs)
     assert all(line.endswith("}") for line in store.path.read_text().splitlines())
@@ -101,8 +101,8 @@ async def test_failures_are_recorded_and_the_run_goes_on(tmp_path: Path) -> None
     )
     graph = build_graph("critic", backbone=FakeLogprobChat(responder=flaky))
     store = RecordStore(tmp_path)
-    finished, failed = await run_jobs(graph, jobs, store, concurrency=1, show_progress=False)
-    assert (finished, failed) == (1, 1)
+    outcome = await run_jobs(graph, jobs, store, concurrency=1, show_progress=False)
+    assert (outcome.finished, outcome.failed, outcome.server_gone) == (1, 1, None)
     error = json.loads(store.errors_path.read_text())
     assert error["error"] == "ValueError" and "server said no" in error["message"]
 
@@ -154,3 +154,29 @@ def test_report_writes_tables_and_a_gamma_plot(tmp_path: Path) -> None:
     assert report.markdown_path.exists() and report.json_path.exists()
     assert report.plot_path is not None and report.plot_path.stat().st_size > 1000
     assert len(json.loads(report.json_path.read_text())) == 3
+
+
+async def test_a_dead_server_stops_the_run_early(tmp_path: Path) -> None:
+    from faulty_server import MODEL, faulty_server
+
+    from servers import make_chat_model
+
+    problems = load_dataset("math500", limit=6)
+    jobs = plan_jobs(
+        problems,
+        "critic",
+        ["never"],
+        [0.9],
+        1,
+        lambda gate, gamma, sample: Context(gate=gate, max_steps=2),
+    )
+    with faulty_server(["ok", "ok", "500"]) as server:
+        model = make_chat_model(server.base_url, MODEL, max_retries=0)
+        graph = build_graph("critic", backbone=model)
+        store = RecordStore(tmp_path)
+        outcome = await run_jobs(
+            graph, jobs, store, concurrency=1, show_progress=False, give_up_after=2
+        )
+    assert outcome.finished == 2 and outcome.failed == 2 and outcome.skipped == 2
+    assert "500" in outcome.server_gone
+    assert len(store.load()) == 2
