@@ -76,6 +76,12 @@ def build_parser() -> argparse.ArgumentParser:
         parser.add_argument(flag, dest=name, type=kind, default=None)
     parser.add_argument("--bias-correction", action="store_true", default=None)
     parser.add_argument(
+        "--reuse-draft",
+        action="store_true",
+        default=None,
+        help="best_of_n/foresight: keep the draft as candidate 0 (N-1 new samples)",
+    )
+    parser.add_argument(
         "--foresight-selection",
         choices=("sample", "argmax"),
         default=None,
@@ -84,9 +90,16 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--thinking-style", choices=("prefix", "qwen3"), default=None)
     parser.add_argument("--question", help="the question to solve (default: a sample problem)")
     parser.add_argument("--system-prompt", default=None)
-    parser.add_argument("--base-url", help="backbone OpenAI-compatible URL (default: embedded)")
+    parser.add_argument(
+        "--base-url",
+        help="backbone OpenAI-compatible URL; several comma-separated replicas of the same model "
+        "are load-balanced (least requests in flight) (default: embedded)",
+    )
     parser.add_argument("--model", help="backbone model name (default: what the server serves)")
-    parser.add_argument("--verifier-url", help="verifier URL (default: the backbone's)")
+    parser.add_argument(
+        "--verifier-url",
+        help="verifier URL, or comma-separated replicas (default: the backbone's)",
+    )
     parser.add_argument("--verifier-model", help="verifier model name")
     parser.add_argument(
         "--profile",
@@ -119,30 +132,39 @@ class Connection:
 
 
 def connect(args: argparse.Namespace, say: Any) -> Connection:
-    """Clients for the requested endpoints, or the embedded CPU server (started if needed)."""
-    from servers import DEFAULT_PROFILE, get_profile, make_chat_model, resolve_model, up
+    """Clients for the requested endpoints, or the embedded CPU server (started if needed).
+
+    `--base-url`/`--verifier-url` may list several replicas (comma-separated): requests then go
+    to the least-loaded one (servers.router); one URL gives a plain client as before.
+    """
+    from servers import DEFAULT_PROFILE, get_profile, up
+    from servers.router import make_routed_model, split_urls
+
+    def describe(model: Any) -> str:
+        """`NAME at URL`, or `NAME at URL1,URL2 (2 replicas)` for a routed model."""
+        replicas = len(getattr(model, "replicas", None) or [model])
+        suffix = f" ({replicas} replicas)" if replicas > 1 else ""
+        return f"{model.model_name} at {model.openai_api_base}{suffix}"
 
     recommended: dict[str, Any] = {}
     if args.base_url:
-        model = args.model or resolve_model(args.base_url)
-        base_url = args.base_url
-        note = f"backbone {model} at {base_url}"
+        base_urls = split_urls(args.base_url)
+        model = args.model
     else:
         say("Using the embedded CPU vLLM server (cpu-tiny); pass --base-url to use another.")
         server = up(DEFAULT_PROFILE, eager=args.eager, progress=not args.json)
         say(f"{'Started' if server.started else 'Reusing'} {server.model} at {server.base_url}")
-        base_url, model = server.base_url, server.model
-        note = f"embedded {model} at {base_url}"
+        base_urls, model = [server.base_url], server.model
         args.profile = args.profile or DEFAULT_PROFILE
     if args.profile:
         recommended = dict(get_profile(args.profile).recommended)
-    backbone = make_chat_model(base_url, model)
+    backbone = make_routed_model(base_urls, model)
+    note = f"{'backbone' if args.base_url else 'embedded'} {describe(backbone)}"
     verifier = backbone
     if args.verifier_url or args.verifier_model:
-        verifier_url = args.verifier_url or base_url
-        verifier_model = args.verifier_model or resolve_model(verifier_url)
-        verifier = make_chat_model(verifier_url, verifier_model)
-        note += f"; verifier {verifier_model} at {verifier_url}"
+        verifier_urls = split_urls(args.verifier_url) if args.verifier_url else base_urls
+        verifier = make_routed_model(verifier_urls, args.verifier_model)
+        note += f"; verifier {describe(verifier)}"
     return Connection(backbone, verifier, recommended, note)
 
 
@@ -151,12 +173,8 @@ def make_context(args: argparse.Namespace, gate: str, gamma: float, recommended:
 
     names = set(Context.field_names())
     settings = {k: v for k, v in recommended.items() if k in names}
-    for name in [
-        *(n for n, _ in CONTEXT_FLAGS.values()),
-        "bias_correction",
-        "foresight_selection",
-        "thinking_style",
-    ]:
+    # Every Context field has a flag of the same name (argparse dest); unset flags are None.
+    for name in names - {"gate", "gamma"}:
         value = getattr(args, name, None)
         if value is not None:
             settings[name] = value

@@ -63,6 +63,12 @@ def _summary(candidate: StepCandidate) -> dict[str, Any]:
     }
 
 
+def _single_step_turn(candidate: StepCandidate) -> StepCandidate:
+    """A step written in a side turn that asked for that one step (a revision after feedback,
+    a step after thinking): the model ending that turn ends the step, not the solution."""
+    return {**candidate, "ended_by_model": False}
+
+
 def _new_graph() -> StateGraph:
     return StateGraph(
         RefineState,
@@ -77,16 +83,24 @@ def _new_graph() -> StateGraph:
 
 def _sample_candidates_node(backbone: BaseChatModel, context_of: ContextOf):
     async def sample_candidates(state: RefineState, runtime: Runtime[Context]) -> Update:
-        """Discard the draft and sample N fresh candidates for the step (one request)."""
+        """Sample N candidates for the step in one request: the paper discards the draft;
+        with `reuse_draft` the draft (a sample from the same policy) is candidate 0."""
         ctx = context_of(runtime)
         index = _index(state)
+        reused = [state["draft"]] if ctx.reuse_draft else []
+        if ctx.num_candidates - len(reused) < 1:
+            return {"candidates": reused}
         messages = step_messages(
             state["question"], state.get("system_prompt"), _kept_texts(state), index
         )
         candidates, reply = await sample_steps(
-            backbone, messages, index=index, n=ctx.num_candidates, max_tokens=ctx.max_step_tokens
+            backbone,
+            messages,
+            index=index,
+            n=ctx.num_candidates - len(reused),
+            max_tokens=ctx.max_step_tokens,
         )
-        return {"candidates": candidates, "usage": reply.usage("backbone").as_dict()}
+        return {"candidates": reused + candidates, "usage": reply.usage("backbone").as_dict()}
 
     return sample_candidates
 
@@ -137,7 +151,7 @@ def build_critic(backbone: BaseChatModel, verifier: BaseChatModel, context_of: C
         )
         revised = {**latest, "revised": True, "revision": revision["text"]}
         return {
-            "kept": revision,
+            "kept": _single_step_turn(revision),
             "critiques": [*earlier, revised],
             "usage": reply.usage("backbone").as_dict(),
         }
@@ -198,7 +212,7 @@ def build_best_of_n(backbone: BaseChatModel, verifier: BaseChatModel, context_of
             "usage": usage.as_dict(),
         }
 
-    def choose(state: RefineState) -> Update:
+    def choose(state: RefineState, runtime: Runtime[Context]) -> Update:
         """Keep the candidate with the highest P(Yes); ties go to the first."""
         scores = [judgement["p_yes"] for judgement in state["judgements"]]
         chosen = argmax_first(scores)
@@ -214,6 +228,7 @@ def build_best_of_n(backbone: BaseChatModel, verifier: BaseChatModel, context_of
                     )
                 ],
                 "chosen": chosen,
+                "reused_draft": context_of(runtime).reuse_draft,
             },
         }
 
@@ -305,6 +320,7 @@ def build_foresight(backbone: BaseChatModel, verifier: BaseChatModel, context_of
                 ],
                 "chosen": chosen,
                 "selection": ctx.foresight_selection,
+                "reused_draft": ctx.reuse_draft,
             },
         }
 
@@ -365,7 +381,7 @@ def build_thinking(backbone: BaseChatModel, verifier: BaseChatModel, context_of:
             extra_body=THINKING_ON,
         )
         return {
-            "kept": step,
+            "kept": _single_step_turn(step),
             "refine": {
                 "strategy": "thinking",
                 "draft": _summary(state["draft"]),

@@ -44,6 +44,11 @@ class Context:
     max_steps: int = _describe(20, "Steps before one unconstrained continuation asks the answer.")
     max_step_tokens: int = _describe(2048, "Token cap of one step (and of the fallback).")
     num_candidates: int = _describe(4, "N: candidates per scaled step (best_of_n, foresight).")
+    reuse_draft: bool = _describe(
+        False,
+        "best_of_n / foresight: keep the drafted step as candidate 0 and sample N-1 more "
+        "(the paper discards it).",
+    )
     critic_rounds: int = _describe(1, "Critic: judge/revise rounds per scaled step.")
     judge_max_tokens: int = _describe(1024, "Token cap of one verifier/critic judgement.")
     foresight_steps: int = _describe(

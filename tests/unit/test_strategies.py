@@ -147,3 +147,13 @@ async def test_thinking_qwen3_style_asks_a_fresh_turn() -> None:
     think_call = next(c for c in model.calls if c["kwargs"].get("stop") == ["</think>"])
     assert isinstance(think_call["messages"][-1], HumanMessage)
     assert "continue_final_message" not in think_call["kwargs"]["extra_body"]
+
+
+async def test_reuse_draft_keeps_the_draft_as_candidate_zero() -> None:
+    result, _, seen = await run("best_of_n", reuse_draft=True)
+    refine = result["steps"][0]["refine"]
+    assert refine["reused_draft"] is True
+    assert refine["candidates"][0]["text"] == refine["draft"]["text"] == "wrong A"
+    assert [k.get("n") for k in seen[:2]] == [None, 3]
+    # The draft's tokens are not spent twice: 3 + 3 new candidates of 3 tokens for step 1.
+    assert result["usage"]["backbone_tokens"] == 3 + 9 + 5 + 15
