@@ -74,6 +74,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     for flag, (name, kind) in CONTEXT_FLAGS.items():
         parser.add_argument(flag, dest=name, type=kind, default=None)
+    parser.add_argument(
+        "--budget-tokens",
+        type=_csv(int),
+        default=None,
+        help="budget mode (gate mur): tokens per question; a list with --dataset",
+    )
+    parser.add_argument(
+        "--target-scale-rate",
+        type=_csv(float),
+        default=None,
+        help="budget mode (gate mur): fraction of steps to scale; a list with --dataset",
+    )
+    parser.add_argument("--expected-steps", type=int, default=None)
     parser.add_argument("--bias-correction", action="store_true", default=None)
     parser.add_argument(
         "--reuse-draft",
@@ -168,16 +181,26 @@ def connect(args: argparse.Namespace, say: Any) -> Connection:
     return Connection(backbone, verifier, recommended, note)
 
 
-def make_context(args: argparse.Namespace, gate: str, gamma: float, recommended: dict) -> Any:
+def make_context(
+    args: argparse.Namespace,
+    gate: str,
+    gamma: float,
+    recommended: dict,
+    budget: tuple[str, float] | None = None,
+) -> Any:
+    """The run's Context: profile recommendations, then flags; `budget` is
+    ("budget_tokens" | "target_scale_rate", value) for budget mode."""
     from graphs.state import Context
 
     names = set(Context.field_names())
     settings = {k: v for k, v in recommended.items() if k in names}
     # Every Context field has a flag of the same name (argparse dest); unset flags are None.
-    for name in names - {"gate", "gamma"}:
+    for name in names - {"gate", "gamma", "budget_tokens", "target_scale_rate"}:
         value = getattr(args, name, None)
         if value is not None:
             settings[name] = value
+    if budget is not None:
+        settings[budget[0]] = budget[1]
     return Context(gate=gate, gamma=gamma, **settings)
 
 
@@ -190,13 +213,15 @@ def validate(args: argparse.Namespace) -> None:
         check_gate(gate)
     for gamma in args.gamma:
         make_context(args, args.gate[0], gamma, {})
+    for budget in budget_settings(args):
+        make_context(args, "mur", args.gamma[0], {}, budget)
     if args.limit is not None and args.limit <= 0:
         raise UsageError(f"--limit must be > 0, got {args.limit}")
     if args.samples <= 0 or args.concurrency <= 0:
         raise UsageError("--samples and --concurrency must be > 0")
     if not args.dataset:
-        if len(args.gate) > 1 or len(args.gamma) > 1:
-            raise UsageError("lists of gates or gammas need --dataset")
+        if len(args.gate) > 1 or len(args.gamma) > 1 or len(budget_settings(args)) > 1:
+            raise UsageError("lists of gates, gammas or budgets need --dataset")
         if args.question is not None:
             check_question(args.question)
     elif args.question or args.checkpoint:
@@ -205,6 +230,13 @@ def validate(args: argparse.Namespace) -> None:
         raise UsageError("--thread-id needs --checkpoint")
     if args.model and not args.base_url:
         raise UsageError("--model needs --base-url")
+
+
+def budget_settings(args: argparse.Namespace) -> list[tuple[str, float]]:
+    """Budget-mode variants asked for on the command line."""
+    return [("budget_tokens", b) for b in args.budget_tokens or []] + [
+        ("target_scale_rate", r) for r in args.target_scale_rate or []
+    ]
 
 
 class Printer:
@@ -308,7 +340,14 @@ async def solve(
 async def solve_one(args: argparse.Namespace, connection: Connection, printer: Printer) -> dict:
     from graphs.mur import build_graph
 
-    context = make_context(args, args.gate[0], args.gamma[0], connection.recommended)
+    budgets = budget_settings(args)
+    context = make_context(
+        args,
+        "mur" if budgets else args.gate[0],
+        args.gamma[0],
+        connection.recommended,
+        budgets[0] if budgets else None,
+    )
     question = args.question or SAMPLE_QUESTION
     printer.say(f"Question: {question}")
     build = partial(
@@ -370,7 +409,7 @@ def main(argv: list[str] | None = None) -> int:
     if problems is not None:
         from evals.runner import run_benchmark
 
-        return run_benchmark(args, problems, connection, make_context)
+        return run_benchmark(args, problems, connection, make_context, budget_settings(args))
     try:
         result = asyncio.run(solve_one(args, connection, printer))
     except KeyboardInterrupt:

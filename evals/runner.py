@@ -48,24 +48,41 @@ class Job:
     context: Context
 
 
+Budget = tuple[str, float]  # ("budget_tokens" | "target_scale_rate", value)
+BUDGET_LABELS = {"budget_tokens": "budget", "target_scale_rate": "rate"}
+
+
+def budget_label(budget: Budget) -> str:
+    """How a budget-mode run of the mur gate is named in records and tables."""
+    return f"mur[{BUDGET_LABELS[budget[0]]}={budget[1]:g}]"
+
+
 def plan_jobs(
     problems: Sequence[Problem],
     strategy: str,
     gates: Sequence[str],
     gammas: Sequence[float],
     samples: int,
-    make_context: Callable[[str, float, int], Context],
+    make_context: Callable[[str, float, int, Budget | None], Context],
+    budgets: Sequence[Budget] = (),
 ) -> list[Job]:
-    """The cross product, with gamma-blind gates run once (their gamma recorded as None)."""
+    """The cross product, with gamma-blind gates run once (their gamma recorded as None) and
+    each budget-mode variant as a gate of its own (`mur[budget=B]`, `mur[rate=r]`)."""
+    settings: list[tuple[str, float | None, Budget | None]] = []
+    for gate in gates:
+        for gamma in gammas if gate in GAMMA_GATES else [None]:
+            settings.append((gate, gamma, None))
+    settings += [(budget_label(budget), None, budget) for budget in budgets]
     jobs: list[Job] = []
     for problem in problems:
-        for gate in gates:
-            gate_gammas: Sequence[float | None] = gammas if gate in GAMMA_GATES else [None]
-            for gamma in gate_gammas:
-                for sample in range(samples):
-                    context = make_context(gate, gamma if gamma is not None else gammas[0], sample)
-                    key = JobKey(problem.dataset, problem.id, strategy, gate, gamma, sample)
-                    jobs.append(Job(key, problem, context))
+        for label, gamma, budget in settings:
+            gate = "mur" if budget else label
+            for sample in range(samples):
+                context = make_context(
+                    gate, gamma if gamma is not None else gammas[0], sample, budget
+                )
+                key = JobKey(problem.dataset, problem.id, strategy, label, gamma, sample)
+                jobs.append(Job(key, problem, context))
     return jobs
 
 
@@ -174,7 +191,11 @@ async def run_jobs(
 
 
 def run_benchmark(
-    args: Any, problems: Sequence[Problem], connection: Any, make_context: Callable[..., Context]
+    args: Any,
+    problems: Sequence[Problem],
+    connection: Any,
+    make_context: Callable[..., Context],
+    budgets: Sequence[Budget] = (),
 ) -> int:
     """`run.py --dataset ...`: plan, skip what --out already holds, run, report."""
     out = Path(args.out or f"runs/{args.dataset}-{args.strategy}")
@@ -183,11 +204,13 @@ def run_benchmark(
         "python run.py " + " ".join(shlex.quote(a) for a in sys.argv[1:]) + "\n"
     )
 
-    def context_for(gate: str, gamma: float, sample: int) -> Context:
-        ctx = make_context(args, gate, gamma, connection.recommended)
+    def context_for(gate: str, gamma: float, sample: int, budget: Budget | None) -> Context:
+        ctx = make_context(args, gate, gamma, connection.recommended, budget)
         return Context(**{**ctx.as_dict(), "seed": ctx.seed + sample})
 
-    jobs = plan_jobs(problems, args.strategy, args.gate, args.gamma, args.samples, context_for)
+    jobs = plan_jobs(
+        problems, args.strategy, args.gate, args.gamma, args.samples, context_for, budgets
+    )
     done = store.done_keys()
     todo = [job for job in jobs if job.key.text not in done]
     print(

@@ -41,6 +41,20 @@ class Context:
     tau: float = _describe(0.9, "SMART gate: scale when mean token probability < tau.")
     random_rate: float = _describe(0.5, "Random gate: probability of scaling a step (t >= 2).")
     seed: int = _describe(0, "Seed of the random gate and of foresight's sampled selection.")
+    budget_tokens: int | None = _describe(
+        None,
+        "Budget mode (gate mur): tokens per question (backbone + external); the threshold "
+        "adapts so the budget holds, most uncertain steps first. Replaces gamma.",
+    )
+    target_scale_rate: float | None = _describe(
+        None,
+        "Budget mode (gate mur): scale about this fraction of steps (0..1), the most "
+        "uncertain first. Replaces gamma.",
+    )
+    expected_steps: int = _describe(8, "Budget mode: the steps a solution is expected to take.")
+    scale_cost_factor: float = _describe(
+        4.0, "Budget mode: a scaled step's extra cost in drafts, until one has been measured."
+    )
     max_steps: int = _describe(20, "Steps before one unconstrained continuation asks the answer.")
     max_step_tokens: int = _describe(2048, "Token cap of one step (and of the fallback).")
     num_candidates: int = _describe(4, "N: candidates per scaled step (best_of_n, foresight).")
@@ -77,6 +91,16 @@ class Context:
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.budget_tokens is not None and self.budget_tokens < 1:
+            raise ValueError(f"budget_tokens must be >= 1, got {self.budget_tokens}")
+        if self.target_scale_rate is not None and not 0 <= self.target_scale_rate <= 1:
+            raise ValueError(f"target_scale_rate must lie in [0, 1], got {self.target_scale_rate}")
+        if self.budget_mode and self.gate != "mur":
+            raise ValueError("budget_tokens / target_scale_rate adapt the mur gate: use gate mur")
+        if self.budget_tokens is not None and self.target_scale_rate is not None:
+            raise ValueError("give budget_tokens or target_scale_rate, not both")
+        if self.expected_steps < 1 or self.scale_cost_factor <= 0:
+            raise ValueError("expected_steps must be >= 1 and scale_cost_factor > 0")
         if self.foresight_steps < 0:
             raise ValueError(f"foresight_steps must be >= 0, got {self.foresight_steps}")
         if self.foresight_selection not in ("sample", "argmax"):
@@ -84,7 +108,11 @@ class Context:
         if self.thinking_style not in ("prefix", "qwen3"):
             raise ValueError("thinking_style must be 'prefix' or 'qwen3'")
 
-    def gate_params(self) -> GateParams:
+    @property
+    def budget_mode(self) -> bool:
+        return self.budget_tokens is not None or self.target_scale_rate is not None
+
+    def gate_params(self, margin: float | None = None) -> GateParams:
         return GateParams(
             alpha=self.alpha,
             gamma=self.gamma,
@@ -92,6 +120,7 @@ class Context:
             tau=self.tau,
             rate=self.random_rate,
             seed=self.seed,
+            margin=margin,
         )
 
     def as_dict(self) -> dict[str, Any]:

@@ -27,6 +27,7 @@ class GateParams:
     tau: float = 0.9
     rate: float = 0.5
     seed: int = 0
+    margin: float | None = None  # budget mode: the excess needed, replacing -ln(gamma)
 
     def __post_init__(self) -> None:
         check_alpha(self.alpha)
@@ -73,7 +74,8 @@ def mur_threshold(momentum: float, steps_seen: int, params: GateParams) -> float
         if params.bias_correction
         else momentum
     )
-    return reference - math.log(params.gamma)
+    margin = -math.log(params.gamma) if params.margin is None else params.margin
+    return reference + margin
 
 
 def derive_seed(seed: int, step: int) -> int:

@@ -47,7 +47,9 @@ def jobs_for(problems):
         ["mur", "always", "never"],
         [0.8, 0.9],
         1,
-        lambda gate, gamma, sample: Context(gate=gate, gamma=gamma, seed=sample, max_steps=3),
+        lambda gate, gamma, sample, budget: Context(
+            gate=gate, gamma=gamma, seed=sample, max_steps=3
+        ),
     )
 
 
@@ -97,7 +99,7 @@ async def test_failures_are_recorded_and_the_run_goes_on(tmp_path: Path) -> None
         ["never"],
         [0.9],
         1,
-        lambda gate, gamma, sample: Context(gate=gate, max_steps=3),
+        lambda gate, gamma, sample, budget: Context(gate=gate, max_steps=3),
     )
     graph = build_graph("critic", backbone=FakeLogprobChat(responder=flaky))
     store = RecordStore(tmp_path)
@@ -168,7 +170,7 @@ async def test_a_dead_server_stops_the_run_early(tmp_path: Path) -> None:
         ["never"],
         [0.9],
         1,
-        lambda gate, gamma, sample: Context(gate=gate, max_steps=2),
+        lambda gate, gamma, sample, budget: Context(gate=gate, max_steps=2),
     )
     with faulty_server(["ok", "ok", "500"]) as server:
         model = make_chat_model(server.base_url, MODEL, max_retries=0)
