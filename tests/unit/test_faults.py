@@ -7,8 +7,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from faulty_server import MODEL, faulty_server
 
+from faulty_server import MODEL, faulty_server
 from graphs import Context, build_graph
 from nodes.llm import MissingLogprobsError
 from servers import ServerUnavailable, check_endpoint, make_chat_model

@@ -12,12 +12,12 @@ from typing import Any
 
 import openai
 import pytest
-from faulty_server import MODEL, faulty_server
 from langchain_core.messages import BaseMessage, HumanMessage
 from langchain_core.outputs import ChatResult
 
 import run
 from fakes import FakeLogprobChat, Scripted
+from faulty_server import MODEL, faulty_server
 from graphs import Context, build_graph
 from nodes.llm import Request, generate, is_transient
 from servers import ServerError, VLLMChatOpenAI, make_chat_model

@@ -160,7 +160,6 @@ def test_report_writes_tables_and_a_gamma_plot(tmp_path: Path) -> None:
 
 async def test_a_dead_server_stops_the_run_early(tmp_path: Path) -> None:
     from faulty_server import MODEL, faulty_server
-
     from servers import make_chat_model
 
     problems = load_dataset("math500", limit=6)
