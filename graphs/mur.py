@@ -12,7 +12,6 @@ clients of the servers configured in `servers/`.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from langchain_core.language_models import BaseChatModel
@@ -31,7 +30,7 @@ from graphs.state import (
     check_strategy,
 )
 from nodes.answer import extract_answer
-from nodes.budget import Spend, affordable_rate, rate_threshold
+from nodes.budget import budget_margin
 from nodes.draft import (
     answer_fallback,
     check_question,
@@ -41,14 +40,10 @@ from nodes.draft import (
 )
 from nodes.gates import GateHistory, check_gate, decide
 from nodes.llm import is_transient
-from nodes.uncertainty import (
-    corrected_momentum,
-    step_confidence,
-    step_uncertainty,
-    update_momentum,
-)
+from nodes.uncertainty import step_confidence, step_uncertainty, update_momentum
 
 Update = dict[str, Any]
+SPENT_KEYS = ("backbone_tokens", "external_tokens")
 
 # Transient server faults (connection resets, 5xx, timeouts) are retried on model-calling
 # nodes; anything else (bad request, missing logprobs) fails at once with its own message.
@@ -142,7 +137,16 @@ def build_graph(
                 momentum=state.get("momentum", 0.0),
                 kept_uncertainties=[step["uncertainty"] for step in steps],
             ),
-            params=ctx.gate_params(budget_margin(state, ctx) if ctx.budget_mode else None),
+            params=ctx.gate_params(
+                budget_margin(
+                    steps,
+                    spent_tokens=sum(state.get("usage", {}).get(k, 0) for k in SPENT_KEYS),
+                    draft_tokens=state["draft"]["num_tokens"],
+                    settings=ctx.budget_settings(),
+                )
+                if ctx.budget_mode
+                else None
+            ),
         )
         return {"gate": {**record, "threshold": decision.threshold, "scale": decision.scale}}
 
@@ -249,52 +253,6 @@ def build_graph(
     graph.add_edge("ask_answer", "finalize")
     graph.add_edge("finalize", END)
     return graph.compile(checkpointer=checkpointer, name=f"mur_{strategy}")
-
-
-def seen_uncertainty(step: StepRecord) -> float:
-    """The uncertainty the gate saw for a kept step: its draft's when it was refined."""
-    refine = step.get("refine")
-    return refine["draft"]["uncertainty"] if step["scaled"] and refine else step["uncertainty"]
-
-
-def budget_margin(state: State, ctx: Context) -> float:
-    """Budget mode's excess threshold for the current draft (replaces -ln(gamma))."""
-    steps = state.get("steps", [])
-    drafts = [
-        step["refine"]["draft"]["num_tokens"]
-        if step["scaled"] and step.get("refine")
-        else step["num_tokens"]
-        for step in steps
-    ]
-    usage = state.get("usage", {})
-    if ctx.target_scale_rate is not None:
-        rate = ctx.target_scale_rate
-    else:
-        current = state["draft"]["num_tokens"]
-        spend = Spend(
-            total_tokens=usage.get("backbone_tokens", 0)
-            + usage.get("external_tokens", 0)
-            - current,
-            draft_tokens=sum(drafts),
-            steps_done=len(steps),
-            scaled_steps=sum(1 for step in steps if step["scaled"]),
-        )
-        rate = affordable_rate(
-            spend,
-            budget_tokens=ctx.budget_tokens,
-            expected_steps=ctx.expected_steps,
-            scale_cost_factor=ctx.scale_cost_factor,
-            next_draft_tokens=current,
-        )
-    # Excess over the same reference the threshold is built on (bias-corrected or raw).
-    reference = [
-        corrected_momentum(step["momentum_before"], i, ctx.alpha)
-        if ctx.bias_correction
-        else step["momentum_before"]
-        for i, step in enumerate(steps)
-    ]
-    excesses = [seen_uncertainty(s) - ref for s, ref in zip(steps, reference, strict=True)][1:]
-    return rate_threshold(excesses, rate, fallback=-math.log(ctx.gamma))
 
 
 def default_models() -> tuple[BaseChatModel, BaseChatModel]:

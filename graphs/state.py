@@ -6,6 +6,7 @@ import operator
 from dataclasses import asdict, dataclass, field, fields
 from typing import Annotated, Any, Literal, NotRequired, TypedDict
 
+from nodes.budget import BudgetSettings
 from nodes.draft import StepCandidate
 from nodes.gates import GATES, GateParams, check_gate
 from nodes.judge import Judgement
@@ -111,6 +112,17 @@ class Context:
     @property
     def budget_mode(self) -> bool:
         return self.budget_tokens is not None or self.target_scale_rate is not None
+
+    def budget_settings(self) -> BudgetSettings:
+        return BudgetSettings(
+            budget_tokens=self.budget_tokens,
+            target_scale_rate=self.target_scale_rate,
+            expected_steps=self.expected_steps,
+            scale_cost_factor=self.scale_cost_factor,
+            gamma=self.gamma,
+            alpha=self.alpha,
+            bias_correction=self.bias_correction,
+        )
 
     def gate_params(self, margin: float | None = None) -> GateParams:
         return GateParams(

@@ -10,10 +10,25 @@ Pure functions of numbers, like the gates, so a trace replays offline.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+
+from nodes.uncertainty import corrected_momentum
+
+
+@dataclass(frozen=True)
+class BudgetSettings:
+    """What budget mode reads from the run's settings (one of the first two is set)."""
+
+    budget_tokens: int | None
+    target_scale_rate: float | None
+    expected_steps: int
+    scale_cost_factor: float
+    gamma: float
+    alpha: float
+    bias_correction: bool
 
 
 @dataclass(frozen=True)
@@ -68,3 +83,55 @@ def rate_threshold(earlier_excesses: Sequence[float], rate: float, fallback: flo
     if rate >= 1:
         return -math.inf
     return float(np.quantile(np.asarray(earlier_excesses, dtype=float), 1.0 - rate))
+
+
+def seen_uncertainty(step: Mapping) -> float:
+    """The uncertainty the gate saw for a kept step: its draft's when it was refined."""
+    refine = step.get("refine")
+    return refine["draft"]["uncertainty"] if step["scaled"] and refine else step["uncertainty"]
+
+
+def drafted_tokens(step: Mapping) -> int:
+    refine = step.get("refine")
+    return refine["draft"]["num_tokens"] if step["scaled"] and refine else step["num_tokens"]
+
+
+def budget_margin(
+    steps: Sequence[Mapping],
+    *,
+    spent_tokens: int,
+    draft_tokens: int,
+    settings: BudgetSettings,
+) -> float:
+    """Budget mode's excess threshold for the current draft (it replaces -ln(gamma)).
+
+    `steps` are the kept step records so far, `spent_tokens` every token generated for this
+    question (the current draft's `draft_tokens` included).
+    """
+    if settings.target_scale_rate is not None:
+        rate = settings.target_scale_rate
+    elif settings.budget_tokens is not None:
+        spend = Spend(
+            total_tokens=spent_tokens - draft_tokens,
+            draft_tokens=sum(drafted_tokens(step) for step in steps),
+            steps_done=len(steps),
+            scaled_steps=sum(1 for step in steps if step["scaled"]),
+        )
+        rate = affordable_rate(
+            spend,
+            budget_tokens=settings.budget_tokens,
+            expected_steps=settings.expected_steps,
+            scale_cost_factor=settings.scale_cost_factor,
+            next_draft_tokens=draft_tokens,
+        )
+    else:
+        raise ValueError("budget mode needs budget_tokens or target_scale_rate")
+    # Excess over the same reference the threshold is built on (bias-corrected or raw).
+    references = [
+        corrected_momentum(step["momentum_before"], i, settings.alpha)
+        if settings.bias_correction
+        else step["momentum_before"]
+        for i, step in enumerate(steps)
+    ]
+    excesses = [seen_uncertainty(s) - ref for s, ref in zip(steps, references, strict=True)]
+    return rate_threshold(excesses[1:], rate, fallback=-math.log(settings.gamma))
