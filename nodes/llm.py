@@ -64,6 +64,7 @@ class Generation:
     finish_reason: str | None
     stop_reason: str | int | None = None
     stop_reason_known: bool = False
+    stops: tuple[str, ...] = ()  # the request's stop strings
 
     @property
     def num_tokens(self) -> int:
@@ -77,10 +78,11 @@ class Generation:
             return False
         if self.stop_reason_known:
             return self.stop_reason is None
-        # vLLM's logprobs include the tokens that completed a stop string, which the text
-        # leaves out: if the tokens run past the text, a stop string ended the choice.
-        generated = "".join(self.tokens)
-        return len(generated.strip()) <= len(self.text.strip())
+        # Without vLLM's stop_reason (a stock ChatOpenAI drops it): the logprobs include the
+        # tokens that completed a stop string, which the text leaves out; at EOS they end
+        # with the end-of-sequence token instead.
+        tail = "".join(self.tokens)[len(self.text) :]
+        return not any(stop.strip() and stop.strip() in tail for stop in self.stops)
 
 
 @dataclass(frozen=True)
@@ -166,7 +168,9 @@ class Request:
         return kwargs
 
 
-def _parse_generation(message: BaseMessage, info: Mapping[str, Any] | None) -> Generation:
+def _parse_generation(
+    message: BaseMessage, info: Mapping[str, Any] | None, stops: Sequence[str] | None
+) -> Generation:
     metadata: dict[str, Any] = {**(info or {}), **message.response_metadata}
     content = metadata.get("logprobs")
     entries = content.get("content") if isinstance(content, Mapping) else None
@@ -199,6 +203,7 @@ def _parse_generation(message: BaseMessage, info: Mapping[str, Any] | None) -> G
         finish_reason=metadata.get("finish_reason"),
         stop_reason=metadata.get("stop_reason"),
         stop_reason_known="stop_reason" in metadata,
+        stops=tuple(stops or ()),
     )
 
 
@@ -216,7 +221,9 @@ async def _one_request(model: BaseChatModel, request: Request, n: int) -> Reply:
         kwargs["n"] = n
     result = await model.agenerate([list(request.messages)], **kwargs)
     generations = result.generations[0]
-    choices = tuple(_parse_generation(g.message, g.generation_info) for g in generations)
+    choices = tuple(
+        _parse_generation(g.message, g.generation_info, request.stop) for g in generations
+    )
     # Every message of a multi-choice reply carries the whole reply's usage: count it once.
     completion, prompt = _reply_usage(generations[0].message, choices)
     return Reply(choices, completion, prompt, calls=1)

@@ -129,3 +129,20 @@ def test_thinking_cap_keeps_whole_sentences() -> None:
     assert block.startswith("<think>\nOkay, so I need to add them.")
     assert block.endswith("</think>\n\n")
     assert think_block("<think>\nhmm.", "qwen3") == "<think>\nhmm.\n</think>\n\n"
+
+
+def test_end_of_sequence_without_vllm_stop_reason() -> None:
+    def gen(text: str, tokens: list[str]) -> Generation:
+        return Generation(
+            text=text,
+            logprobs=tuple([-0.1] * len(tokens)),
+            tokens=tuple(tokens),
+            top_logprobs=((),) * len(tokens),
+            finish_reason="stop",
+            stops=("\nStep", "Step3:"),
+        )
+
+    assert gen(" add 2", [" add", " 2", "\n", "Step"]).ended_by_model is False
+    assert gen(" add 2", [" add", " 2", " Step", "3", ":"]).ended_by_model is False
+    assert gen(" add 2", [" add", " 2", "<|im_end|>"]).ended_by_model is True
+    assert gen(" add 2", [" add", " 2"]).ended_by_model is True
