@@ -1,0 +1,409 @@
+"""The benchmark's pure parts: counters, request recording and replay planning, tables."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from types import SimpleNamespace
+from typing import Any, ClassVar
+
+import pytest
+
+from evals import bench
+from evals.bench import (
+    NOTES_MARKER,
+    ClientTime,
+    Counters,
+    GraphRun,
+    RawRun,
+    RecordedRequest,
+    ReplayRun,
+    add_counters,
+    client_time,
+    economy_table,
+    forced_length,
+    markdown_table,
+    merge_notes,
+    overhead_table,
+    parse_block_size,
+    parse_counters,
+    plan_waves,
+    ratio,
+    recorded_request,
+    replay_body,
+    scaling_table,
+    speed_normalized,
+    step_of,
+    step_prompt_rows,
+    verdict,
+)
+
+METRICS = """\
+# HELP vllm:generation_tokens_total Number of generation tokens processed.
+# TYPE vllm:generation_tokens_total counter
+vllm:generation_tokens_total{engine="0",model_name="m"} 240.0
+vllm:generation_tokens_created{engine="0",model_name="m"} 1.79e+09
+vllm:prompt_tokens_total{engine="0",model_name="m"} 360.0
+vllm:prefix_cache_queries_total{engine="0",model_name="m"} 360.0
+vllm:prefix_cache_hits_total{engine="0",model_name="m"} 128.0
+vllm:iteration_tokens_total_sum{engine="0",model_name="m"} 600.0
+vllm:iteration_tokens_total_count{engine="0",model_name="m"} 120.0
+vllm:inter_token_latency_seconds_sum{engine="0",model_name="m"} 6.0
+vllm:inter_token_latency_seconds_count{engine="0",model_name="m"} 200.0
+vllm:num_requests_running{engine="0",model_name="m"} 0.0
+vllm:cache_config_info{block_size="128",cache_dtype="auto",engine="0"} 1.0
+"""
+
+
+def body(messages: list[dict[str, str]], n: int = 1, **extra: Any) -> dict[str, Any]:
+    return {
+        "model": "m",
+        "messages": messages,
+        "logprobs": True,
+        "max_completion_tokens": 96,
+        "stop": ["\nStep", "Step3:"],
+        "stream": False,
+        **({"n": n} if n > 1 else {}),
+        **extra,
+    }
+
+
+def draft_body(step: int, prefix: str = "") -> dict[str, Any]:
+    content = f"{prefix}Step{step}:" if not prefix else f"{prefix}\nStep{step}:"
+    return body([{"role": "user", "content": "q"}, {"role": "assistant", "content": content}])
+
+
+def request(
+    question: int,
+    start: float,
+    end: float,
+    *,
+    tokens: tuple[int, ...] = (10,),
+    prompt: int = 100,
+    payload: dict[str, Any] | None = None,
+    hits: float | None = None,
+) -> RecordedRequest:
+    payload = payload or body([{"role": "user", "content": "q"}], n=len(tokens))
+    return RecordedRequest(
+        question, start, end, payload, tokens, sum(tokens), prompt, cache_hits=hits
+    )
+
+
+# --- counters ------------------------------------------------------------------------------
+
+
+def test_parse_counters_reads_vllm_metrics() -> None:
+    c = parse_counters(METRICS)
+    assert c.generation_tokens == 240 and c.prompt_tokens == 360
+    assert c.hit_rate == pytest.approx(128 / 360)
+    assert c.tokens_per_step == 5
+    assert c.inter_token_s == pytest.approx(0.03)
+    assert c.e2e_sum is None  # not in this text: missing, never 0
+    assert parse_block_size(METRICS) == 128
+    assert parse_block_size("vllm:other 1") is None
+
+
+def test_counter_differences_and_sums_keep_missing_as_none() -> None:
+    a = Counters(generation_tokens=10, cache_hits=None)
+    b = Counters(generation_tokens=4, cache_hits=2)
+    assert (a - b).generation_tokens == 6 and (a - b).cache_hits is None
+    assert add_counters(a, b).generation_tokens == 14
+    assert Counters().hit_rate is None
+
+
+def test_ratio_verdict_and_markdown() -> None:
+    assert ratio(1, 0) is None and ratio(None, 2) is None and ratio(3, 2) == 1.5
+    assert verdict(0.5, 0.55, at_most=True) == "met"
+    assert verdict(0.9, 0.8, at_most=False) == "met"
+    assert verdict(0.7, 0.8, at_most=False) == "missed"
+    assert verdict(None, 1, at_most=True) == "not measured"
+    table = markdown_table(["a", "b"], [[1, "x|y"]])
+    assert table.splitlines() == ["| a | b |", "|---|---|", "| 1 | x\\|y |"]
+
+
+def test_speed_normalized_factors_out_the_servers_speed() -> None:
+    slow, fast = Counters(itl_sum=2.0, itl_count=20), Counters(itl_sum=1.0, itl_count=20)
+    # Twice the wall time on a server twice as slow per token: no overhead.
+    assert speed_normalized(20.0, slow, 10.0, fast) == pytest.approx(1.0)
+    assert speed_normalized(20.0, Counters(), 10.0, fast) is None
+
+
+# --- recording and replay --------------------------------------------------------------------
+
+
+def test_recorded_request_counts_tokens_per_choice() -> None:
+    reply = {
+        "choices": [
+            {"logprobs": {"content": [{"logprob": -1}] * 3}},
+            {"logprobs": {"content": [{"logprob": -1}] * 5}},
+        ],
+        "usage": {"completion_tokens": 8, "prompt_tokens": 40},
+    }
+    r = recorded_request(2, 1.0, 2.0, json.dumps(body([], n=2)).encode(), json.dumps(reply))
+    assert (r.question, r.n, r.choice_tokens, r.completion_tokens, r.prompt_tokens) == (
+        2,
+        2,
+        (3, 5),
+        8,
+        40,
+    )
+    no_logprobs = {"choices": [{}, {}], "usage": {"completion_tokens": 8}}
+    assert recorded_request(0, 0, 1, body([]), no_logprobs).choice_tokens == (4, 4)
+
+
+def test_forced_length_spreads_the_recorded_tokens_over_choices() -> None:
+    assert forced_length(request(0, 0, 1, tokens=(3, 5, 4, 4))) == 4
+    assert forced_length(request(0, 0, 1, tokens=(3, 6))) == 5  # rounded up
+    assert forced_length(request(0, 0, 1, tokens=(0,))) == 1  # a request generates >= 1
+
+
+def test_replay_body_forces_lengths_and_keeps_the_request() -> None:
+    original = request(0, 0, 1, tokens=(7,), payload=draft_body(2, "Step1: x"))
+    sent = replay_body(original, "salt-1")
+    assert sent["max_tokens"] == sent["min_tokens"] == 7 and sent["ignore_eos"] is True
+    assert sent["cache_salt"] == "salt-1"
+    assert "max_completion_tokens" not in sent and "stream" not in sent
+    assert sent["messages"] == original.body["messages"] and sent["stop"] == original.body["stop"]
+    assert "min_tokens" not in original.body  # the recording is untouched
+
+
+def test_plan_waves_keeps_order_and_concurrency_per_question() -> None:
+    requests = [
+        request(1, 0.0, 1.0),  # q1: draft
+        request(0, 0.0, 2.0),  # q0: draft
+        request(0, 2.1, 3.0),  # q0: candidates
+        request(0, 3.1, 4.0),  # q0: 3 judges sent together ...
+        request(0, 3.1, 4.5),
+        request(0, 3.2, 4.2),
+        request(0, 4.6, 5.0),  # ... then the next draft, after they answered
+        request(1, 1.1, 2.0),
+    ]
+    plan = plan_waves(requests)
+    assert [[len(w) for w in q] for q in plan] == [[1, 1, 3, 1], [1, 1]]
+    assert [r.start for r in plan[0][2]] == [3.1, 3.1, 3.2]
+
+
+def test_plan_waves_splits_a_request_sent_after_an_answer() -> None:
+    # The second request started after the first answered: it may depend on it.
+    plan = plan_waves([request(0, 0.0, 1.0), request(0, 0.5, 3.0), request(0, 1.5, 2.0)])
+    assert [[r.start for r in w] for w in plan[0]] == [[0.0, 0.5], [1.5]]
+
+
+def test_client_time_is_question_time_outside_the_request_waves() -> None:
+    requests = [request(0, 1.0, 2.0), request(0, 2.5, 4.0), request(0, 2.5, 3.0)]
+    ct = client_time(requests, {0: (0.8, 4.2)})
+    assert ct == ClientTime(1, pytest.approx(3.4), pytest.approx(2.5), pytest.approx(0.9), 2)
+    assert ct.between_per_wave_ms == pytest.approx(450)
+
+
+def test_step_of_recognizes_step_drafts_only() -> None:
+    assert step_of(draft_body(1)) == 1
+    assert step_of(draft_body(3, "Step1: a\nStep2: b")) == 3
+    judge = body([{"role": "user", "content": "You are a teacher... Step2:"}])
+    assert step_of(judge) is None
+    candidates = {**draft_body(2, "Step1: a"), "n": 4}
+    assert step_of(candidates) is None
+    revision = body(
+        [
+            {"role": "user", "content": "q"},
+            {"role": "assistant", "content": "Step1: a\nStep2: b"},
+            {"role": "user", "content": "Your previous solution is incorrect."},
+            {"role": "assistant", "content": "Step1: a\nStep2:"},
+        ]
+    )
+    assert step_of(revision) is None
+    fallback = body(
+        [{"role": "user", "content": "q"}, {"role": "assistant", "content": "Therefore, the"}]
+    )
+    assert step_of(fallback) is None
+
+
+def test_step_prompt_rows_measure_growth_and_recomputation() -> None:
+    requests = [
+        request(0, 0, 1, prompt=140, payload=draft_body(1), hits=0),
+        request(0, 1, 2, prompt=170, payload=draft_body(2, "Step1: a"), hits=128),
+        request(1, 0, 1, prompt=100, payload=draft_body(1), hits=0),
+        request(1, 1, 2, prompt=140, payload=draft_body(2, "Step1: b"), hits=0),
+        request(1, 2, 3, prompt=150, payload=body([{"role": "user", "content": "judge"}])),
+    ]
+    rows = step_prompt_rows(requests)
+    assert [(r.step, r.requests) for r in rows] == [(1, 2), (2, 2)]
+    assert rows[0].growth is None and rows[0].recomputed == 120
+    assert rows[1].prompt_tokens == 155 and rows[1].growth == 35
+    assert rows[1].cache_hits == 64 and rows[1].recomputed == 91
+
+
+# --- tables ----------------------------------------------------------------------------------
+
+
+def graph_run(gate: str, total: int, **kw: Any) -> GraphRun:
+    run = GraphRun(f"critic/{gate}", "critic", gate, 8, 4, backbone_tokens=total, **kw)
+    run.server = Counters(generation_tokens=total)
+    return run
+
+
+def test_economy_table_ratios_and_goal() -> None:
+    runs = [
+        graph_run("mur", 400, steps_scaled=2, steps_total=10, scaled_by_step={2: (2, 4)}),
+        graph_run("always", 1000, steps_scaled=10, steps_total=10),
+        graph_run("never", 200),
+    ]
+    table, goals = economy_table(runs)
+    assert "| critic | mur | 4 | 400 |" in table and "0.40x | 2.00x |" in table
+    assert len(goals) == 1 and "MUR / always = 0.40x" in goals[0] and "**met**" in goals[0]
+    assert "t=2: 2/4" in goals[0]
+    runs[0].backbone_tokens = 800
+    assert "**missed**" in economy_table(runs)[1][0]
+
+
+def test_overhead_table_pools_runs() -> None:
+    g = graph_run("mur", 100)
+    g.wall_s, g.spans = 11.0, {0: (0.0, 11.0)}
+    g.requests = [request(0, 0.5, 10.5)]
+    g.server = Counters(generation_tokens=100, itl_sum=1.1, itl_count=10)
+    r = ReplayRun("critic/mur", 10.0, 0.1, Counters(itl_sum=1.0, itl_count=10), 1)
+    table, goals = overhead_table([(g, r)])
+    assert "1.10x" in table and "all runs pooled" in table
+    assert "**missed**" in goals[0]  # 1.10x on the wall clock ...
+    assert "1.00x (**met**)" in goals[0]  # ... but the server was 10% slower meanwhile
+    assert "9.09%" in goals[1] and "1.10x" in goals[1]  # 1 s of 11 between requests
+
+
+def test_scaling_table_goal_only_from_eight() -> None:
+    pairs = []
+    for level, tps in ((1, 30.0), (8, 90.0)):
+        g = graph_run("mur", 0)
+        g.concurrency, g.wall_s, g.window_s = level, 10.0, 5.0
+        g.server = Counters(generation_tokens=tps * 10)
+        g.window = Counters(generation_tokens=tps * 5, step_tokens=50, steps=10)
+        pairs.append((g, RawRun(level, 10.0, Counters(generation_tokens=1000), 9)))
+    table, goals = scaling_table(pairs)
+    assert len(goals) == 1 and "0.90x" in goals[0] and "**met**" in goals[0]
+    assert "| 1 | 4 | 30.0 | 30.0 | 100.0 | 0.30x |" in table
+
+
+def test_merge_notes_keeps_hand_written_notes() -> None:
+    first = merge_notes("# T\nv1", None)
+    assert first.endswith(f"{NOTES_MARKER}\n")
+    edited = first + "\nMy analysis.\n"
+    second = merge_notes("# T\nv2", edited)
+    assert second.startswith("# T\nv2") and second.endswith("My analysis.\n")
+    assert second.count(NOTES_MARKER) == 1
+
+
+# --- the replay against a fake OpenAI client --------------------------------------------------
+
+
+class FakeServer:
+    async def counters(self) -> Counters:
+        return Counters(generation_tokens=0)
+
+    async def idle(self, timeout: float = 60) -> None:
+        return None
+
+
+class FakeAsyncOpenAI:
+    """Answers after a short sleep; logs (question, send time, answer time)."""
+
+    log: ClassVar[list[tuple[str, float, float]]] = []
+
+    def __init__(self, **_: Any) -> None:
+        self.chat = SimpleNamespace(completions=SimpleNamespace(create=self.create))
+
+    async def create(self, *, model: str, messages: list, extra_body: dict) -> Any:
+        start = time.perf_counter()
+        await asyncio.sleep(0.01 * extra_body["max_tokens"])
+        FakeAsyncOpenAI.log.append((messages[0]["content"], start, time.perf_counter()))
+        return None
+
+    async def close(self) -> None:
+        return None
+
+
+async def test_replay_keeps_each_questions_order_and_the_concurrency(monkeypatch) -> None:
+    import openai
+
+    monkeypatch.setattr(openai, "AsyncOpenAI", FakeAsyncOpenAI)
+    FakeAsyncOpenAI.log = []
+
+    def req(q: int, start: float, end: float, tokens: int) -> RecordedRequest:
+        payload = body([{"role": "user", "content": f"q{q}"}])
+        return RecordedRequest(q, start, end, payload, (tokens,), tokens, 10)
+
+    requests = []
+    for q in range(3):  # per question: a draft, two concurrent judges, a draft
+        requests += [req(q, 0, 1, 2), req(q, 1.1, 2, 1), req(q, 1.1, 2, 3), req(q, 2.1, 3, 1)]
+    run = GraphRun("x", "critic", "mur", 2, 3, requests=requests)
+    b = bench.Bench(FakeServer(), bench.Settings(), [])  # type: ignore[arg-type]
+    b.server.base_url = "http://fake/v1"  # type: ignore[attr-defined]
+    replay = await b.replay(run)
+    assert replay.requests == 12 and len(FakeAsyncOpenAI.log) == 12
+    for q in range(3):
+        mine = sorted((s, e) for c, s, e in FakeAsyncOpenAI.log if c == f"q{q}")
+        (_, e0), (s1, e1), (s2, e2), (s3, _e3) = mine
+        assert s1 >= e0 and s2 >= e0  # the judges wait for the draft ...
+        assert s2 - s1 < 0.005  # ... and go together
+        assert s3 >= max(e1, e2)  # the next draft waits for both
+    # Never more than 2 questions at once: q2 starts after q0 or q1 finished.
+    first_q2 = min(s for c, s, _ in FakeAsyncOpenAI.log if c == "q2")
+    last = {c: max(e for c2, _, e in FakeAsyncOpenAI.log if c2 == c) for c in ("q0", "q1")}
+    assert first_q2 >= min(last.values())
+
+
+def test_bad_arguments_exit_2_before_any_server(capsys) -> None:
+    assert bench.main(["--strategies", "nope"]) == 2
+    assert bench.main(["--questions", "1"]) == 2
+    assert bench.main(["--max-steps", "0"]) == 2
+    assert "error:" in capsys.readouterr().err
+
+
+def test_max_cache_hit_is_whole_blocks_short_of_the_last_token() -> None:
+    assert bench.max_cache_hit(300, 128) == 256
+    assert bench.max_cache_hit(256, 128) == 128  # the last token is always computed
+    assert bench.max_cache_hit(100, 128) == 0
+    assert bench.max_cache_hit(100, None) is None
+    rows = step_prompt_rows([request(0, 0, 1, prompt=300, payload=draft_body(1), hits=256)], 128)
+    assert rows[0].max_hits == 256
+
+
+def test_replay_bodies_send_each_choice_of_n_at_its_own_length() -> None:
+    candidates = {**draft_body(2, "Step1: a"), "n": 3}
+    r = request(0, 0, 1, tokens=(5, 9, 2), payload=candidates)
+    sent = bench.replay_bodies(r, "s")
+    assert [(b["max_tokens"], b["min_tokens"], "n" in b) for b in sent] == [
+        (5, 5, False),
+        (9, 9, False),
+        (2, 2, False),
+    ]
+    assert all(b["messages"] == candidates["messages"] for b in sent)
+    single = request(0, 0, 1, tokens=(7,), payload=draft_body(1))
+    assert [b["max_tokens"] for b in bench.replay_bodies(single, "s")] == [7]
+
+
+def test_gate_specs_add_bias_correction() -> None:
+    assert bench.parse_gate("mur") == ("mur", False)
+    assert bench.parse_gate("mur+bc") == ("mur", True)
+    ctx = bench.Settings().context("mur+bc")
+    assert ctx.gate == "mur" and ctx.bias_correction is True
+    assert bench.Settings().context("always").bias_correction is False
+    assert bench.main(["--gates", "nope+bc"]) == 2
+
+
+def test_economy_goal_lines_for_every_mur_variant() -> None:
+    runs = [graph_run("mur", 700), graph_run("always", 1000), graph_run("never", 200)]
+    runs.insert(1, graph_run("mur+bc", 400))
+    goals = economy_table(runs)[1]
+    assert len(goals) == 2
+    assert "critic, mur: MUR / always = 0.70x" in goals[0] and "**missed**" in goals[0]
+    assert "critic, mur+bc: mur+bc / always = 0.40x" in goals[1] and "**met**" in goals[1]
+
+
+def test_scaling_batch_fill_is_sequences_per_engine_step() -> None:
+    g = graph_run("mur", 0)
+    g.concurrency, g.wall_s, g.window_s = 8, 10.0, 5.0
+    g.window = Counters(generation_tokens=300, steps=50)  # 6 sequences per step
+    raw = RawRun(8, 10.0, Counters(generation_tokens=1000, steps=125), 9)  # 8 per step
+    table, goals = scaling_table([(g, raw)])
+    assert "6.00 / 8.00 | 0.75x" in table
+    assert "Batch fill, graph / raw = 0.75x (**missed**)" in goals[0]
