@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 
+from fakes import solve_streaming
 from graphs.mur import build_graph
-from graphs.state import STRATEGIES, Context, output_of
+from graphs.state import STRATEGIES, Context
 from nodes.gates import replay_decisions
 from nodes.uncertainty import step_uncertainty
 from servers import generation_tokens, make_chat_model
@@ -30,18 +31,7 @@ def backbone(cpu_server):
 
 
 async def solve_all(graph, context: Context) -> list[tuple[dict, list[dict]]]:
-    async def one(question: str) -> tuple[dict, list[dict]]:
-        events, final = [], {}
-        async for mode, chunk in graph.astream(
-            {"question": question}, context=context, stream_mode=["custom", "values"]
-        ):
-            if mode == "custom":
-                events.append(chunk)
-            else:
-                final = chunk
-        return output_of(final), events
-
-    return list(await asyncio.gather(*(one(q) for q in QUESTIONS)))
+    return list(await asyncio.gather(*(solve_streaming(graph, q, context) for q in QUESTIONS)))
 
 
 def check_trace(result: dict[str, Any], events: list[dict[str, Any]], context: Context) -> None:

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
-from fakes import FakeLogprobChat, Scripted
+from fakes import FakeLogprobChat, Scripted, solve_streaming
 from graphs.mur import build_graph
-from graphs.state import OUTPUT_KEYS, Context, output_of
+from graphs.state import OUTPUT_KEYS, Context
 from nodes.gates import replay_decisions
 
 # Draft uncertainty per step (all tokens share one logprob); step 5 states the answer.
@@ -48,15 +48,7 @@ def scripted_backbone(verdict: str = "No", answer_at: int = 5):
 
 
 async def solve(graph, context: Context, question: str = "What is 6 * 7?") -> tuple[dict, list]:
-    events, final = [], {}
-    async for mode, chunk in graph.astream(
-        {"question": question}, context=context, stream_mode=["custom", "values"]
-    ):
-        if mode == "custom":
-            events.append(chunk)
-        else:
-            final = chunk
-    return output_of(final), events
+    return await solve_streaming(graph, question, context)
 
 
 async def test_mur_gate_scales_exactly_the_uncertain_steps() -> None:
