@@ -860,12 +860,22 @@ class Server:
         self.base_url = normalize_base_url(base_url)
         self.root = root_url(self.base_url)
         self.model = model
-        self._http = httpx.AsyncClient(timeout=10)
+        self._http = httpx.AsyncClient(timeout=60)
 
-    async def metrics_text(self) -> str:
-        resp = await self._http.get(f"{self.root}/metrics")
-        resp.raise_for_status()
-        return resp.text
+    async def metrics_text(self, attempts: int = 3) -> str:
+        """/metrics; retried, as a server starved of CPU can miss a beat (shared machines)."""
+        import httpx
+
+        for attempt in range(attempts):
+            try:
+                resp = await self._http.get(f"{self.root}/metrics")
+                resp.raise_for_status()
+                return resp.text
+            except (httpx.TimeoutException, httpx.TransportError):
+                if attempt == attempts - 1:
+                    raise
+                await asyncio.sleep(2.0 * (attempt + 1))
+        raise AssertionError("unreachable")
 
     async def counters(self) -> Counters:
         return parse_counters(await self.metrics_text())
