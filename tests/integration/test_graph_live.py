@@ -52,17 +52,25 @@ def check_trace(result: dict[str, Any], events: list[dict[str, Any]], context: C
     assert replayed == [s["scaled"] for s in steps]
 
 
-@pytest.mark.parametrize("gate", ["mur", "always", "never"])
-async def test_critic_graph_is_exact_against_the_server(cpu_server, backbone, gate) -> None:
-    context = Context(gate=gate, **TINY)
-    graph = build_graph("critic", backbone=backbone)
-    before = generation_tokens(cpu_server.base_url)
+async def solve_and_check(server, graph, context: Context) -> list[tuple[dict, list[dict]]]:
+    """Solve every question; the usage must equal what the server generated, and every
+    trace must recompute and replay exactly."""
+    before = generation_tokens(server.base_url)
     results = await solve_all(graph, context)
-    generated = generation_tokens(cpu_server.base_url) - before
+    generated = generation_tokens(server.base_url) - before
     counted = sum(r["usage"]["backbone_tokens"] + r["usage"]["external_tokens"] for r, _ in results)
     assert counted == generated
     for result, events in results:
         check_trace(result, events, context)
+    return results
+
+
+@pytest.mark.parametrize("gate", ["mur", "always", "never"])
+async def test_critic_graph_is_exact_against_the_server(cpu_server, backbone, gate) -> None:
+    context = Context(gate=gate, **TINY)
+    graph = build_graph("critic", backbone=backbone)
+    results = await solve_and_check(cpu_server, graph, context)
+    for result, _ in results:
         if gate == "always":
             assert all(s["scaled"] for s in result["steps"])
         if gate == "never":
@@ -74,13 +82,8 @@ async def test_critic_graph_is_exact_against_the_server(cpu_server, backbone, ga
 async def test_every_strategy_counts_every_token(cpu_server, backbone, strategy, gate) -> None:
     context = Context(gate=gate, gamma=1.2, num_candidates=3, **TINY)
     graph = build_graph(strategy, backbone=backbone)
-    before = generation_tokens(cpu_server.base_url)
-    results = await solve_all(graph, context)
-    generated = generation_tokens(cpu_server.base_url) - before
-    counted = sum(r["usage"]["backbone_tokens"] + r["usage"]["external_tokens"] for r, _ in results)
-    assert counted == generated
-    for result, events in results:
-        check_trace(result, events, context)
+    results = await solve_and_check(cpu_server, graph, context)
+    for result, _ in results:
         for step in result["steps"]:
             if step["scaled"]:
                 assert step["refine"]["strategy"] == strategy
