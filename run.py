@@ -67,7 +67,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--gate",
         type=_csv(str),
         default=["mur"],
-        help="mur, always, never, average, smart, random (a comma list with --dataset)",
+        help="mur, always, never, average, smart, random (a comma list with --dataset); "
+        "mur+bc = mur with bias correction, random@0.12 = random at that rate",
     )
     parser.add_argument(
         "--gamma", type=_csv(float), default=[0.9], help="gamma (> 0; a list with --dataset)"
@@ -101,6 +102,12 @@ def build_parser() -> argparse.ArgumentParser:
         dest="foresight_selection",
     )
     parser.add_argument("--thinking-style", choices=("prefix", "qwen3"), default=None)
+    parser.add_argument(
+        "--step-format",
+        choices=("marker", "paragraph"),
+        default=None,
+        help="marker: 'Step1: ...' as the paper; paragraph: a step ends at a blank line",
+    )
     parser.add_argument("--question", help="the question to solve (default: a sample problem)")
     parser.add_argument("--system-prompt", default=None)
     parser.add_argument(
@@ -117,7 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--profile",
         default=None,
-        help="server profile whose recommended settings apply (default: cpu-tiny when embedded)",
+        help="server profile whose recommended settings apply (default: the embedded one)",
     )
     parser.add_argument("--eager", action="store_true", help="start the embedded server eager")
     parser.add_argument("--json", action="store_true", help="print the result as one JSON object")
@@ -164,7 +171,7 @@ def connect(args: argparse.Namespace, say: Any) -> Connection:
         base_urls = split_urls(args.base_url)
         model = args.model
     else:
-        say("Using the embedded CPU vLLM server (cpu-tiny); pass --base-url to use another.")
+        say(f"Using the embedded CPU vLLM server ({DEFAULT_PROFILE}); --base-url to use another.")
         server = up(DEFAULT_PROFILE, eager=args.eager, progress=not args.json)
         say(f"{'Started' if server.started else 'Reusing'} {server.model} at {server.base_url}")
         base_urls, model = [server.base_url], server.model
@@ -186,10 +193,10 @@ def make_context(
     gate: str,
     gamma: float,
     recommended: dict,
-    budget: tuple[str, float] | None = None,
+    overrides: dict[str, Any] | None = None,
 ) -> Any:
-    """The run's Context: profile recommendations, then flags; `budget` is
-    ("budget_tokens" | "target_scale_rate", value) for budget mode."""
+    """The run's Context: profile recommendations, then flags, then the setting's own
+    `overrides` (a budget, `mur+bc`'s bias correction, `random@r`'s rate)."""
     from graphs.state import Context
 
     names = set(Context.field_names())
@@ -199,22 +206,24 @@ def make_context(
         value = getattr(args, name, None)
         if value is not None:
             settings[name] = value
-    if budget is not None:
-        settings[budget[0]] = budget[1]
+    settings.update(overrides or {})
     return Context(gate=gate, gamma=gamma, **settings)
 
 
 def validate(args: argparse.Namespace) -> None:
     """Every bad value fails here, before any server is touched."""
+    from evals.runner import parse_gate_label
     from nodes.draft import check_question
     from nodes.gates import check_gate
 
-    for gate in args.gate:
+    for label in args.gate:
+        gate, overrides = parse_gate_label(label)
         check_gate(gate)
+        make_context(args, gate, args.gamma[0], {}, overrides)
     for gamma in args.gamma:
-        make_context(args, args.gate[0], gamma, {})
+        make_context(args, parse_gate_label(args.gate[0])[0], gamma, {})
     for budget in budget_settings(args):
-        make_context(args, "mur", args.gamma[0], {}, budget)
+        make_context(args, "mur", args.gamma[0], {}, dict([budget]))
     if args.limit is not None and args.limit <= 0:
         raise UsageError(f"--limit must be > 0, got {args.limit}")
     if args.samples <= 0 or args.concurrency <= 0:
@@ -346,7 +355,7 @@ async def solve_one(args: argparse.Namespace, connection: Connection, printer: P
         "mur" if budgets else args.gate[0],
         args.gamma[0],
         connection.recommended,
-        budgets[0] if budgets else None,
+        dict(budgets[:1]),
     )
     question = args.question or SAMPLE_QUESTION
     printer.say(f"Question: {question}")

@@ -50,6 +50,26 @@ class Job:
 
 Budget = tuple[str, float]  # ("budget_tokens" | "target_scale_rate", value)
 BUDGET_LABELS = {"budget_tokens": "budget", "target_scale_rate": "rate"}
+Overrides = dict[str, Any]  # Context fields a setting sets on top of the run's
+
+
+def parse_gate_label(label: str) -> tuple[str, Overrides]:
+    """A benchmark setting's gate label -> (gate, Context overrides), so that one results
+    folder holds every row of the paper's table:
+    `mur` -> ("mur", {}); `mur+bc` -> ("mur", {"bias_correction": True});
+    `random@0.12` -> ("random", {"random_rate": 0.12}) (e.g. at MUR's measured scaled rate).
+    Raises ValueError naming the label when it is none of these."""
+    if label.endswith("+bc"):
+        return label.removesuffix("+bc"), {"bias_correction": True}
+    gate, at, rate = label.partition("@")
+    if not at:
+        return label, {}
+    if gate != "random":
+        raise ValueError(f"gate label {label!r}: only random takes a rate (random@0.12)")
+    try:
+        return gate, {"random_rate": float(rate)}
+    except ValueError:
+        raise ValueError(f"gate label {label!r}: {rate!r} is not a number") from None
 
 
 def budget_label(budget: Budget) -> str:
@@ -63,23 +83,24 @@ def plan_jobs(
     gates: Sequence[str],
     gammas: Sequence[float],
     samples: int,
-    make_context: Callable[[str, float, int, Budget | None], Context],
+    make_context: Callable[[str, float, int, Overrides], Context],
     budgets: Sequence[Budget] = (),
 ) -> list[Job]:
     """The cross product, with gamma-blind gates run once (their gamma recorded as None) and
-    each budget-mode variant as a gate of its own (`mur[budget=B]`, `mur[rate=r]`)."""
-    settings: list[tuple[str, float | None, Budget | None]] = []
-    for gate in gates:
+    each budget-mode variant as a gate of its own (`mur[budget=B]`, `mur[rate=r]`). Gate
+    labels may carry overrides (`mur+bc`, `random@0.12`, see `parse_gate_label`)."""
+    settings: list[tuple[str, str, float | None, Overrides]] = []
+    for label in gates:
+        gate, overrides = parse_gate_label(label)
         for gamma in gammas if gate in GAMMA_GATES else [None]:
-            settings.append((gate, gamma, None))
-    settings += [(budget_label(budget), None, budget) for budget in budgets]
+            settings.append((label, gate, gamma, overrides))
+    settings += [(budget_label(budget), "mur", None, {budget[0]: budget[1]}) for budget in budgets]
     jobs: list[Job] = []
     for problem in problems:
-        for label, gamma, budget in settings:
-            gate = "mur" if budget else label
+        for label, gate, gamma, overrides in settings:
             for sample in range(samples):
                 context = make_context(
-                    gate, gamma if gamma is not None else gammas[0], sample, budget
+                    gate, gamma if gamma is not None else gammas[0], sample, overrides
                 )
                 key = JobKey(problem.dataset, problem.id, strategy, label, gamma, sample)
                 jobs.append(Job(key, problem, context))
@@ -204,8 +225,8 @@ def run_benchmark(
         "python run.py " + " ".join(shlex.quote(a) for a in sys.argv[1:]) + "\n"
     )
 
-    def context_for(gate: str, gamma: float, sample: int, budget: Budget | None) -> Context:
-        ctx = make_context(args, gate, gamma, connection.recommended, budget)
+    def context_for(gate: str, gamma: float, sample: int, overrides: Overrides) -> Context:
+        ctx = make_context(args, gate, gamma, connection.recommended, overrides)
         return Context(**{**ctx.as_dict(), "seed": ctx.seed + sample})
 
     jobs = plan_jobs(

@@ -22,11 +22,8 @@ from nodes.draft import (
     StepCandidate,
     contains_answer,
     conversation,
-    marker,
     sample_steps,
-    solution_text,
     step_messages,
-    step_prefix,
 )
 from nodes.gates import derive_seed
 from nodes.judge import analysis_of, judge_step
@@ -90,8 +87,9 @@ def _sample_candidates_node(backbone: BaseChatModel, context_of: ContextOf):
         reused = [state["draft"]] if ctx.reuse_draft else []
         if ctx.num_candidates - len(reused) < 1:
             return {"candidates": reused}
+        fmt = ctx.step_style
         messages = step_messages(
-            state["question"], state.get("system_prompt"), _kept_texts(state), index
+            state["question"], state.get("system_prompt"), _kept_texts(state), index, fmt
         )
         candidates, reply = await sample_steps(
             backbone,
@@ -99,6 +97,7 @@ def _sample_candidates_node(backbone: BaseChatModel, context_of: ContextOf):
             index=index,
             n=ctx.num_candidates - len(reused),
             max_tokens=ctx.max_step_tokens,
+            fmt=fmt,
         )
         return {"candidates": reused + candidates, "usage": reply.usage("backbone").as_dict()}
 
@@ -140,14 +139,15 @@ def build_critic(backbone: BaseChatModel, verifier: BaseChatModel, context_of: C
         kept_texts, index = _kept_texts(state), _index(state)
         *earlier, latest = state["critiques"]
         analysis = analysis_of(latest["critique"]) or "The step has an error."
+        fmt = ctx.step_style
         messages = [
-            *conversation(state["question"], state.get("system_prompt")),
-            AIMessage(solution_text([*kept_texts, latest["step"]])),
+            *conversation(state["question"], state.get("system_prompt"), fmt),
+            AIMessage(fmt.solution([*kept_texts, latest["step"]])),
             HumanMessage(CRITIC_FEEDBACK.format(analysis=analysis)),
-            AIMessage(step_prefix(kept_texts, index)),
+            AIMessage(fmt.prefix(kept_texts, index)),
         ]
         (revision,), reply = await sample_steps(
-            backbone, messages, index=index, n=1, max_tokens=ctx.max_step_tokens
+            backbone, messages, index=index, n=1, max_tokens=ctx.max_step_tokens, fmt=fmt
         )
         revised = {**latest, "revised": True, "revision": revision["text"]}
         return {
@@ -246,31 +246,24 @@ def build_best_of_n(backbone: BaseChatModel, verifier: BaseChatModel, context_of
 # --- phi-Decoding foresight ------------------------------------------------------------------
 
 
-def rollout_stops(index: int, foresight_steps: int) -> list[str] | None:
-    """A rollout of k steps after step `index` ends where step index + k + 1 would begin."""
-    if foresight_steps == 0:
-        return None
-    nxt = index + foresight_steps + 1
-    return [f"\n{marker(nxt)}", marker(nxt)]
-
-
 def build_foresight(backbone: BaseChatModel, verifier: BaseChatModel, context_of: ContextOf):
     async def foresee(state: RefineState, runtime: Runtime[Context]) -> Update:
         """Roll each candidate forward; its score is the rollout's mean logprob."""
         ctx = context_of(runtime)
         kept_texts, index = _kept_texts(state), _index(state)
         steps_ahead = ctx.foresight_steps or max(ctx.max_steps - index, 1)
+        fmt = ctx.step_style
 
         async def roll(candidate: StepCandidate) -> dict[str, Any]:
             if contains_answer(candidate["text"]) or candidate["ended_by_model"]:
                 return {"text": "", "logprobs": [], "num_tokens": 0, "usage": Usage()}
             request = Request(
                 messages=[
-                    *conversation(state["question"], state.get("system_prompt")),
-                    AIMessage(step_prefix([*kept_texts, candidate["text"]], index + 1)),
+                    *conversation(state["question"], state.get("system_prompt"), fmt),
+                    AIMessage(fmt.prefix([*kept_texts, candidate["text"]], index + 1)),
                 ],
                 max_tokens=ctx.max_step_tokens * steps_ahead,
-                stop=rollout_stops(index, ctx.foresight_steps),
+                stop=fmt.rollout_stops(index, ctx.foresight_steps),
                 extra_body={"chat_template_kwargs": {"enable_thinking": False}},
             )
             reply = await generate(backbone, request)
@@ -353,7 +346,11 @@ def build_thinking(backbone: BaseChatModel, verifier: BaseChatModel, context_of:
         """Think (capped at thinking_budget, whole sentences kept) about the flagged step."""
         ctx = context_of(runtime)
         conv = thinking_conversation(
-            state["question"], state.get("system_prompt"), _kept_texts(state), _index(state)
+            state["question"],
+            state.get("system_prompt"),
+            _kept_texts(state),
+            _index(state),
+            ctx.step_style,
         )
         thought, capped, num_tokens, reply = await think(
             backbone, conv, style=ctx.thinking_style, budget=ctx.thinking_budget
@@ -367,17 +364,19 @@ def build_thinking(backbone: BaseChatModel, verifier: BaseChatModel, context_of:
         """Write the step after the closed think block; its uncertainty feeds the momentum."""
         ctx = context_of(runtime)
         kept_texts, index = _kept_texts(state), _index(state)
+        fmt = ctx.step_style
         conv = thinking_conversation(
-            state["question"], state.get("system_prompt"), kept_texts, index
+            state["question"], state.get("system_prompt"), kept_texts, index, fmt
         )
         block = think_block(state["thought"]["text"], ctx.thinking_style)
-        messages = [*conv, AIMessage(block + step_prefix(kept_texts, index))]
+        messages = [*conv, AIMessage(block + fmt.prefix(kept_texts, index))]
         (step,), reply = await sample_steps(
             backbone,
             messages,
             index=index,
             n=1,
             max_tokens=ctx.max_step_tokens,
+            fmt=fmt,
             extra_body=THINKING_ON,
         )
         return {

@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Annotated, Any, Literal, NotRequired, TypedDict
 
 from nodes.budget import BudgetSettings
-from nodes.draft import StepCandidate
+from nodes.draft import STEP_FORMATS, StepCandidate, StepFormat
 from nodes.gates import GATES, GateParams, check_gate
 from nodes.judge import Judgement
 from nodes.llm import add_usage
@@ -73,6 +73,12 @@ class Context:
         "sample", "Foresight: draw the step by its weight (seeded) or take the best weight."
     )
     thinking_budget: int = _describe(2048, "Thinking switch: token cap of the thinking.")
+    step_format: Literal["marker", "paragraph"] = _describe(
+        "marker",
+        "How the backbone writes steps: marker (the paper: 'Step1: ...', a step ends at the "
+        "next marker) or paragraph (a step ends at a blank line, as PRM data and "
+        "search-and-learn; for models that write no markers).",
+    )
     thinking_style: Literal["prefix", "qwen3"] = _describe(
         "prefix",
         "prefix: continue '<think>\\nOkay, so I need to' (any template); qwen3: a fresh turn "
@@ -108,6 +114,13 @@ class Context:
             raise ValueError("foresight_selection must be 'sample' or 'argmax'")
         if self.thinking_style not in ("prefix", "qwen3"):
             raise ValueError("thinking_style must be 'prefix' or 'qwen3'")
+        if self.step_format not in STEP_FORMATS:
+            raise ValueError(f"step_format must be one of {', '.join(STEP_FORMATS)}")
+
+    @property
+    def step_style(self) -> StepFormat:
+        """The StepFormat that `step_format` names."""
+        return STEP_FORMATS[self.step_format]
 
     @property
     def budget_mode(self) -> bool:

@@ -114,19 +114,19 @@ class Endpoint:
 
 
 def default_endpoints() -> tuple[Endpoint, Endpoint]:
-    """(backbone, verifier) endpoints from the environment, else the cpu-tiny profile.
+    """(backbone, verifier) endpoints from the environment, else the default CPU profile's.
 
     Backbone: `MUR_BASE_URL` / `MUR_MODEL`. Verifier: `MUR_VERIFIER_URL` /
     `MUR_VERIFIER_MODEL`, defaulting to the backbone (the model judges its own steps).
     A URL given without a model name resolves the model from the server's /v1/models.
     """
-    tiny = get_profile(DEFAULT_PROFILE)
+    default = get_profile(DEFAULT_PROFILE)
     env_url = os.environ.get("MUR_BASE_URL", "").strip()
     env_model = os.environ.get("MUR_MODEL", "").strip() or None
     if env_url:
         backbone = Endpoint(normalize_base_url(env_url), env_model)
     else:
-        backbone = Endpoint(tiny.base_url, env_model or tiny.served_model_name)
+        backbone = Endpoint(default.base_url, env_model or default.served_model_name)
     ver_url = os.environ.get("MUR_VERIFIER_URL", "").strip()
     ver_model = os.environ.get("MUR_VERIFIER_MODEL", "").strip() or None
     if ver_url:
