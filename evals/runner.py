@@ -12,17 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
-
 from evals.datasets import Problem
 from evals.grading import grade
+from evals.progress import RunProgress
 from evals.records import JobKey, RecordStore
 from evals.report import write_report
 from graphs.mur import build_graph
@@ -153,19 +145,8 @@ async def run_jobs(
     consecutive_server_failures = 0
     server_gone: str | None = None
     tokens = 0
-    started = time.monotonic()
-    progress = Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("{task.fields[rate]}"),
-        TimeElapsedColumn(),
-        TextColumn("ETA"),
-        TimeRemainingColumn(),
-        disable=not show_progress,
-        transient=False,
-    )
-    task = progress.add_task("questions", total=len(jobs), rate="")
+    # A bar on a terminal; a plain line every few questions in a log (see evals/progress.py).
+    progress = RunProgress(len(jobs), enabled=show_progress)
 
     async def run_one(job: Job) -> None:
         nonlocal finished, failed, tokens, consecutive_server_failures, server_gone
@@ -183,7 +164,7 @@ async def run_jobs(
                 store.append_error(
                     {"key": job.key.text, "error": type(exc).__name__, "message": str(exc)[:2000]}
                 )
-                progress.advance(task)
+                progress.update(finished=finished, failed=failed, tokens=tokens)
                 consecutive_server_failures = (
                     consecutive_server_failures + 1 if is_transient(exc) else 0
                 )
@@ -199,14 +180,9 @@ async def run_jobs(
         finished += 1
         usage = record["usage"]
         tokens += usage["backbone_tokens"] + usage["external_tokens"]
-        elapsed = max(time.monotonic() - started, 1e-9)
-        progress.update(
-            task,
-            advance=1,
-            rate=f"{finished / elapsed * 60:.1f} q/min  {tokens / elapsed:.0f} tok/s",
-        )
+        progress.update(finished=finished, failed=failed, tokens=tokens)
 
-    with progress:
+    async with progress:
         await asyncio.gather(*(run_one(job) for job in jobs))
     return RunOutcome(finished, failed, len(jobs) - finished - failed, server_gone)
 
