@@ -63,3 +63,15 @@ def test_non_utf8_question_from_the_shell() -> None:
     )
     assert done.returncode == 2
     assert b"UTF-8" in done.stderr and b"Traceback" not in done.stderr
+
+
+def test_absent_gpqa_exits_2_saying_where_to_put_it(tmp_path, capsys, monkeypatch) -> None:
+    from evals import datasets
+
+    monkeypatch.delenv(datasets.DATA_DIR_ENV, raising=False)
+    monkeypatch.setattr(datasets, "_SHARED_DATA_DIR", tmp_path / "absent")
+    monkeypatch.setattr(run, "connect", lambda *a, **k: pytest.fail("no server for bad input"))
+    status = run.main(["--strategy", "critic", "--dataset", "gpqa_diamond", "--limit", "1"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert status == 2 and len(err) == 1
+    assert "not shipped" in err[0] and "MUR_DATA_DIR" in err[0] and "--data-dir" in err[0]
