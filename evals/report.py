@@ -86,6 +86,7 @@ class Headline:
     accuracy: float
     always_accuracy: float
     comparison: stats.PairedComparison
+    one_sample: bool  # one sample per question in both: the exact test is McNemar's
 
     @property
     def tokens_ratio(self) -> float:
@@ -299,6 +300,7 @@ def headlines(
                 accuracy=_mean_of(scores, common),
                 always_accuracy=_mean_of(reference, common),
                 comparison=comparison,
+                one_sample=all(len(s.records) == len(s.by_question) for s in (setting, always)),
             )
         )
     return sorted(found, key=lambda h: (h.dataset, h.strategy, HEADLINE_GATES.index(h.gate)))

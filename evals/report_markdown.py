@@ -132,12 +132,14 @@ def headline_sentence(h: Headline) -> str:
         else " (one question: no interval)"
     )
     name = "MUR" if h.gate == "mur" else "MUR with bias correction"
+    plural = "" if c.better == 1 else "s"
+    test = "exact McNemar" if h.one_sample else "exact sign test (samples averaged per question)"
     return (
         f"**{h.dataset} / {h.strategy}, {name} (`{h.gate}`, gamma {h.gamma:g})**: "
         f"{_ratio(h.tokens_ratio)} the tokens of always ({h.tokens:,.0f} vs "
         f"{h.always_tokens:,.0f} per question); accuracy {_pct(h.accuracy)}% vs "
         f"{_pct(h.always_accuracy)}%, a difference of {_points(c.difference)} points"
-        f"{interval}; exact McNemar p = {_p(c.p_value)} ({c.better} questions better, "
+        f"{interval}; {test} p = {_p(c.p_value)} ({c.better} question{plural} better, "
         f"{c.worse} worse), on the {c.n} questions both ran."
     )
 

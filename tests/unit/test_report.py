@@ -196,6 +196,7 @@ def test_report_writes_markdown_json_and_png(tmp_path: Path) -> None:
     assert mur.tokens_ratio == pytest.approx(270 / 400)
     assert "0.68x the tokens of always (270 vs 400 per question)" in markdown
     assert "a difference of -12.5 points (95% paired bootstrap interval" in markdown
+    assert "exact McNemar p = 1.000 (1 question better, 2 worse)" in markdown  # 2*(1+3)/8
     assert "on the 8 questions both ran" in markdown
 
 
@@ -212,6 +213,17 @@ def test_report_without_always_says_so_and_drops_paired_columns(tmp_path: Path) 
     assert "No `always` runs for this dataset and strategy" in report.markdown
     assert "no `always` runs, so no comparison" in report.markdown
     assert "| paired n |" not in report.markdown and "| vs always |" not in report.markdown
+
+
+def test_headline_with_several_samples_names_the_sign_test() -> None:
+    records = [record(q, g, q == 0, sample=s) for q in range(3) for g in ("always",)
+               for s in range(2)]  # fmt: skip
+    records += [record(q, "mur", True, gamma=0.9, sample=s) for q in range(3) for s in range(2)]
+    (head,) = headlines(records)
+    assert not head.one_sample and (head.comparison.better, head.comparison.worse) == (2, 0)
+    assert "exact sign test (samples averaged per question) p = 0.500" in to_markdown(
+        summarize(records), [head]
+    )
 
 
 def test_headline_at_a_missing_gamma_names_the_ones_run(tmp_path: Path) -> None:
