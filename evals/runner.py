@@ -187,6 +187,16 @@ async def run_jobs(
     return RunOutcome(finished, failed, len(jobs) - finished - failed, server_gone)
 
 
+def record_command(path: Path, command: str) -> None:
+    """Append the command to the folder's command.txt unless it is already its last line: a
+    folder may be filled by several commands (a gamma sweep after the main table), and a
+    resumed run repeats its command."""
+    lines = path.read_text().splitlines() if path.exists() else []
+    if not lines or lines[-1] != command:
+        with path.open("a") as fh:
+            fh.write(command + "\n")
+
+
 def run_benchmark(
     args: Any,
     problems: Sequence[Problem],
@@ -197,9 +207,7 @@ def run_benchmark(
     """`run.py --dataset ...`: plan, skip what --out already holds, run, report."""
     out = Path(args.out or f"runs/{args.dataset}-{args.strategy}")
     store = RecordStore(out)
-    (out / "command.txt").write_text(
-        "python run.py " + " ".join(shlex.quote(a) for a in sys.argv[1:]) + "\n"
-    )
+    record_command(out / "command.txt", "python run.py " + shlex.join(sys.argv[1:]))
 
     def context_for(gate: str, gamma: float, sample: int, overrides: Overrides) -> Context:
         ctx = make_context(args, gate, gamma, connection.recommended, overrides)

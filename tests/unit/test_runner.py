@@ -10,7 +10,7 @@ import pytest
 
 from evals.datasets import load_dataset
 from evals.records import RecordStore, load_records
-from evals.runner import plan_jobs, run_jobs
+from evals.runner import parse_gate_label, plan_jobs, record_command, run_jobs
 from fakes import FakeLogprobChat, Scripted
 from graphs import Context, build_graph
 
@@ -132,3 +132,33 @@ async def test_a_dead_server_stops_the_run_early(tmp_path: Path) -> None:
     assert outcome.finished == 2 and outcome.failed == 2 and outcome.skipped == 2
     assert "500" in outcome.server_gone
     assert len(store.load()) == 2
+
+
+def test_command_txt_keeps_every_command_that_filled_the_folder(tmp_path: Path) -> None:
+    path = tmp_path / "command.txt"
+    record_command(path, "python run.py --gate mur,always")
+    record_command(path, "python run.py --gate mur,always")  # a resumed run
+    record_command(path, "python run.py --gate mur --gamma 0.5,1.2")  # a sweep added later
+    assert path.read_text().splitlines() == [
+        "python run.py --gate mur,always",
+        "python run.py --gate mur --gamma 0.5,1.2",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("label", "gate", "overrides"),
+    [
+        ("mur", "mur", {}),
+        ("mur+bc", "mur", {"bias_correction": True}),
+        ("random@0.12", "random", {"random_rate": 0.12}),
+        ("always", "always", {}),
+    ],
+)
+def test_gate_labels_name_a_gate_and_its_settings(label, gate, overrides) -> None:
+    assert parse_gate_label(label) == (gate, overrides)
+
+
+@pytest.mark.parametrize("label", ["mur@0.5", "random@often"])
+def test_bad_gate_labels_say_what_is_wrong(label: str) -> None:
+    with pytest.raises(ValueError, match=label):
+        parse_gate_label(label)
