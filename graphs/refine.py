@@ -38,7 +38,7 @@ from nodes.select import (
     mean_logprob,
     sample_index,
 )
-from nodes.thinking import THINKING_ON, think, think_block, thinking_conversation
+from nodes.thinking import think, think_block, thinking_conversation
 from nodes.uncertainty import step_uncertainty
 from prompts.mur import CRITIC_FEEDBACK
 
@@ -364,7 +364,11 @@ def build_thinking(backbone: BaseChatModel, verifier: BaseChatModel, context_of:
         }
 
     async def write_step(state: RefineState, runtime: Runtime[Context]) -> Update:
-        """Write the step after the closed think block; its uncertainty feeds the momentum."""
+        """Write the step after the closed think block; its uncertainty feeds the momentum.
+
+        Sent with thinking off, like every step: the think block is in the continued message
+        itself (Qwen3's template renders it from the text whatever enable_thinking says), and
+        with thinking on vLLM's qwen3 reasoning parser would file the step as reasoning."""
         ctx = context_of(runtime)
         kept_texts, index = _kept_texts(state), _index(state)
         conv = thinking_conversation(
@@ -378,7 +382,6 @@ def build_thinking(backbone: BaseChatModel, verifier: BaseChatModel, context_of:
             index=index,
             n=1,
             max_tokens=ctx.max_step_tokens,
-            extra_body=THINKING_ON,
         )
         return {
             "kept": _single_step_turn(step),
