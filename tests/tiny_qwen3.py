@@ -195,7 +195,6 @@ class TinyQwen3Server:
     base_url: str
     model: str
     reasoning_parser: bool
-    start_s: float
 
 
 @contextlib.contextmanager
@@ -226,12 +225,9 @@ def serve(
         recommended={},
         description="tests: random-weight Qwen3 with Qwen3's tokenizer and chat template",
     )
-    started = time.monotonic()
     server = up(profile, eager=True, timeout=timeout, progress=True, model_path=folder)
     try:
-        yield TinyQwen3Server(
-            server.base_url, server.model, reasoning_parser, time.monotonic() - started
-        )
+        yield TinyQwen3Server(server.base_url, server.model, reasoning_parser)
     finally:
         down(profile.name)
         # One log per free port would pile up; a failed start raised above and kept its log.
