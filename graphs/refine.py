@@ -35,7 +35,7 @@ from nodes.select import (
     mean_logprob,
     sample_index,
 )
-from nodes.thinking import THINKING_ON, think, think_block, thinking_conversation
+from nodes.thinking import think, think_block, thinking_conversation
 from nodes.uncertainty import step_uncertainty
 from prompts.mur import CRITIC_FEEDBACK
 
@@ -361,7 +361,11 @@ def build_thinking(backbone: BaseChatModel, verifier: BaseChatModel, context_of:
         }
 
     async def write_step(state: RefineState, runtime: Runtime[Context]) -> Update:
-        """Write the step after the closed think block; its uncertainty feeds the momentum."""
+        """Write the step after the closed think block; its uncertainty feeds the momentum.
+
+        Sent with thinking off, like every step: the think block is in the continued message
+        itself (Qwen3's template renders it from the text whatever enable_thinking says), and
+        with thinking on vLLM's qwen3 reasoning parser would file the step as reasoning."""
         ctx = context_of(runtime)
         kept_texts, index = _kept_texts(state), _index(state)
         fmt = ctx.step_style
@@ -377,7 +381,6 @@ def build_thinking(backbone: BaseChatModel, verifier: BaseChatModel, context_of:
             n=1,
             max_tokens=ctx.max_step_tokens,
             fmt=fmt,
-            extra_body=THINKING_ON,
         )
         return {
             "kept": _single_step_turn(step),

@@ -54,7 +54,8 @@ def thinking_request(
 ) -> Request:
     """`prefix`: continue the paper's assistant prefix (any chat template that leaves the
     assistant text alone). `qwen3`: a fresh turn with enable_thinking, since Qwen3's template
-    wraps a continued assistant message in an empty think block of its own."""
+    puts a closed empty think block before a continued assistant message whatever
+    enable_thinking says (vLLM issue 28089; tests/integration/test_qwen3_template.py)."""
     if style == "prefix":
         return Request(
             messages=[*conversation, AIMessage(THINKING_PREFIX)],
