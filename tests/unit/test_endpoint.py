@@ -17,11 +17,12 @@ import pytest
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 from langchain_openai import ChatOpenAI
 
+from asgi_server import running
+from endpoint import MODELS, create_app, model_name
 from fakes import FakeLogprobChat, Scripted
 from graphs.state import STRATEGIES
 from nodes.gates import GATES
 from servers.clients import make_chat_model
-from servers.mur_endpoint import MODELS, create_app, model_name, running
 
 DRAFT_M = {1: 1.0, 2: 1.3, 3: 0.15}  # step 3 states the answer
 REVISED_M = 0.1

@@ -8,8 +8,9 @@ from __future__ import annotations
 import openai
 import pytest
 
+from asgi_server import running
+from endpoint import create_app
 from servers.clients import make_chat_model
-from servers.mur_endpoint import create_app, running
 
 pytestmark = pytest.mark.integration
 
