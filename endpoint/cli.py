@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ipaddress
+import logging
 import os
 import sys
 from typing import Any
@@ -35,6 +36,7 @@ PROG = "python -m endpoint"
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8100
 API_KEY_ENV = "MUR_API_KEY"
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
 
 
 def _positive(text: str) -> int:
@@ -83,7 +85,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=DEFAULT_MAX_REQUEST_BYTES,
         help=f"largest request body; larger get 413 (default {DEFAULT_MAX_REQUEST_BYTES:,})",
     )
-    parser.add_argument("--log-level", default="info")
+    parser.add_argument(
+        "--log-level",
+        default="info",
+        choices=LOG_LEVELS,
+        help="uvicorn's and this endpoint's (no 'trace': uvicorn would log request headers, "
+        "and with them the API key)",
+    )
     return parser
 
 
@@ -159,6 +167,8 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
             flush=True,
         )
+    logging.basicConfig(format="%(levelname)-9s %(name)s: %(message)s")
+    logging.getLogger("endpoint").setLevel(args.log_level.upper())
     with contextlib.suppress(KeyboardInterrupt):
         uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
     return 0

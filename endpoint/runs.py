@@ -120,7 +120,7 @@ class RunService:
                 steps.put_nowait(END)
             return trace_of(final)
 
-        task = asyncio.create_task(run(), name=f"mur-{job.model}")
+        task = asyncio.create_task(run(), name=job.model)
         self.in_flight += 1
         task.add_done_callback(self._ended)
         return Run(job, task, steps)
