@@ -1,16 +1,25 @@
-"""The MUR endpoint over the real CPU vLLM server: one short completion, end to end.
+"""The MUR endpoint over the real CPU vLLM server: one short completion end to end, and a
+client that disconnects mid-stream.
 
-Kept to a single small request: the server is shared and slow (2 CPU cores).
+Kept to small requests: the server is shared and slow (2 CPU cores). The token checks compare
+with the server's own counter, so run these under the integration lock (no other client).
 """
 
 from __future__ import annotations
 
+import json
+import time
+from collections.abc import Callable
+
+import httpx
 import openai
 import pytest
 
 from asgi_server import running
 from endpoint import create_app
 from servers.clients import make_chat_model
+from servers.launcher import RunningServer
+from servers.metrics import generation_tokens, read_counter
 
 pytestmark = pytest.mark.integration
 
@@ -42,5 +51,53 @@ def test_one_real_completion_through_the_endpoint(cpu_server, generated_tokens) 
     usage = trace["usage"]
     completion = usage["backbone_tokens"] + usage["external_tokens"]
     assert reply.usage.completion_tokens == completion > 0
-    # The server generated at least what the run counted (other clients may add to it).
-    assert generated_tokens() >= completion
+    # Every token the server generated is in the reply's usage (no other client, no retry).
+    assert generated_tokens() == completion
+
+
+# One number per step: the small model keeps writing steps of a few tokens each, so a run that
+# is not cancelled goes on generating for about a minute.
+ENDLESS = "Count from 1 to 100, writing one number per step. Do not stop early."
+STEP_TOKENS = 32
+
+
+def settled(read: Callable[[], int], quiet: float, timeout: float) -> int:
+    """The value of `read()` once it has not moved for `quiet` seconds."""
+    value, since, deadline = read(), time.monotonic(), time.monotonic() + timeout
+    while time.monotonic() - since < quiet:
+        assert time.monotonic() < deadline, f"still moving after {timeout} s"
+        time.sleep(0.25)
+        now = read()
+        if now != value:
+            value, since = now, time.monotonic()
+    return value
+
+
+def test_disconnect_mid_stream_stops_the_server_within_one_step(
+    cpu_server: RunningServer,
+) -> None:
+    app = create_app(make_chat_model(cpu_server.base_url, cpu_server.model))
+    body = {
+        "model": "mur-critic-never",
+        "messages": [{"role": "user", "content": ENDLESS}],
+        "stream": True,
+        "mur": {"max_steps": 40, "max_step_tokens": STEP_TOKENS},
+    }
+    counter = lambda: generation_tokens(cpu_server.base_url)  # noqa: E731
+    with running(app) as url, httpx.Client(timeout=300) as client:
+        with client.stream("POST", f"{url}/chat/completions", json=body) as reply:
+            assert reply.status_code == 200
+            events = (line for line in reply.iter_lines() if line.startswith("data: "))
+            steps = [json.loads(next(events).removeprefix("data: ")) for _ in range(2)]
+        at_disconnect = counter()
+        assert [s["mur_step"]["index"] for s in steps] == [1, 2]
+        # The run is cancelled at once; its request in flight, if any, is aborted by vLLM.
+        deadline = time.monotonic() + 10
+        while app.state.service.in_flight and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert app.state.service.in_flight == 0, "the graph run goes on after the disconnect"
+        after = settled(counter, quiet=3, timeout=60)
+    grown = after - at_disconnect
+    assert grown <= STEP_TOKENS, f"the server generated {grown} tokens after the disconnect"
+    running_now = read_counter(cpu_server.base_url, "vllm:num_requests_running")
+    assert running_now == 0
