@@ -86,7 +86,6 @@ def main(argv: list[str] | None = None) -> None:
         host=args.host,
         port=args.port,
         log_level="warning",
-        backlog=4096,
         timeout_keep_alive=KEEP_ALIVE_SECONDS,  # as python -m endpoint serves
     )
 
