@@ -108,9 +108,7 @@ def create_app(
             trace = await unless_disconnected(run.task, request.receive, run)
         except ClientGone:
             return Response(status_code=CLIENT_CLOSED)
-        except APIError:
-            raise
-        except Exception as exc:
+        except Exception as exc:  # the run's own failure
             raise service.failure(exc) from exc
         reply = completion(job, trace, cid, created)
         return Response(dump(reply), media_type="application/json")
