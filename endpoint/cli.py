@@ -63,14 +63,17 @@ def build_parser() -> argparse.ArgumentParser:
         "--host", default=DEFAULT_HOST, help=f"interface to listen on (default {DEFAULT_HOST})"
     )
     parser.add_argument("--port", type=int, default=DEFAULT_PORT)
-    parser.add_argument("--base-url", help="backbone server (default: MUR_BASE_URL or cpu-tiny)")
+    parser.add_argument(
+        "--base-url",
+        help="backbone server (default: MUR_BASE_URL, else the default profile's server)",
+    )
     parser.add_argument("--model", help="backbone model name (default: ask the server)")
     parser.add_argument("--verifier-url", help="verifier server (default: the backbone's)")
     parser.add_argument("--verifier-model", help="verifier model name (default: ask the server)")
     parser.add_argument(
         "--profile",
         help="take this server profile's recommended graph settings as defaults "
-        "(default: cpu-tiny's when the backbone is the embedded cpu-tiny server)",
+        "(default: the default profile's when the backbone is its server)",
     )
     parser.add_argument(
         "--api-key",
