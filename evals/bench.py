@@ -1491,7 +1491,8 @@ def render(out: dict[str, Any], settings: Settings, command: str, header: dict[s
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from evals.datasets import load_dataset
-    from graphs.state import Context, check_strategy
+    from graphs.refine import check_strategy
+    from graphs.state import Context
     from nodes.gates import check_gate
 
     try:

@@ -173,6 +173,8 @@ def plot_gamma_sweep(rows: Sequence[Row], path: Path) -> Path | None:
     sweep = [r for r in rows if r.gate == "mur" and r.gamma is not None]
     if len({r.gamma for r in sweep}) < 2:
         return None
+    # Local: matplotlib is slow to import, only a gamma sweep plots, and the backend must be
+    # chosen before pyplot is imported.
     import matplotlib
 
     matplotlib.use("Agg")

@@ -46,8 +46,8 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
+from graphs import STRATEGIES, Context, output_of
 from graphs.mur import build_graph
-from graphs.state import STRATEGIES, Context, output_of
 from nodes.draft import check_question
 from nodes.gates import GATES
 

@@ -18,7 +18,7 @@ from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 from langchain_openai import ChatOpenAI
 
 from fakes import FakeLogprobChat, Scripted
-from graphs.state import STRATEGIES
+from graphs import STRATEGIES
 from nodes.gates import GATES
 from servers.clients import make_chat_model
 from servers.mur_endpoint import MODELS, create_app, model_name, running
