@@ -245,6 +245,7 @@ def build_graph(
 
 def default_models() -> tuple[BaseChatModel, BaseChatModel]:
     """Clients of the default endpoints (env MUR_BASE_URL etc., else the embedded CPU server)."""
+    # Local: langchain-openai takes seconds to import; a graph given its models never needs it.
     from servers.clients import default_endpoints, make_chat_model
 
     backbone_endpoint, verifier_endpoint = default_endpoints()
