@@ -178,8 +178,12 @@ def _squash(answer: str) -> str:
 
 
 def _start_worker(extra_memory: int) -> None:
-    """Runs once in each worker: quiet logs, and a cap on the memory it may add."""
-    logging.disable(logging.CRITICAL)  # math-verify logs the whole input on a timeout
+    """Runs once in each worker: silent (math-verify logs and prints whole inputs, e.g. on a
+    timeout), and a cap on the memory it may add. Verdicts travel through pebble's pipes."""
+    logging.disable(logging.CRITICAL)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.dup2(devnull, 2)
     if extra_memory > 0 and sys.platform.startswith("linux"):
         import resource  # Local: Unix-only module, needed in the workers alone.
 
