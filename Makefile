@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.mur-setup.stamp
 BOOTSTRAP_PY := $(shell command -v python3.11 2>/dev/null || command -v python3)
-PROFILE ?= cpu-tiny
+PROFILE ?= cpu-qwen-1.5b
 EAGER ?=
 PYTEST_ARGS ?=
 

@@ -29,7 +29,7 @@ from pydantic.fields import FieldInfo
 from rich.console import Console
 
 from evals.datasets import Problem, load_dataset
-from evals.runner import BenchmarkPlan, run_benchmark
+from evals.runner import BenchmarkPlan, parse_gate_label, run_benchmark
 from graphs.mur import build_graph
 from graphs.refine import STRATEGIES, summarise
 from graphs.solve import solve
@@ -46,6 +46,10 @@ SAMPLE_QUESTION = (
 
 # Context fields that take a comma-separated list with --dataset: the benchmark sweeps them.
 SWEEPS: tuple[str, ...] = ("gate", "gamma", "budget_tokens", "target_scale_rate")
+# What a flag takes beyond its Context field (evals.runner.parse_gate_label reads the labels).
+FLAG_NOTES: dict[str, str] = {
+    "gate": "Labels: mur+bc = mur with bias correction, random@0.12 = random at that rate.",
+}
 
 
 class UsageError(Exception):
@@ -82,7 +86,7 @@ def add_context_flags(parser: argparse.ArgumentParser) -> None:
     for name, info in Context.model_fields.items():
         flag = "--" + name.replace("_", "-")
         kind, choices = _flag_kind(info.annotation)
-        help_text = _help(info, choices, sweep=name in SWEEPS)
+        help_text = _help(name, info, choices, sweep=name in SWEEPS)
         if kind is bool:
             group.add_argument(
                 flag, dest=name, action=argparse.BooleanOptionalAction, help=help_text
@@ -95,9 +99,11 @@ def add_context_flags(parser: argparse.ArgumentParser) -> None:
             group.add_argument(flag, dest=name, type=kind, choices=choices, help=help_text)
 
 
-def _help(info: FieldInfo, choices: tuple[Any, ...] | None, sweep: bool) -> str:
+def _help(name: str, info: FieldInfo, choices: tuple[Any, ...] | None, sweep: bool) -> str:
     """The field's description, then its choices or bounds and its default."""
     text = (info.description or "").replace("%", "%%")
+    if name in FLAG_NOTES:
+        text += " " + FLAG_NOTES[name]
     if sweep:
         text += " A comma list with --dataset."
     limits = [
@@ -133,7 +139,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--profile",
         default=None,
-        help="server profile whose recommended settings apply (default: cpu-tiny when embedded)",
+        help="server profile whose recommended settings apply (default: the embedded one)",
     )
     parser.add_argument("--eager", action="store_true", help="start the embedded server eager")
     parser.add_argument("--json", action="store_true", help="print the result as one JSON object")
@@ -178,7 +184,7 @@ def connect(args: argparse.Namespace, say: Callable[[str], None]) -> Connection:
         base_urls = split_urls(args.base_url)
         model = args.model
     else:
-        say("Using the embedded CPU vLLM server (cpu-tiny); pass --base-url to use another.")
+        say(f"Using the embedded CPU vLLM server ({DEFAULT_PROFILE}); --base-url to use another.")
         server = up(DEFAULT_PROFILE, eager=args.eager, progress=not args.json)
         say(f"{'Started' if server.started else 'Reusing'} {server.model} at {server.base_url}")
         base_urls, model = [server.base_url], server.model
@@ -226,21 +232,21 @@ def budget_settings(args: argparse.Namespace) -> list[tuple[str, float]]:
 
 
 def single_context(args: argparse.Namespace, recommended: dict[str, Any]) -> Context:
-    """The Context of a single solve (no lists: validate() refused them)."""
-    settings = shared_settings(args, recommended)
+    """The Context of a single solve (no lists: validate() refused them): a budget makes it
+    the mur gate; a gate label brings its own settings (`mur+bc`, `random@0.12`)."""
     budgets = budget_settings(args)
-    if budgets:
-        settings[budgets[0][0]] = budgets[0][1]
-    gate = "mur" if budgets else gates(args)[0]
+    gate, overrides = ("mur", dict(budgets[:1])) if budgets else parse_gate_label(gates(args)[0])
+    settings = {**shared_settings(args, recommended), **overrides}
     return Context(**settings, gate=gate, gamma=gammas(args)[0])
 
 
 def validate(args: argparse.Namespace) -> None:
     """Every bad value fails here, before any server is touched."""
     settings = flag_settings(args)
-    for gate in gates(args):
+    for label in gates(args):
+        gate, overrides = parse_gate_label(label)
         for gamma in gammas(args):
-            Context(**settings, gate=gate, gamma=gamma)
+            Context(**{**settings, **overrides}, gate=gate, gamma=gamma)
     for name, value in budget_settings(args):
         Context(**settings, gate="mur", gamma=gammas(args)[0], **{name: value})
     if args.limit is not None and args.limit <= 0:

@@ -35,12 +35,12 @@ from benchmarks.measure import (
     Bench,
     Server,
     Settings,
-    parse_gate,
 )
 from benchmarks.report import load_line, machine_line, merge_notes, render
 from benchmarks.results import GraphRun, RawRun, ReplayRun
 from benchmarks.tables import fmt
 from evals.datasets import load_dataset
+from evals.runner import parse_gate_label
 from graphs.refine import check_strategy
 from graphs.state import Context
 from nodes.gates import check_gate
@@ -229,7 +229,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for strategy in args.strategies:
             check_strategy(strategy)
         for spec in args.gates:
-            check_gate(parse_gate(spec)[0])
+            check_gate(parse_gate_label(spec)[0])
         if args.scaling_strategy:
             check_strategy(args.scaling_strategy)
         if args.questions < 2:

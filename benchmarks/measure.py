@@ -27,15 +27,15 @@ from benchmarks.recording import (
     replay_body,
 )
 from benchmarks.results import GraphRun, NChoiceRun, RawRun, ReplayRun
+from evals.runner import parse_gate_label
 from graphs.mur import build_graph
 from graphs.state import Context
 from servers.clients import make_chat_model
 from servers.launcher import normalize_base_url, root_url
 
 DEFAULT_STRATEGIES: tuple[str, ...] = ("best_of_n", "critic")
+# Gate labels as the runner reads them (evals.runner.parse_gate_label): mur+bc = bias correction.
 DEFAULT_GATES: tuple[str, ...] = ("mur", "mur+bc", "always", "never")
-# A gate name with this suffix runs with bias correction (M_{t-1} / (1 - alpha^(t-1))).
-BIAS_CORRECTED = "+bc"
 DEFAULT_LEVELS: tuple[int, ...] = (1, 2, 4, 8, 16)
 # Small graph settings, so the whole benchmark runs in minutes on a 2-core CPU server.
 SMALL_SETTINGS: dict[str, int] = {
@@ -44,13 +44,6 @@ SMALL_SETTINGS: dict[str, int] = {
     "judge_max_tokens": 64,
     "thinking_budget": 64,
 }
-
-
-def parse_gate(spec: str) -> tuple[str, bool]:
-    """`mur` -> ("mur", False); `mur+bc` -> ("mur", True): the gate and its bias correction."""
-    if spec.endswith(BIAS_CORRECTED):
-        return spec.removesuffix(BIAS_CORRECTED), True
-    return spec, False
 
 
 class Server:
@@ -115,10 +108,10 @@ class Settings:
     n_choice_reps: int = 4
     profile_graph: str | None = None
 
-    def context(self, spec: str) -> Any:
-        """The run's Context for a gate spec (`mur`, `mur+bc`, `always`, ...)."""
-        gate, bias_correction = parse_gate(spec)
-        return Context(gate=gate, gamma=self.gamma, bias_correction=bias_correction, **self.graph)
+    def context(self, label: str) -> Context:
+        """The run's Context for a gate label (`mur`, `mur+bc`, `random@0.2`, `always`, ...)."""
+        gate, overrides = parse_gate_label(label)
+        return Context(gate=gate, gamma=self.gamma, **self.graph, **overrides)
 
 
 class Bench:

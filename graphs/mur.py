@@ -84,9 +84,10 @@ def build_graph(
         index = len(kept) + 1
         if index == 1:
             check_question(state["question"])
-        messages = step_messages(state["question"], state.get("system_prompt"), kept, index)
+        fmt = ctx.step_style
+        messages = step_messages(state["question"], state.get("system_prompt"), kept, index, fmt)
         (draft,), reply = await sample_steps(
-            backbone, messages, index=index, n=1, max_tokens=ctx.max_step_tokens
+            backbone, messages, index=index, n=1, max_tokens=ctx.max_step_tokens, fmt=fmt
         )
         return {
             "draft": draft,
@@ -199,6 +200,7 @@ def build_graph(
             state.get("system_prompt"),
             _kept_texts(state),
             max_tokens=ctx.max_step_tokens,
+            fmt=ctx.step_style,
         )
         return {
             "fallback": {"text": text, "num_tokens": num_tokens},

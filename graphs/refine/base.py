@@ -105,8 +105,9 @@ def sample_candidates_node(backbone: BaseChatModel, context_of: ContextOf):
         reused = [state["draft"]] if ctx.reuse_draft else []
         if ctx.num_candidates - len(reused) < 1:
             return {"candidates": reused}
+        fmt = ctx.step_style
         messages = step_messages(
-            state["question"], state.get("system_prompt"), kept_texts(state), index
+            state["question"], state.get("system_prompt"), kept_texts(state), index, fmt
         )
         candidates, reply = await sample_steps(
             backbone,
@@ -114,6 +115,7 @@ def sample_candidates_node(backbone: BaseChatModel, context_of: ContextOf):
             index=index,
             n=ctx.num_candidates - len(reused),
             max_tokens=ctx.max_step_tokens,
+            fmt=fmt,
         )
         return {"candidates": reused + candidates, "usage": reply.usage("backbone").as_dict()}
 

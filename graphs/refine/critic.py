@@ -23,7 +23,7 @@ from graphs.refine.base import (
     step_index,
 )
 from graphs.state import Context, RefineInput, RefineOutput
-from nodes.draft import StepCandidate, conversation, sample_steps, solution_text, step_prefix
+from nodes.draft import StepCandidate, conversation, sample_steps
 from nodes.judge import analysis_of, judge_step
 from nodes.llm import add_usage
 from prompts.mur import CRITIC_FEEDBACK
@@ -95,14 +95,15 @@ def build(backbone: BaseChatModel, verifier: BaseChatModel, context_of: ContextO
         texts, index = kept_texts(state), step_index(state)
         *earlier, latest = state["critiques"]
         analysis = analysis_of(latest["critique"]) or "The step has an error."
+        fmt = ctx.step_style
         messages = [
-            *conversation(state["question"], state.get("system_prompt")),
-            AIMessage(solution_text([*texts, latest["step"]])),
+            *conversation(state["question"], state.get("system_prompt"), fmt),
+            AIMessage(fmt.solution([*texts, latest["step"]])),
             HumanMessage(CRITIC_FEEDBACK.format(analysis=analysis)),
-            AIMessage(step_prefix(texts, index)),
+            AIMessage(fmt.prefix(texts, index)),
         ]
         (revision,), reply = await sample_steps(
-            backbone, messages, index=index, n=1, max_tokens=ctx.max_step_tokens
+            backbone, messages, index=index, n=1, max_tokens=ctx.max_step_tokens, fmt=fmt
         )
         revised = CriticRound.model_validate(
             {**latest, "revised": True, "revision": revision["text"]}

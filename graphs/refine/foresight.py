@@ -23,7 +23,7 @@ from graphs.refine.base import (
     step_index,
 )
 from graphs.state import Context, RefineInput, RefineOutput
-from nodes.draft import StepCandidate, contains_answer, conversation, marker, step_prefix
+from nodes.draft import StepCandidate, contains_answer, conversation
 from nodes.gates import derive_seed
 from nodes.llm import Request, Usage, add_usage, generate
 from nodes.select import (
@@ -62,14 +62,6 @@ class ForesightState(RefineInput, RefineOutput):
     rollouts: list[dict[str, Any]]  # text, logprobs, num_tokens, one per candidate
 
 
-def rollout_stops(index: int, foresight_steps: int) -> list[str] | None:
-    """A rollout of k steps after step `index` ends where step index + k + 1 would begin."""
-    if foresight_steps == 0:
-        return None
-    nxt = index + foresight_steps + 1
-    return [f"\n{marker(nxt)}", marker(nxt)]
-
-
 def foresight_score(candidate: StepCandidate, rollout: dict[str, Any]) -> float:
     """The rollout's mean logprob; a candidate with nothing to roll out (it ends the solution,
     or the rollout came back empty) is scored by its own tokens, so candidates stay aligned."""
@@ -86,17 +78,18 @@ def build(backbone: BaseChatModel, verifier: BaseChatModel, context_of: ContextO
         ctx = context_of(runtime)
         texts, index = kept_texts(state), step_index(state)
         steps_ahead = ctx.foresight_steps or max(ctx.max_steps - index, 1)
+        fmt = ctx.step_style
 
         async def roll(candidate: StepCandidate) -> tuple[dict[str, Any], Usage]:
             if contains_answer(candidate["text"]) or candidate["ended_by_model"]:
                 return {"text": "", "logprobs": [], "num_tokens": 0}, Usage()
             request = Request(
                 messages=[
-                    *conversation(state["question"], state.get("system_prompt")),
-                    AIMessage(step_prefix([*texts, candidate["text"]], index + 1)),
+                    *conversation(state["question"], state.get("system_prompt"), fmt),
+                    AIMessage(fmt.prefix([*texts, candidate["text"]], index + 1)),
                 ],
                 max_tokens=ctx.max_step_tokens * steps_ahead,
-                stop=rollout_stops(index, ctx.foresight_steps),
+                stop=fmt.rollout_stops(index, ctx.foresight_steps),
                 extra_body={"chat_template_kwargs": {"enable_thinking": False}},
             )
             reply = await generate(backbone, request)

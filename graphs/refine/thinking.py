@@ -22,9 +22,9 @@ from graphs.refine.base import (
     step_index,
 )
 from graphs.state import Context, RefineInput, RefineOutput
-from nodes.draft import sample_steps, step_prefix
+from nodes.draft import sample_steps
 from nodes.llm import add_usage
-from nodes.thinking import THINKING_ON, think, think_block, thinking_conversation
+from nodes.thinking import think, think_block, thinking_conversation
 
 
 class ThinkingRecord(RefineRecord):
@@ -49,7 +49,11 @@ def build(backbone: BaseChatModel, verifier: BaseChatModel, context_of: ContextO
         """Think (capped at thinking_budget, whole sentences kept) about the flagged step."""
         ctx = context_of(runtime)
         conv = thinking_conversation(
-            state["question"], state.get("system_prompt"), kept_texts(state), step_index(state)
+            state["question"],
+            state.get("system_prompt"),
+            kept_texts(state),
+            step_index(state),
+            ctx.step_style,
         )
         thought, capped, num_tokens, reply = await think(
             backbone, conv, style=ctx.thinking_style, budget=ctx.thinking_budget
@@ -60,19 +64,26 @@ def build(backbone: BaseChatModel, verifier: BaseChatModel, context_of: ContextO
         }
 
     async def write_step(state: ThinkingState, runtime: Runtime[Context]) -> Update:
-        """Write the step after the closed think block; its uncertainty feeds the momentum."""
+        """Write the step after the closed think block; its uncertainty feeds the momentum.
+
+        Sent with thinking off, like every step: the think block is in the continued message
+        itself (Qwen3's template renders it from the text whatever enable_thinking says), and
+        with thinking on vLLM's qwen3 reasoning parser would file the step as reasoning."""
         ctx = context_of(runtime)
         texts, index = kept_texts(state), step_index(state)
-        conv = thinking_conversation(state["question"], state.get("system_prompt"), texts, index)
+        fmt = ctx.step_style
+        conv = thinking_conversation(
+            state["question"], state.get("system_prompt"), texts, index, fmt
+        )
         block = think_block(state["thought"]["text"], ctx.thinking_style)
-        messages = [*conv, AIMessage(block + step_prefix(texts, index))]
+        messages = [*conv, AIMessage(block + fmt.prefix(texts, index))]
         (step,), reply = await sample_steps(
             backbone,
             messages,
             index=index,
             n=1,
             max_tokens=ctx.max_step_tokens,
-            extra_body=THINKING_ON,
+            fmt=fmt,
         )
         record = ThinkingRecord(
             strategy="thinking",

@@ -380,9 +380,8 @@ def test_replay_bodies_send_each_choice_of_n_at_its_own_length() -> None:
     assert [b["max_tokens"] for b in replay_bodies(single, "s")] == [7]
 
 
-def test_gate_specs_add_bias_correction() -> None:
-    assert measure.parse_gate("mur") == ("mur", False)
-    assert measure.parse_gate("mur+bc") == ("mur", True)
+def test_gate_labels_add_their_settings() -> None:
+    assert measure.Settings().context("random@0.2").random_rate == 0.2
     ctx = measure.Settings().context("mur+bc")
     assert ctx.gate == "mur" and ctx.bias_correction is True
     assert measure.Settings().context("always").bias_correction is False

@@ -41,6 +41,7 @@ BAD = {
     "huge question": (["--strategy", "critic", "--question", "x" * 200_001], "characters"),
     "max steps zero": (["--strategy", "critic", "--max-steps", "0"], "max_steps"),
     "gate list without dataset": (["--strategy", "critic", "--gate", "mur,never"], "--dataset"),
+    "bad gate label": (["--strategy", "critic", "--gate", "mur@0.5"], "only random takes a rate"),
     "model without url": (["--strategy", "critic", "--model", "m"], "--base-url"),
 }
 
@@ -116,6 +117,26 @@ def test_flags_reach_the_context_and_sweeps_take_lists() -> None:
     assert plan.command == "cmd"
 
 
+def test_a_gate_label_brings_its_settings_to_a_single_solve() -> None:
+    args = run.build_parser().parse_args(["--strategy=critic", "--gate=mur+bc"])
+    run.validate(args)
+    assert run.single_context(args, {}) == Context(gate="mur", bias_correction=True)
+    args = run.build_parser().parse_args(["--strategy=critic", "--gate=random@0.2"])
+    assert run.single_context(args, {}) == Context(gate="random", random_rate=0.2)
+
+
 def test_the_recorded_command_is_the_one_typed() -> None:
     command = run.command_line(["--strategy", "critic", "--question", "a b"])
     assert command.endswith("run.py --strategy critic --question 'a b'")
+
+
+def test_absent_gpqa_exits_2_saying_where_to_put_it(tmp_path, capsys, monkeypatch) -> None:
+    from evals import datasets
+
+    monkeypatch.delenv(datasets.DATA_DIR_ENV, raising=False)
+    monkeypatch.setattr(datasets, "_SHARED_DATA_DIR", tmp_path / "absent")
+    monkeypatch.setattr(run, "connect", lambda *a, **k: pytest.fail("no server for bad input"))
+    status = run.main(["--strategy", "critic", "--dataset", "gpqa_diamond", "--limit", "1"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert status == 2 and len(err) == 1
+    assert "not shipped" in err[0] and "MUR_DATA_DIR" in err[0] and "--data-dir" in err[0]

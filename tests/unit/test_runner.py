@@ -1,4 +1,5 @@
-"""The benchmark runner and reports: resume without loss or duplicates, numbers from records."""
+"""The benchmark runner: resume without loss or duplicates, failures recorded, progress shown
+(report numbers: test_report.py)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,7 @@ import pytest
 
 from evals.datasets import load_dataset
 from evals.records import RecordStore, load_records
-from evals.report import summarize, to_markdown, write_report
-from evals.runner import BenchmarkPlan, run_benchmark, run_jobs
+from evals.runner import BenchmarkPlan, parse_gate_label, record_command, run_benchmark, run_jobs
 from fakes import FakeLogprobChat, Scripted
 from graphs import Context, build_graph
 
@@ -154,55 +154,6 @@ async def test_failures_are_recorded_and_the_run_goes_on(tmp_path: Path) -> None
     assert error["error"] == "ValueError" and "server said no" in error["message"]
 
 
-def record(dataset, gate, gamma, correct, backbone, external, steps, scaled, latency):
-    return {
-        "key": f"{dataset}/{gate}/{gamma}/{backbone}",
-        "dataset": dataset,
-        "strategy": "critic",
-        "gate": gate,
-        "gamma": gamma,
-        "correct": correct,
-        "usage": {"backbone_tokens": backbone, "external_tokens": external},
-        "steps_total": steps,
-        "steps_scaled": scaled,
-        "latency_s": latency,
-    }
-
-
-def test_report_numbers_recompute_from_records(tmp_path: Path) -> None:
-    records = [
-        record("math500", "always", None, True, 100, 50, 4, 4, 1.0),
-        record("math500", "always", None, False, 300, 150, 6, 6, 3.0),
-        record("math500", "mur", 0.9, True, 120, 10, 4, 1, 0.5),
-        record("math500", "mur", 0.9, True, 80, 0, 2, 0, 1.5),
-        record("aime24", "always", None, False, 1000, 0, 8, 8, 2.0),
-        record("aime24", "mur", 0.9, False, 500, 0, 8, 2, 2.0),
-    ]
-    rows = {(r.dataset, r.gate): r for r in summarize(records)}
-    always, mur = rows[("math500", "always")], rows[("math500", "mur")]
-    assert always.accuracy == 50.0 and mur.accuracy == 100.0
-    assert always.total_tokens == 300.0 and mur.total_tokens == 105.0
-    assert mur.tokens_vs_always == pytest.approx(105 / 300)
-    assert mur.steps_scaled == 0.5 and mur.latency_p50 == 1.0
-    average = rows[("average", "mur")]
-    assert average.accuracy == pytest.approx(50.0)
-    assert average.total_tokens == pytest.approx((105 + 500) / 2)
-    assert average.tokens_vs_always == pytest.approx(((105 + 500) / 2) / ((300 + 1000) / 2))
-    assert "| math500 | critic | mur | 0.9 | 2 | 100.0 |" in to_markdown(list(rows.values()))
-
-
-def test_report_writes_tables_and_a_gamma_plot(tmp_path: Path) -> None:
-    lines = [
-        record("math500", "mur", gamma, gamma > 0.8, int(100 * gamma), 0, 3, 1, 1.0)
-        for gamma in (0.7, 0.8, 0.9)
-    ]
-    (tmp_path / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
-    report = write_report(tmp_path)
-    assert report.markdown_path.exists() and report.json_path.exists()
-    assert report.plot_path is not None and report.plot_path.stat().st_size > 1000
-    assert len(json.loads(report.json_path.read_text())) == 3
-
-
 async def test_a_dead_server_stops_the_run_early(tmp_path: Path) -> None:
     from faulty_server import MODEL, faulty_server
     from servers import make_chat_model
@@ -219,3 +170,33 @@ async def test_a_dead_server_stops_the_run_early(tmp_path: Path) -> None:
     assert outcome.finished == 2 and outcome.failed == 2 and outcome.skipped == 2
     assert "500" in outcome.server_gone
     assert len(store.load()) == 2
+
+
+def test_command_txt_keeps_every_command_that_filled_the_folder(tmp_path: Path) -> None:
+    path = tmp_path / "command.txt"
+    record_command(path, "python run.py --gate mur,always")
+    record_command(path, "python run.py --gate mur,always")  # a resumed run
+    record_command(path, "python run.py --gate mur --gamma 0.5,1.2")  # a sweep added later
+    assert path.read_text().splitlines() == [
+        "python run.py --gate mur,always",
+        "python run.py --gate mur --gamma 0.5,1.2",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("label", "gate", "overrides"),
+    [
+        ("mur", "mur", {}),
+        ("mur+bc", "mur", {"bias_correction": True}),
+        ("random@0.12", "random", {"random_rate": 0.12}),
+        ("always", "always", {}),
+    ],
+)
+def test_gate_labels_name_a_gate_and_its_settings(label, gate, overrides) -> None:
+    assert parse_gate_label(label) == (gate, overrides)
+
+
+@pytest.mark.parametrize("label", ["mur@0.5", "random@often"])
+def test_bad_gate_labels_say_what_is_wrong(label: str) -> None:
+    with pytest.raises(ValueError, match=label):
+        parse_gate_label(label)

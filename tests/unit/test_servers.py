@@ -28,6 +28,8 @@ from servers.profiles import (
     EMBEDDED_MODEL,
     Profile,
     command_line,
+    cpu_dtype,
+    cpu_flags,
     cpu_list,
     get_profile,
     profiles,
@@ -106,6 +108,11 @@ def test_profiles_cover_cpu_and_paper_models() -> None:
     assert {"cpu-tiny", "qwen3-1.7b", "qwen3-4b", "qwen3-8b", "genprm-1.5b"} <= set(ps)
     tiny = ps["cpu-tiny"]
     assert tiny.model == EMBEDDED_MODEL and tiny.embedded and tiny.device == "cpu"
+    assert tiny.package is not None and tiny.package.name == "SmolLM2-135M-Instruct"
+    coder = ps["cpu-qwen-1.5b"]
+    assert coder.package is not None and coder.served_model_name == coder.package.name
+    assert coder.port == 8022 and ps["cpu-qwen-0.5b"].port == 8021
+    assert "--dtype" in coder.args and ps["qwen3-8b"].package is None
     assert tiny.port == 8011 and tiny.base_url == "http://127.0.0.1:8011/v1"
     assert tiny.recommended == {
         "max_step_tokens": 256,
@@ -124,6 +131,36 @@ def test_profiles_cover_cpu_and_paper_models() -> None:
         if p.device == "gpu"
     }
     assert util["qwen3-8b"] + util["genprm-1.5b"] < 0.95
+
+
+@pytest.mark.parametrize(
+    ("flags", "dtype"),
+    [
+        ({"avx2", "avx512f", "avx512_bf16"}, "bfloat16"),
+        ({"avx2", "amx_bf16", "amx_tile"}, "bfloat16"),
+        ({"avx2", "fma"}, "float32"),  # bf16 emulated: batching collapses (measured 3.8x slower)
+        (set(), "float32"),
+    ],
+)
+def test_cpu_dtype_follows_the_bf16_instructions(
+    flags: set[str], dtype: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("MUR_CPU_DTYPE", raising=False)
+    assert cpu_dtype(frozenset(flags)) == dtype
+    monkeypatch.setenv("MUR_CPU_DTYPE", "float32")
+    assert cpu_dtype(frozenset(flags)) == "float32"
+    args = get_profile("cpu-tiny").args
+    assert args[args.index("--dtype") + 1] == "float32"  # every CPU profile follows it
+    monkeypatch.setenv("MUR_CPU_DTYPE", "fp8")
+    with pytest.raises(ServerError, match="MUR_CPU_DTYPE='fp8'"):
+        cpu_dtype(frozenset(flags))
+
+
+def test_cpu_flags_are_read_from_cpuinfo(tmp_path: Path) -> None:
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nflags\t\t: fpu avx2 avx512_bf16\n\nprocessor\t: 1\n")
+    assert cpu_flags(info) == {"fpu", "avx2", "avx512_bf16"}
+    assert cpu_flags(tmp_path / "missing") == frozenset()
 
 
 def test_cpu_tiny_env_binds_all_cores_and_stays_offline(mur_home: Path) -> None:
@@ -437,7 +474,7 @@ def test_each_choice_keeps_its_own_metadata_and_stop_reason() -> None:
 
 def test_default_endpoints_from_profile_and_env(monkeypatch: pytest.MonkeyPatch) -> None:
     backbone, verifier = default_endpoints()
-    assert backbone == Endpoint("http://127.0.0.1:8011/v1", "SmolLM2-135M-Instruct")
+    assert backbone == Endpoint("http://127.0.0.1:8022/v1", "Qwen2.5-Coder-1.5B-Instruct")
     assert verifier == backbone
     monkeypatch.setenv("MUR_BASE_URL", "http://gpu:8000")
     monkeypatch.setenv("MUR_MODEL", "Qwen3-8B")

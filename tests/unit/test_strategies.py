@@ -138,7 +138,10 @@ async def test_thinking_caps_then_writes_the_step_after_the_block() -> None:
     assert step_request["messages"][-1].content.endswith(
         "add the numbers. Then check.\n</think>\n\nStep1:"
     )
-    assert step_request["kwargs"]["extra_body"]["chat_template_kwargs"] == {"enable_thinking": True}
+    # The step itself is written with thinking off (the block is already in the message).
+    assert step_request["kwargs"]["extra_body"]["chat_template_kwargs"] == {
+        "enable_thinking": False
+    }
     think_request = next(k for k in seen if k.get("stop") == ["</think>"])
     assert think_request["max_tokens"] == 9
     # Thinking tokens are backbone tokens.
