@@ -32,6 +32,8 @@ test-unit: setup
 lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	@# The import rules of the layout (contracts in pyproject.toml, [tool.importlinter]).
+	$(VENV)/bin/lint-imports
 
 run: setup
 	$(PY) run.py --strategy critic

@@ -2,8 +2,9 @@
 what the reply holds besides OpenAI's fields is the extra `mur` (the step trace) and, on each
 streamed step, `mur_step` (the step's event).
 
-The content is the kept steps as `StepN: text` lines, each ending in a newline, then the
-fallback text if any; the streamed contents concatenate to the non-streamed content.
+The content is the kept steps as the backbone wrote them (`StepN: text` lines in the marker
+format, paragraphs in the paragraph format), then the fallback text if any; the streamed
+contents concatenate to the non-streamed content.
 """
 
 from __future__ import annotations
@@ -35,7 +36,10 @@ def model_list(created: int) -> dict[str, Any]:
     return {"object": "list", "data": data}
 
 
-def step_line(step: Mapping[str, Any]) -> str:
+def step_line(step: Mapping[str, Any], step_format: str = "marker") -> str:
+    """One kept step of the content, in the format the backbone wrote it."""
+    if step_format == "paragraph":
+        return f"{step['text']}\n\n"
     return f"Step{step['index']}: {step['text']}\n"
 
 
@@ -47,9 +51,10 @@ def trace_of(result: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def content_of(trace: Mapping[str, Any]) -> str:
-    """The kept steps, one `StepN: text` line each, then the fallback text if any."""
+    """The kept steps (see `step_line`), then the fallback text if any."""
     fallback = trace.get("fallback")
-    steps = "".join(step_line(s) for s in trace.get("steps") or [])
+    step_format = (trace.get("config") or {}).get("step_format", "marker")
+    steps = "".join(step_line(s, step_format) for s in trace.get("steps") or [])
     return steps + (fallback["text"] if fallback else "")
 
 

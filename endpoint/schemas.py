@@ -7,7 +7,6 @@ request's JSON with strict types, so JSON `true` is no integer and `"0.8"` no nu
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -18,12 +17,11 @@ from pydantic import (
     Field,
     StrictBool,
     StrictInt,
-    TypeAdapter,
-    ValidationError,
 )
 
 from endpoint.errors import APIError, bad_request, describe_validation
 from graphs import STRATEGIES, Context
+from graphs.state import ContextError
 from nodes.draft import check_question
 from nodes.gates import GATES
 
@@ -89,9 +87,6 @@ class Job:
     include_usage: bool
 
 
-_CONTEXT = TypeAdapter(Context)
-
-
 def make_context(
     gate: str, mur: Any = None, seed: int | None = None, defaults: Mapping[str, Any] | None = None
 ) -> Context:
@@ -121,13 +116,13 @@ def make_context(
                 raise bad_request(f"unknown setting mur.{key}: choose among {known}", f"mur.{key}")
             settings[key] = value
     try:
-        return _CONTEXT.validate_json(json.dumps({**settings, "gate": gate}), strict=True)
-    except ValidationError as exc:
-        message, param = describe_validation(exc.errors(), prefix="mur")
+        return Context(**{**settings, "gate": gate})  # strict: no type coercion
+    except ContextError as exc:
+        if not exc.errors:
+            raise bad_request(f"invalid graph settings: {exc}", "mur") from None
+        message, param = describe_validation(exc.errors, prefix="mur")
         what = "invalid graph settings:" if param == "mur" else "invalid graph setting"
         raise bad_request(f"{what} {message}", param) from None
-    except (ValueError, TypeError) as exc:  # a Context check outside pydantic's
-        raise bad_request(f"invalid graph settings: {exc}", "mur") from None
 
 
 def _text(content: str | list[dict[str, Any] | str] | None, where: str) -> str:

@@ -44,7 +44,7 @@ async def events(
     step, sent = first, 0
     try:
         while step is not END:
-            delta = _delta(step_line(step), first=sent == 0)
+            delta = _delta(step_line(step, job.context.step_format), first=sent == 0)
             yield _event(dump(chunk(job, cid, created, delta, mur_step=jsonable_encoder(step))))
             sent += 1
             step = await run.steps.get()

@@ -318,6 +318,7 @@ def write_report(
     seed: int = stats.SEED,
 ) -> Report:
     """Recompute every table and plot of a run folder from its records.jsonl."""
+    # Local: matplotlib (through evals.plots) takes seconds to import; only a written report plots.
     from evals.plots import plot_accuracy_vs_tokens, plot_gamma_sweep
 
     folder = Path(folder)

@@ -4,13 +4,14 @@ each finished question appended to records.jsonl at once; a rerun finishes the r
 from __future__ import annotations
 
 import asyncio
-import shlex
 import sys
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from langchain_core.language_models import BaseChatModel
 
 from evals.datasets import Problem
 from evals.grading import grade
@@ -69,34 +70,63 @@ def budget_label(budget: Budget) -> str:
     return f"mur[{BUDGET_LABELS[budget[0]]}={budget[1]:g}]"
 
 
-def plan_jobs(
-    problems: Sequence[Problem],
-    strategy: str,
-    gates: Sequence[str],
-    gammas: Sequence[float],
-    samples: int,
-    make_context: Callable[[str, float, int, Overrides], Context],
-    budgets: Sequence[Budget] = (),
-) -> list[Job]:
-    """The cross product, with gamma-blind gates run once (their gamma recorded as None) and
-    each budget-mode variant as a gate of its own (`mur[budget=B]`, `mur[rate=r]`). Gate
-    labels may carry overrides (`mur+bc`, `random@0.12`, see `parse_gate_label`)."""
-    settings: list[tuple[str, str, float | None, Overrides]] = []
-    for label in gates:
-        gate, overrides = parse_gate_label(label)
-        for gamma in gammas if gate in GAMMA_GATES else [None]:
-            settings.append((label, gate, gamma, overrides))
-    settings += [(budget_label(budget), "mur", None, {budget[0]: budget[1]}) for budget in budgets]
-    jobs: list[Job] = []
-    for problem in problems:
-        for label, gate, gamma, overrides in settings:
-            for sample in range(samples):
-                context = make_context(
-                    gate, gamma if gamma is not None else gammas[0], sample, overrides
-                )
-                key = JobKey(problem.dataset, problem.id, strategy, label, gamma, sample)
-                jobs.append(Job(key, problem, context))
-    return jobs
+@dataclass(frozen=True)
+class BenchmarkPlan:
+    """One benchmark, typed: every (gate, gamma, budget, sample) on the same questions.
+
+    `gates` are gate labels (`mur`, `mur+bc`, `random@0.12`, see `parse_gate_label`).
+    `settings` are the Context fields shared by every run (a profile's recommendations, then
+    the command line's); each run adds its gate, gamma, its label's or budget's overrides, and
+    `seed + sample`.
+    """
+
+    dataset: str
+    strategy: str
+    problems: tuple[Problem, ...]
+    gates: tuple[str, ...] = ("mur",)
+    gammas: tuple[float, ...] = (0.9,)
+    budgets: tuple[Budget, ...] = ()
+    samples: int = 1
+    concurrency: int = 8
+    settings: Mapping[str, Any] = field(default_factory=dict)
+    out: Path | None = None  # default runs/<dataset>-<strategy>
+    command: str = ""  # the command line that asked for it, kept in command.txt
+
+    @property
+    def folder(self) -> Path:
+        return self.out or Path(f"runs/{self.dataset}-{self.strategy}")
+
+    def context(
+        self, gate: str, gamma: float | None, sample: int = 0, overrides: Overrides | None = None
+    ) -> Context:
+        settings = {
+            **self.settings,
+            "gate": gate,
+            "gamma": gamma if gamma is not None else self.gammas[0],
+            **(overrides or {}),
+        }
+        settings["seed"] = settings.get("seed", 0) + sample
+        return Context(**settings)
+
+    def jobs(self) -> list[Job]:
+        """The cross product, with gamma-blind gates run once (their gamma recorded as None)
+        and each budget-mode variant as a gate of its own (`mur[budget=B]`, `mur[rate=r]`)."""
+        variants: list[tuple[str, str, float | None, Overrides]] = []
+        for label in self.gates:
+            gate, overrides = parse_gate_label(label)
+            for gamma in self.gammas if gate in GAMMA_GATES else [None]:
+                variants.append((label, gate, gamma, overrides))
+        variants += [
+            (budget_label(budget), "mur", None, {budget[0]: budget[1]}) for budget in self.budgets
+        ]
+        jobs: list[Job] = []
+        for problem in self.problems:
+            for label, gate, gamma, overrides in variants:
+                for sample in range(self.samples):
+                    context = self.context(gate, gamma, sample, overrides)
+                    key = JobKey(problem.dataset, problem.id, self.strategy, label, gamma, sample)
+                    jobs.append(Job(key, problem, context))
+        return jobs
 
 
 def make_record(
@@ -197,29 +227,16 @@ def record_command(path: Path, command: str) -> None:
             fh.write(command + "\n")
 
 
-def run_benchmark(
-    args: Any,
-    problems: Sequence[Problem],
-    connection: Any,
-    make_context: Callable[..., Context],
-    budgets: Sequence[Budget] = (),
-) -> int:
-    """`run.py --dataset ...`: plan, skip what --out already holds, run, report."""
-    out = Path(args.out or f"runs/{args.dataset}-{args.strategy}")
+def run_benchmark(plan: BenchmarkPlan, backbone: BaseChatModel, verifier: BaseChatModel) -> int:
+    """Run a plan: skip what its folder already holds, run the rest, report."""
+    out = plan.folder
     store = RecordStore(out)
-    record_command(out / "command.txt", "python run.py " + shlex.join(sys.argv[1:]))
-
-    def context_for(gate: str, gamma: float, sample: int, overrides: Overrides) -> Context:
-        ctx = make_context(args, gate, gamma, connection.recommended, overrides)
-        return Context(**{**ctx.as_dict(), "seed": ctx.seed + sample})
-
-    jobs = plan_jobs(
-        problems, args.strategy, args.gate, args.gamma, args.samples, context_for, budgets
-    )
+    record_command(out / "command.txt", plan.command)
+    jobs = plan.jobs()
     done = store.done_keys()
     todo = [job for job in jobs if job.key.text not in done]
     print(
-        f"{len(problems)} questions x {len(jobs) // max(len(problems), 1)} settings = "
+        f"{len(plan.problems)} questions x {len(jobs) // max(len(plan.problems), 1)} settings = "
         f"{len(jobs)} runs; {len(jobs) - len(todo)} already in {store.path}, {len(todo)} to go"
         + (
             f" (dropped {store.dropped_bytes} bytes of a cut-short last line)"
@@ -228,9 +245,9 @@ def run_benchmark(
         ),
         file=sys.stderr,
     )
-    graph = build_graph(args.strategy, backbone=connection.backbone, verifier=connection.verifier)
+    graph = build_graph(plan.strategy, backbone=backbone, verifier=verifier)
     try:
-        outcome = asyncio.run(run_jobs(graph, todo, store, concurrency=args.concurrency))
+        outcome = asyncio.run(run_jobs(graph, todo, store, concurrency=plan.concurrency))
     except KeyboardInterrupt:
         print(
             f"\ninterrupted: finished questions are saved in {store.path}; rerun the same "

@@ -20,15 +20,8 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.runtime import Runtime
 from langgraph.types import RetryPolicy
 
-from graphs.refine import REFINE_BUILDERS
-from graphs.state import (
-    Context,
-    InputState,
-    OutputState,
-    State,
-    StepRecord,
-    check_strategy,
-)
+from graphs.refine import check_strategy
+from graphs.state import Context, InputState, OutputState, State, StepRecord
 from nodes.answer import extract_answer
 from nodes.budget import budget_margin
 from nodes.draft import (
@@ -38,7 +31,7 @@ from nodes.draft import (
     sample_steps,
     step_messages,
 )
-from nodes.gates import GateHistory, check_gate, decide
+from nodes.gates import GateHistory, decide
 from nodes.llm import is_transient
 from nodes.uncertainty import step_confidence, step_uncertainty, update_momentum
 
@@ -67,27 +60,22 @@ def build_graph(
     backbone: BaseChatModel | None = None,
     verifier: BaseChatModel | None = None,
     checkpointer: Any = None,
-    context: Context | None = None,
 ) -> CompiledStateGraph:
     """Compile the MUR graph for one refine strategy.
 
-    `gate` (and `context`) give the defaults a run uses when it passes no context; a run can
-    still pick any gate and setting with `context=Context(...)`. The verifier defaults to the
-    backbone.
+    `gate` is the default of a run that passes no context; a run picks any gate and setting
+    with `context=Context(...)` (or a dict of them: LangGraph validates it into a Context).
+    The verifier defaults to the backbone.
     """
-    check_strategy(strategy)
-    check_gate(gate)
+    refine_strategy = check_strategy(strategy)
+    defaults = Context(gate=gate)
     if backbone is None:
         backbone, default_verifier = default_models()
         verifier = verifier or default_verifier
     verifier = verifier or backbone
-    defaults = context or Context(gate=gate)
 
     def context_of(runtime: Runtime[Context]) -> Context:
-        ctx = runtime.context
-        if ctx is None:
-            return defaults
-        return ctx if isinstance(ctx, Context) else Context(**ctx)
+        return runtime.context or defaults
 
     async def draft_step(state: State, runtime: Runtime[Context]) -> Update:
         """Continue the kept steps with step t (stops at the next step marker)."""
@@ -231,7 +219,7 @@ def build_graph(
             "config": {"strategy": strategy, **context_of(runtime).as_dict()},
         }
 
-    refine = REFINE_BUILDERS[strategy](backbone, verifier, context_of)
+    refine = refine_strategy.build(backbone, verifier, context_of)
 
     graph = StateGraph(
         State, context_schema=Context, input_schema=InputState, output_schema=OutputState
@@ -259,6 +247,7 @@ def build_graph(
 
 def default_models() -> tuple[BaseChatModel, BaseChatModel]:
     """Clients of the default endpoints (env MUR_BASE_URL etc., else the embedded CPU server)."""
+    # Local: langchain-openai takes seconds to import; a graph given its models never needs it.
     from servers.clients import default_endpoints, make_chat_model
 
     backbone_endpoint, verifier_endpoint = default_endpoints()

@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import httpx
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage
 
@@ -40,7 +41,8 @@ def is_transient(exc: BaseException) -> bool:
     A 4xx answer (bad request, context overflow, unknown model) or a reply without logprobs
     will fail again the same way: those stop the question at once, with their own message.
     """
-    import httpx
+    # Local: the openai SDK takes seconds to import, and nodes run on any LangChain chat model;
+    # an exception of the SDK's means it is already loaded.
     import openai
 
     if isinstance(exc, openai.APIConnectionError | openai.RateLimitError):

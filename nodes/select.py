@@ -8,8 +8,6 @@ from collections import Counter
 from collections.abc import Sequence
 
 import numpy as np
-from sklearn.cluster import KMeans
-from sklearn.feature_extraction.text import TfidfVectorizer
 
 
 def argmax_first(scores: Sequence[float]) -> int:
@@ -51,6 +49,10 @@ def cluster_labels(texts: Sequence[str], *, k: int = 2, seed: int = 0) -> list[i
     k = min(k, distinct)
     if k <= 1:
         return [0] * len(texts)
+    # Local: scikit-learn takes seconds to import and only foresight clusters anything.
+    from sklearn.cluster import KMeans
+    from sklearn.feature_extraction.text import TfidfVectorizer
+
     try:
         vectors = TfidfVectorizer().fit_transform(texts)
     except ValueError:  # empty vocabulary: nothing for TF-IDF to weigh

@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import openai
 from langchain_core.outputs import ChatResult
 from langchain_openai import ChatOpenAI
 
@@ -60,8 +61,6 @@ def loop_safe_async_http_client() -> Any:
     later loop raises "Event loop is closed". Opening a fresh connection per request costs well
     under a millisecond against a local server, negligible next to generation.
     """
-    import openai
-
     client_cls = openai.DefaultAsyncHttpxClient
     # The SDK's HTTP library (httpx, or httpx2 in newer SDKs): take Limits from the same one.
     base = next(c for c in client_cls.__mro__ if c.__name__ == "AsyncClient")

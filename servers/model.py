@@ -14,7 +14,6 @@ redone, never served. A file lock keeps two processes from converting at the sam
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import shutil
@@ -24,6 +23,8 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from filelock import FileLock, Timeout
 
 from servers.errors import ModelError
 from servers.packages import SMOLLM2_135M, ModelPackage, sha256_file
@@ -132,16 +133,16 @@ def is_ready(folder: Path, package: ModelPackage, home: Path | None = None) -> b
 def _file_lock(path: Path) -> Iterator[None]:
     """Exclusive advisory lock on `path` (released on exit, also if the process dies)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a+") as fh:
-        try:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            print(f"waiting for another process converting the model ({path})", file=sys.stderr)
-            fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+    lock = FileLock(path, preserve_lock_file=True)
+    try:
+        lock.acquire(blocking=False)
+    except Timeout:
+        print(f"waiting for another process converting the model ({path})", file=sys.stderr)
+        lock.acquire()
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 def _write_manifest(folder: Path, name: str, source: dict[str, Any]) -> None:

@@ -100,19 +100,3 @@ class FakeLogprobChat(BaseChatModel):
             )
             generations.append(ChatGeneration(message=message))
         return ChatResult(generations=generations)
-
-
-async def solve_streaming(graph: Any, question: str, context: Any) -> tuple[dict, list[dict]]:
-    """Run a MUR graph as a streaming client does: the output contract and the step events."""
-    from graphs.state import output_of
-
-    events: list[dict] = []
-    final: dict = {}
-    async for mode, chunk in graph.astream(
-        {"question": question}, context=context, stream_mode=["custom", "values"]
-    ):
-        if mode == "custom":
-            events.append(chunk)
-        else:
-            final = chunk
-    return output_of(final), events

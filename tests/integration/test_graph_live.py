@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from fakes import solve_streaming
+from graphs import STRATEGIES, Context
 from graphs.mur import build_graph
-from graphs.state import STRATEGIES, Context
+from graphs.solve import solve
 from nodes.gates import replay_decisions
 from nodes.uncertainty import step_uncertainty
 from servers import generation_tokens, make_chat_model
@@ -31,7 +31,8 @@ def backbone(cpu_server):
 
 
 async def solve_all(graph, context: Context) -> list[tuple[dict, list[dict]]]:
-    return list(await asyncio.gather(*(solve_streaming(graph, q, context) for q in QUESTIONS)))
+    solutions = await asyncio.gather(*(solve(graph, q, context=context) for q in QUESTIONS))
+    return [(solution.output, solution.steps) for solution in solutions]
 
 
 def check_trace(result: dict[str, Any], events: list[dict[str, Any]], context: Context) -> None:

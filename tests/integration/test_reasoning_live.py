@@ -14,9 +14,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from fakes import solve_streaming
+from graphs import STRATEGIES, Context
 from graphs.mur import build_graph
-from graphs.state import STRATEGIES, Context
+from graphs.solve import solve
 from nodes.uncertainty import step_uncertainty
 from run import SAMPLE_QUESTION
 from servers import generation_tokens, make_chat_model
@@ -48,9 +48,10 @@ async def test_every_strategy_scales_every_step_of_a_real_solution(reasoner) -> 
     context = Context(gate="always", **SMALL)
     graphs = [build_graph(strategy, backbone=model) for strategy in STRATEGIES]
     before = generation_tokens(reasoner.base_url)
-    solved = await asyncio.gather(
-        *(solve_streaming(graph, SAMPLE_QUESTION, context) for graph in graphs)
+    solutions = await asyncio.gather(
+        *(solve(graph, SAMPLE_QUESTION, context=context) for graph in graphs)
     )
+    solved = [(solution.output, solution.steps) for solution in solutions]
     generated = generation_tokens(reasoner.base_url) - before
     counted = sum(r["usage"]["backbone_tokens"] + r["usage"]["external_tokens"] for r, _ in solved)
     assert counted == generated

@@ -362,7 +362,7 @@ def test_math500_reference_solutions_grade_correct() -> None:
 def test_math500_gold_answers_verify_against_themselves() -> None:
     # Through math-verify itself (no string shortcut): every gold answer must parse.
     problems = load_dataset("math500", limit=100)
-    failed = [p.id for p in problems if not grading._POOL.equal(p.answer, p.answer, 10)]
+    failed = [p.id for p in problems if not grading._VERIFIER.equal(p.answer, p.answer, 10)]
     assert failed == []
 
 

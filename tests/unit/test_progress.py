@@ -11,9 +11,9 @@ import pytest
 from evals.datasets import load_dataset
 from evals.progress import RunProgress, duration
 from evals.records import RecordStore
-from evals.runner import plan_jobs, run_jobs
+from evals.runner import BenchmarkPlan, run_jobs
 from fakes import FakeLogprobChat, Scripted
-from graphs import Context, build_graph
+from graphs import build_graph
 
 
 @pytest.fixture(autouse=True)
@@ -119,14 +119,14 @@ async def test_run_jobs_prints_progress_lines_to_a_non_terminal_stderr(
     tmp_path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     problems = load_dataset("math500", limit=6)
-    jobs = plan_jobs(
-        problems,
-        "critic",
-        ["never"],
-        [0.9],
-        1,
-        lambda gate, gamma, sample, budget: Context(gate=gate, max_steps=2),
+    plan = BenchmarkPlan(
+        dataset="math500",
+        strategy="critic",
+        problems=tuple(problems),
+        gates=("never",),
+        settings={"max_steps": 2},
     )
+    jobs = plan.jobs()
     graph = build_graph("critic", backbone=FakeLogprobChat(responder=respond))
     outcome = await run_jobs(graph, jobs, RecordStore(tmp_path), concurrency=2)
     assert outcome.finished == 6

@@ -10,7 +10,7 @@ import pytest
 
 from evals.datasets import load_dataset
 from evals.records import RecordStore, load_records
-from evals.runner import parse_gate_label, plan_jobs, record_command, run_jobs
+from evals.runner import BenchmarkPlan, parse_gate_label, record_command, run_benchmark, run_jobs
 from fakes import FakeLogprobChat, Scripted
 from graphs import Context, build_graph
 
@@ -41,16 +41,25 @@ class Interrupting:
 
 
 def jobs_for(problems):
-    return plan_jobs(
-        problems,
-        "critic",
-        ["mur", "always", "never"],
-        [0.8, 0.9],
-        1,
-        lambda gate, gamma, sample, budget: Context(
-            gate=gate, gamma=gamma, seed=sample, max_steps=3
-        ),
+    return BenchmarkPlan(
+        dataset="math500",
+        strategy="critic",
+        problems=tuple(problems),
+        gates=("mur", "always", "never"),
+        gammas=(0.8, 0.9),
+        settings={"max_steps": 3},
+    ).jobs()
+
+
+def never_jobs(problems, max_steps: int):
+    plan = BenchmarkPlan(
+        dataset="math500",
+        strategy="critic",
+        problems=tuple(problems),
+        gates=("never",),
+        settings={"max_steps": max_steps},
     )
+    return plan.jobs()
 
 
 def test_plan_runs_gamma_blind_gates_once() -> None:
@@ -59,6 +68,49 @@ def test_plan_runs_gamma_blind_gates_once() -> None:
     assert len(jobs) == 2 * (2 + 1 + 1)
     assert {j.key.gamma for j in jobs if j.key.gate == "always"} == {None}
     assert len({j.key.text for j in jobs}) == len(jobs)
+
+
+def test_plan_contexts_carry_settings_seed_per_sample_and_budgets() -> None:
+    plan = BenchmarkPlan(
+        dataset="math500",
+        strategy="critic",
+        problems=tuple(load_dataset("math500", limit=1)),
+        gates=("mur",),
+        gammas=(0.7,),
+        budgets=(("budget_tokens", 300), ("target_scale_rate", 0.25)),
+        samples=2,
+        settings={"seed": 5, "max_steps": 3},
+    )
+    jobs = {(j.key.gate, j.key.sample): j for j in plan.jobs()}
+    assert sorted({gate for gate, _ in jobs}) == ["mur", "mur[budget=300]", "mur[rate=0.25]"]
+    assert [jobs["mur", s].context.seed for s in (0, 1)] == [5, 6]
+    assert jobs["mur", 1].context == Context(gate="mur", gamma=0.7, seed=6, max_steps=3)
+    budget = jobs["mur[budget=300]", 0]
+    assert budget.key.gamma is None and budget.context.gate == "mur"
+    assert budget.context.budget_tokens == 300 and budget.context.max_steps == 3
+    assert jobs["mur[rate=0.25]", 0].context.target_scale_rate == 0.25
+
+
+def test_run_benchmark_writes_records_report_and_the_command(tmp_path: Path, capsys) -> None:
+    model = FakeLogprobChat(responder=respond)
+    plan = BenchmarkPlan(
+        dataset="math500",
+        strategy="critic",
+        problems=tuple(load_dataset("math500", limit=2)),
+        gates=("mur", "never"),
+        settings={"max_steps": 3},
+        out=tmp_path,
+        command="python run.py --strategy critic --dataset math500 --limit 2",
+    )
+    assert run_benchmark(plan, model, model) == 0
+    assert (tmp_path / "command.txt").read_text() == plan.command + "\n"
+    records = load_records(tmp_path)
+    assert sorted(r["gate"] for r in records) == ["mur", "mur", "never", "never"]
+    assert records[0]["trace"]["config"]["max_steps"] == 3
+    assert (tmp_path / "report.md").exists()
+    assert run_benchmark(plan, model, model) == 0  # everything done: nothing runs again
+    assert len(load_records(tmp_path)) == 4
+    assert "0 to go" in capsys.readouterr().err
 
 
 async def test_interrupted_run_resumes_without_loss_or_duplicates(tmp_path: Path) -> None:
@@ -93,14 +145,7 @@ async def test_failures_are_recorded_and_the_run_goes_on(tmp_path: Path) -> None
         return respond(messages, kwargs)
 
     problems = load_dataset("math500", limit=2)
-    jobs = plan_jobs(
-        problems,
-        "critic",
-        ["never"],
-        [0.9],
-        1,
-        lambda gate, gamma, sample, budget: Context(gate=gate, max_steps=3),
-    )
+    jobs = never_jobs(problems, max_steps=3)
     graph = build_graph("critic", backbone=FakeLogprobChat(responder=flaky))
     store = RecordStore(tmp_path)
     outcome = await run_jobs(graph, jobs, store, concurrency=1, show_progress=False)
@@ -114,14 +159,7 @@ async def test_a_dead_server_stops_the_run_early(tmp_path: Path) -> None:
     from servers import make_chat_model
 
     problems = load_dataset("math500", limit=6)
-    jobs = plan_jobs(
-        problems,
-        "critic",
-        ["never"],
-        [0.9],
-        1,
-        lambda gate, gamma, sample, budget: Context(gate=gate, max_steps=2),
-    )
+    jobs = never_jobs(problems, max_steps=2)
     with faulty_server(["ok", "ok", "500"]) as server:
         model = make_chat_model(server.base_url, MODEL, max_retries=0)
         graph = build_graph("critic", backbone=model)

@@ -6,9 +6,12 @@ No vLLM server is needed: a tiny HTTP server in a thread plays one where a test 
 from __future__ import annotations
 
 import json
+import os
 import socket
+import subprocess
 import sys
 import threading
+import time
 from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -329,6 +332,22 @@ def test_start_record_status_and_down(mur_home: Path) -> None:
         assert launcher.down("cpu-tiny") is True
     assert launcher.status() == [] and not (mur_home / "run" / "cpu-tiny.json").exists()
     assert launcher.down("cpu-tiny") is False
+
+
+def test_records_guard_against_pid_reuse_and_zombies() -> None:
+    me = os.getpid()
+    record = {"pid": me, "create_time": launcher._create_time(me)}
+    assert launcher._record_alive(record)
+    # The same PID, started at another time: some other process now has that number.
+    assert not launcher._record_alive({**record, "create_time": record["create_time"] - 100})
+    assert launcher._record_alive({"pid": me, "start_ticks": 1})  # an older version's record
+    assert launcher._group_alive(os.getpgid(me))
+    exited = subprocess.Popen([sys.executable, "-c", "pass"], start_new_session=True)
+    deadline = time.monotonic() + 60
+    while launcher._alive(exited.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)  # not reaped yet: a zombie, which counts as gone
+    assert not launcher._alive(exited.pid) and not launcher._group_alive(exited.pid)
+    assert exited.wait(timeout=5) == 0
 
 
 def test_status_cleans_stale_records(mur_home: Path) -> None:

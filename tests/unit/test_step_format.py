@@ -8,8 +8,9 @@ from typing import Any
 import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
-from fakes import FakeLogprobChat, Scripted, solve_streaming
+from fakes import FakeLogprobChat, Scripted
 from graphs.mur import build_graph
+from graphs.solve import solve
 from graphs.state import Context
 from nodes.answer import extract_answer, states_answer
 from nodes.draft import STEP_FORMATS, contains_answer, step_messages
@@ -76,7 +77,8 @@ def paragraph_responder(messages: list[BaseMessage], kwargs: dict[str, Any]) -> 
 async def test_the_graph_runs_in_paragraph_format() -> None:
     model = FakeLogprobChat(responder=paragraph_responder)
     context = Context(gate="never", step_format="paragraph")
-    result, _ = await solve_streaming(build_graph("critic", backbone=model), "6 * 7?", context)
+    solution = await solve(build_graph("critic", backbone=model), "6 * 7?", context=context)
+    result = solution.output
     assert [s["text"] for s in result["steps"]] == [
         "Paragraph 1.",
         "Paragraph 2.",
