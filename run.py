@@ -14,7 +14,6 @@ import asyncio
 import json
 import sys
 import uuid
-from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -136,49 +135,24 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-@dataclass
-class Connection:
-    backbone: Any
-    verifier: Any
-    recommended: dict[str, Any]
-    note: str
+def connect(args: argparse.Namespace, say: Any) -> Any:
+    """Clients from the flags, else MUR_BASE_URL etc., else the embedded CPU server (started
+    if needed): `servers.connect`, probing every URL first so a wrong one fails in seconds."""
+    from servers.connect import connect as connect_servers
 
-
-def connect(args: argparse.Namespace, say: Any) -> Connection:
-    """Clients for the requested endpoints, or the embedded CPU server (started if needed).
-
-    `--base-url`/`--verifier-url` may list several replicas (comma-separated): requests then go
-    to the least-loaded one (servers.router); one URL gives a plain client as before.
-    """
-    from servers import DEFAULT_PROFILE, get_profile, up
-    from servers.router import make_routed_model, split_urls
-
-    def describe(model: Any) -> str:
-        """`NAME at URL`, or `NAME at URL1,URL2 (2 replicas)` for a routed model."""
-        replicas = len(getattr(model, "replicas", None) or [model])
-        suffix = f" ({replicas} replicas)" if replicas > 1 else ""
-        return f"{model.model_name} at {model.openai_api_base}{suffix}"
-
-    recommended: dict[str, Any] = {}
-    if args.base_url:
-        base_urls = split_urls(args.base_url)
-        model = args.model
-    else:
-        say("Using the embedded CPU vLLM server (cpu-tiny); pass --base-url to use another.")
-        server = up(DEFAULT_PROFILE, eager=args.eager, progress=not args.json)
-        say(f"{'Started' if server.started else 'Reusing'} {server.model} at {server.base_url}")
-        base_urls, model = [server.base_url], server.model
-        args.profile = args.profile or DEFAULT_PROFILE
-    if args.profile:
-        recommended = dict(get_profile(args.profile).recommended)
-    backbone = make_routed_model(base_urls, model)
-    note = f"{'backbone' if args.base_url else 'embedded'} {describe(backbone)}"
-    verifier = backbone
-    if args.verifier_url or args.verifier_model:
-        verifier_urls = split_urls(args.verifier_url) if args.verifier_url else base_urls
-        verifier = make_routed_model(verifier_urls, args.verifier_model)
-        note += f"; verifier {describe(verifier)}"
-    return Connection(backbone, verifier, recommended, note)
+    connection = connect_servers(
+        base_url=args.base_url,
+        model=args.model,
+        verifier_url=args.verifier_url,
+        verifier_model=args.verifier_model,
+        profile=args.profile,
+        start=True,
+        eager=args.eager,
+        progress=not args.json,
+        say=say,
+    )
+    args.profile = connection.profile
+    return connection
 
 
 def make_context(
@@ -337,7 +311,7 @@ async def solve(
     return output_of(result)
 
 
-async def solve_one(args: argparse.Namespace, connection: Connection, printer: Printer) -> dict:
+async def solve_one(args: argparse.Namespace, connection: Any, printer: Printer) -> dict:
     from graphs.mur import build_graph
 
     budgets = budget_settings(args)
@@ -373,16 +347,35 @@ async def solve_one(args: argparse.Namespace, connection: Connection, printer: P
         )
 
 
-def describe_failure(exc: BaseException) -> str:
-    """One line for the errors a user can meet while the graph runs."""
+def describe_failure(exc: BaseException, embedded: bool = False) -> str:
+    """One line for the errors a user can meet while the graph runs; the embedded server's
+    commands are suggested only when it is the one in use."""
     import openai
 
+    from graphs.mur import MODEL_RETRY
     from nodes.llm import MissingLogprobsError
 
+    attempts = MODEL_RETRY.max_attempts
     if isinstance(exc, openai.APIConnectionError):
-        return f"lost the model server ({exc}); is it still running? `python -m servers status`"
+        request = getattr(exc, "request", None)
+        where = f" at {request.url}" if request is not None else ""
+        if isinstance(exc, openai.APITimeoutError):
+            return (
+                f"the model server{where} did not answer in time, {attempts} attempts: is it "
+                "stalled or overloaded? For a slow server raise MUR_TIMEOUT_PER_TOKEN_S "
+                "(seconds allowed per requested token, default 1)"
+            )
+        hint = "`python -m servers status`" if embedded else "is it still running there?"
+        return f"lost the model server{where} ({exc}), {attempts} attempts: {hint}"
     if isinstance(exc, openai.APIStatusError):
-        return f"the model server refused a request (HTTP {exc.status_code}): {exc.message}"
+        body = exc.body if isinstance(exc.body, dict) else {}
+        said = body.get("message") or exc.message  # the server's words, without the SDK's
+        if exc.status_code >= 500:
+            return (
+                f"the model server failed the request (HTTP {exc.status_code}), {attempts} "
+                f"attempts: {said}"
+            )
+        return f"the model server refused a request (HTTP {exc.status_code}): {said}"
     if isinstance(exc, MissingLogprobsError | ValueError):
         return str(exc)
     return f"{type(exc).__name__}: {exc}"
@@ -419,7 +412,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"run.py: interrupted{hint}", file=sys.stderr)
         return 130
     except Exception as exc:  # one clear line instead of a traceback; exit status 1
-        print(f"run.py: {describe_failure(exc)}", file=sys.stderr)
+        print(f"run.py: {describe_failure(exc, connection.embedded)}", file=sys.stderr)
         return 1
     if args.json:
         print(json.dumps(result, ensure_ascii=False))

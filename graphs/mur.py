@@ -256,14 +256,12 @@ def build_graph(
 
 
 def default_models() -> tuple[BaseChatModel, BaseChatModel]:
-    """Clients of the default endpoints (env MUR_BASE_URL etc., else the embedded CPU server)."""
-    from servers.clients import default_endpoints, make_chat_model
+    """Clients of the default endpoints (env MUR_BASE_URL etc., else the embedded CPU server).
 
-    backbone_endpoint, verifier_endpoint = default_endpoints()
-    backbone = make_chat_model(backbone_endpoint.base_url, backbone_endpoint.model)
-    verifier = (
-        backbone
-        if verifier_endpoint == backbone_endpoint
-        else make_chat_model(verifier_endpoint.base_url, verifier_endpoint.model)
-    )
-    return backbone, verifier
+    Nothing is started or probed when the model names are known: a graph compiled at import
+    (LangGraph Studio) must not need a running server.
+    """
+    from servers.connect import connect  # the serving layer, only when no model is injected
+
+    connection = connect(probe=False)
+    return connection.backbone, connection.verifier

@@ -650,37 +650,22 @@ def _parser() -> argparse.ArgumentParser:
 
 def connect(args: argparse.Namespace) -> tuple[Any, Any, dict[str, Any], str]:
     """(backbone, verifier, default settings, description) from flags, env or cpu-tiny."""
-    from servers.clients import default_endpoints, make_chat_model, resolve_model
-    from servers.launcher import normalize_base_url
-    from servers.profiles import DEFAULT_PROFILE, get_profile
+    from servers.connect import connect as connect_servers
 
     if args.model and not args.base_url:
         raise ValueError("--model needs --base-url")
-    default_backbone, default_verifier = default_endpoints()
-    base_url = normalize_base_url(args.base_url) if args.base_url else default_backbone.base_url
-    model = (args.model if args.base_url else default_backbone.model) or resolve_model(base_url)
-    if args.verifier_url or args.verifier_model:
-        verifier_url = normalize_base_url(args.verifier_url) if args.verifier_url else base_url
-        verifier_model = args.verifier_model or resolve_model(verifier_url)
-    elif args.base_url or default_verifier == default_backbone:
-        verifier_url, verifier_model = base_url, model
-    else:
-        verifier_url = default_verifier.base_url
-        verifier_model = default_verifier.model or resolve_model(verifier_url)
-    backbone = make_chat_model(base_url, model)
-    same = (verifier_url, verifier_model) == (base_url, model)
-    verifier = backbone if same else make_chat_model(verifier_url, verifier_model)
-    profile = args.profile
-    tiny = get_profile(DEFAULT_PROFILE)
-    if profile is None and backbone.openai_api_base == tiny.base_url:
-        profile = DEFAULT_PROFILE
-    defaults = dict(get_profile(profile).recommended) if profile else {}
-    note = f"backbone {model} at {backbone.openai_api_base}"
-    if not same:
-        note += f"; verifier {verifier_model} at {verifier.openai_api_base}"
-    if profile:
-        note += f"; defaults of profile {profile}: {defaults}"
-    return backbone, verifier, defaults, note
+    connection = connect_servers(
+        base_url=args.base_url,
+        model=args.model,
+        verifier_url=args.verifier_url,
+        verifier_model=args.verifier_model,
+        profile=args.profile,
+    )
+    defaults = dict(connection.recommended)
+    note = connection.note
+    if connection.profile:
+        note += f"; defaults of profile {connection.profile}: {defaults}"
+    return connection.backbone, connection.verifier, defaults, note
 
 
 def main(argv: list[str] | None = None) -> int:
