@@ -269,6 +269,8 @@ class Printer:
 def _refine_summary(refine: dict[str, Any] | None) -> str:
     if not refine:
         return ""
+    if refine.get("context_length"):
+        return ": no room left in the context, draft kept"
     if refine["strategy"] == "critic":
         return ": revised" if refine["revised"] else ": judged correct"
     if refine["strategy"] in ("best_of_n", "foresight"):

@@ -7,7 +7,6 @@ builder to REFINE_BUILDERS.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from typing import Any
 
@@ -30,7 +29,7 @@ from nodes.draft import (
 )
 from nodes.gates import derive_seed
 from nodes.judge import analysis_of, judge_step
-from nodes.llm import Request, Usage, generate
+from nodes.llm import Request, Usage, gather_all, generate
 from nodes.select import (
     argmax_first,
     cluster_labels,
@@ -193,7 +192,7 @@ def build_best_of_n(backbone: BaseChatModel, verifier: BaseChatModel, context_of
         """The external model judges every candidate in context, concurrently."""
         ctx = context_of(runtime)
         kept_texts, index = _kept_texts(state), _index(state)
-        results = await asyncio.gather(
+        results = await gather_all(
             *(
                 judge_step(
                     verifier,
@@ -282,7 +281,7 @@ def build_foresight(backbone: BaseChatModel, verifier: BaseChatModel, context_of
                 "usage": reply.usage("backbone"),
             }
 
-        rollouts = await asyncio.gather(*(roll(c) for c in state["candidates"]))
+        rollouts = await gather_all(*(roll(c) for c in state["candidates"]))
         usage = sum((rollout.pop("usage") for rollout in rollouts), Usage())
         return {"rollouts": list(rollouts), "usage": usage.as_dict()}
 

@@ -13,7 +13,7 @@ from nodes.judge import Judgement
 from nodes.llm import add_usage
 
 STRATEGIES: tuple[str, ...] = ("critic", "best_of_n", "foresight", "thinking")
-FinishReason = Literal["answer", "end_of_sequence", "max_steps", "empty_step"]
+FinishReason = Literal["answer", "end_of_sequence", "max_steps", "empty_step", "context_length"]
 
 
 def check_strategy(strategy: str) -> None:
@@ -206,6 +206,8 @@ class State(InputState, OutputState):
     kept: StepCandidate | None
     refine: dict[str, Any] | None
     done: bool
+    answer_room: int | None
+    """Tokens the answer request may use when a draft overflowed the context (None: none)."""
 
 
 class RefineInput(TypedDict):
