@@ -12,7 +12,11 @@ from evals.records import RecordStore, load_records
 from evals.report import summarize, to_markdown, write_report
 from evals.runner import plan_jobs, run_jobs
 from fakes import FakeLogprobChat, Scripted
+from faulty_server import faulty_server
 from graphs import Context, build_graph
+from servers import make_chat_model
+
+TEST_DATA = Path(__file__).resolve().parents[1] / "data"  # a math500.jsonl of the tests' own
 
 
 def respond(messages, kwargs):
@@ -54,7 +58,7 @@ def jobs_for(problems):
 
 
 def test_plan_runs_gamma_blind_gates_once() -> None:
-    problems = load_dataset("math500", limit=2)
+    problems = load_dataset("math500", TEST_DATA, limit=2)
     jobs = jobs_for(problems)
     assert len(jobs) == 2 * (2 + 1 + 1)
     assert {j.key.gamma for j in jobs if j.key.gate == "always"} == {None}
@@ -62,7 +66,7 @@ def test_plan_runs_gamma_blind_gates_once() -> None:
 
 
 async def test_interrupted_run_resumes_without_loss_or_duplicates(tmp_path: Path) -> None:
-    problems = load_dataset("math500", limit=3)
+    problems = load_dataset("math500", TEST_DATA, limit=3)
     jobs = jobs_for(problems)
     graph = build_graph("critic", backbone=FakeLogprobChat(responder=respond))
     store = RecordStore(tmp_path)
@@ -92,7 +96,7 @@ async def test_failures_are_recorded_and_the_run_goes_on(tmp_path: Path) -> None
             raise ValueError("the server said no")
         return respond(messages, kwargs)
 
-    problems = load_dataset("math500", limit=2)
+    problems = load_dataset("math500", TEST_DATA, limit=2)
     jobs = plan_jobs(
         problems,
         "critic",
@@ -159,10 +163,7 @@ def test_report_writes_tables_and_a_gamma_plot(tmp_path: Path) -> None:
 
 
 async def test_a_dead_server_stops_the_run_early(tmp_path: Path) -> None:
-    from faulty_server import MODEL, faulty_server
-    from servers import make_chat_model
-
-    problems = load_dataset("math500", limit=6)
+    problems = load_dataset("math500", TEST_DATA, limit=6)
     jobs = plan_jobs(
         problems,
         "critic",
@@ -172,8 +173,7 @@ async def test_a_dead_server_stops_the_run_early(tmp_path: Path) -> None:
         lambda gate, gamma, sample, budget: Context(gate=gate, max_steps=2),
     )
     with faulty_server(["ok", "ok", "500"]) as server:
-        model = make_chat_model(server.base_url, MODEL, max_retries=0)
-        graph = build_graph("critic", backbone=model)
+        graph = build_graph("critic", backbone=make_chat_model(server.base_url))
         store = RecordStore(tmp_path)
         outcome = await run_jobs(
             graph, jobs, store, concurrency=1, show_progress=False, give_up_after=2
@@ -181,3 +181,25 @@ async def test_a_dead_server_stops_the_run_early(tmp_path: Path) -> None:
     assert outcome.finished == 2 and outcome.failed == 2 and outcome.skipped == 2
     assert "500" in outcome.server_gone
     assert len(store.load()) == 2
+
+
+async def test_a_context_overflow_is_a_record_not_an_error(tmp_path: Path) -> None:
+    problems = load_dataset("math500", TEST_DATA, limit=2)
+    jobs = plan_jobs(
+        problems,
+        "critic",
+        ["never"],
+        [0.9],
+        1,
+        lambda gate, gamma, sample, budget: Context(gate=gate, max_steps=3),
+    )
+    # Each question: one step, then a draft the server refuses as too long for its context.
+    with faulty_server(["step", "overflow:5000", "step", "overflow:5000"]) as server:
+        graph = build_graph("critic", backbone=make_chat_model(server.base_url))
+        store = RecordStore(tmp_path)
+        outcome = await run_jobs(graph, jobs, store, concurrency=1, show_progress=False)
+    assert (outcome.finished, outcome.failed) == (2, 0)
+    assert not store.errors_path.exists()
+    records = load_records(tmp_path)
+    assert [r["finish_reason"] for r in records] == ["context_length"] * 2
+    assert all(r["steps_total"] == 1 and r["usage"]["failed_calls"] == 1 for r in records)
