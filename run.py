@@ -4,7 +4,8 @@
     python run.py --strategy critic --question "..." --json
     python run.py --strategy critic --dataset math500 --limit 8 --gate mur,always,never --out DIR
 
-Without --base-url it uses the embedded CPU vLLM server (reused when healthy, started if not).
+Without --base-url (or MUR_BASE_URL) it uses the embedded CPU vLLM server (reused when
+healthy, started if not).
 """
 
 from __future__ import annotations
