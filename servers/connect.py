@@ -40,11 +40,7 @@ class Connection:
     embedded: bool = False
     """True when the backbone is the embedded cpu-tiny server (not --base-url / MUR_BASE_URL)."""
     note: str = ""
-    """One line for people: which model at which URL, and the profile's defaults."""
-
-    @property
-    def same_verifier(self) -> bool:
-        return self.verifier is self.backbone
+    """One line for people: which model at which URL."""
 
 
 @dataclass(frozen=True)
@@ -159,6 +155,8 @@ def connect(
     backbone_src, verifier_src, embedded = _sources(
         base_url, model, verifier_url, verifier_model, env
     )
+    profile = profile or (DEFAULT_PROFILE if embedded else None)
+    recommended = dict(get_profile(profile).recommended) if profile else {}  # before any server
     if embedded and start:
         say(
             f"Using the embedded CPU vLLM server ({DEFAULT_PROFILE}); "
@@ -180,8 +178,6 @@ def connect(
     ):
         verifier = make_routed_model(verifier_src.urls, verifier_src.model, **client_options)
 
-    profile = profile or (DEFAULT_PROFILE if embedded else None)
-    recommended = dict(get_profile(profile).recommended) if profile else {}
     note = f"{'embedded' if embedded else 'backbone'} {_describe(backbone)}"
     if verifier is not backbone:
         note += f"; verifier {_describe(verifier)}"
