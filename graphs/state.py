@@ -13,7 +13,7 @@ from nodes.draft import STEP_FORMATS, StepCandidate, StepFormat
 from nodes.gates import GateName, GateParams
 from nodes.llm import add_usage
 
-FinishReason = Literal["answer", "end_of_sequence", "max_steps", "empty_step"]
+FinishReason = Literal["answer", "end_of_sequence", "max_steps", "empty_step", "context_length"]
 
 
 class ContextError(ValueError):
@@ -252,6 +252,8 @@ class State(InputState, OutputState):
     kept: StepCandidate | None
     refine: dict[str, Any] | None
     done: bool
+    answer_room: int | None
+    """Tokens the answer request may use when a draft overflowed the context (None: none)."""
 
 
 class RefineInput(TypedDict):

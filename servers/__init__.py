@@ -3,19 +3,19 @@
 Knows nothing of reasoning or benchmarks; everything hardware-specific (the CPU build, the
 embedded PyPI model) stays here. Typical use:
 
-    from servers import up, make_chat_model
-    server = up("cpu-tiny")                      # reuse or start, wait for /health
-    llm = make_chat_model(server.base_url, server.model, max_tokens=256)
+    from servers.connect import connect
+    clients = connect(start=True)    # from flags, MUR_BASE_URL..., or the embedded server
+    clients.backbone, clients.verifier               # LangChain chat models for the graph
 """
 
 from servers.clients import (
     SAMPLING_DEFAULTS,
-    Endpoint,
+    RequestTimeout,
     VLLMChatOpenAI,
-    default_endpoints,
     make_chat_model,
     resolve_model,
 )
+from servers.connect import Connection
 from servers.errors import ModelError, ServerError, ServerUnavailable
 from servers.launcher import (
     RunningServer,
@@ -42,16 +42,16 @@ __all__ = [
     "DEFAULT_PROFILE",
     "EMBEDDED_MODEL",
     "SAMPLING_DEFAULTS",
-    "Endpoint",
+    "Connection",
     "ModelError",
     "Profile",
+    "RequestTimeout",
     "RunningServer",
     "ServerError",
     "ServerUnavailable",
     "VLLMChatOpenAI",
     "check_endpoint",
     "command_line",
-    "default_endpoints",
     "default_model_dir",
     "down",
     "ensure_default_model",

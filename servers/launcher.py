@@ -95,19 +95,25 @@ def _healthy(root: str, timeout: float = 2.0) -> bool:
         return False
 
 
-def check_endpoint(base_url: str, timeout: float = 5) -> list[str]:
-    """Model ids served at `base_url` (GET /v1/models), or ServerUnavailable saying what to do."""
+EMBEDDED_HINT = "start one with `python -m servers up` or pass --base-url"
+
+
+def check_endpoint(base_url: str, timeout: float = 5, hint: str = EMBEDDED_HINT) -> list[str]:
+    """Model ids served at `base_url` (GET /v1/models), or ServerUnavailable saying what to do.
+
+    `hint` is the what-to-do part of the message (the default points at the embedded server).
+    """
     url = normalize_base_url(base_url)
-    hint = "start one with `python -m servers up` or pass --base-url"
     try:
         resp = httpx.get(f"{url}/models", timeout=timeout)
     except httpx.TimeoutException:
         raise ServerUnavailable(
             f"the server at {url} did not answer within {timeout:g} s: it may still be "
-            f"starting (see `python -m servers status`), or {hint}"
+            f"starting, or {hint}"
         ) from None
-    except httpx.HTTPError:
-        raise ServerUnavailable(f"no vLLM server at {url}: {hint}") from None
+    except httpx.HTTPError as exc:
+        reason = str(exc) or type(exc).__name__
+        raise ServerUnavailable(f"no vLLM server at {url} ({reason}): {hint}") from None
     if resp.status_code != 200:
         raise ServerUnavailable(
             f"{url}/models answered HTTP {resp.status_code}, not a model list: is this a vLLM "

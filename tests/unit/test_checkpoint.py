@@ -66,7 +66,7 @@ async def test_a_checkpointed_run_resumes_where_it_stopped(tmp_path: Path) -> No
     assert result["usage"]["backbone_tokens"] == 16
 
 
-def test_ctrl_c_on_a_benchmark_says_how_to_resume(tmp_path: Path) -> None:
+def test_ctrl_c_on_a_benchmark_says_how_to_resume(tmp_path: Path, test_data: Path) -> None:
     with faulty_server(["delay:0.5"]) as server:
         proc = subprocess.Popen(
             [
@@ -78,6 +78,8 @@ def test_ctrl_c_on_a_benchmark_says_how_to_resume(tmp_path: Path) -> None:
                 "never",
                 "--dataset",
                 "math500",
+                "--data-dir",
+                str(test_data),
                 "--limit",
                 "20",
                 "--concurrency",
