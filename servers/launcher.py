@@ -52,6 +52,8 @@ class RunningServer:
     started: bool
     """True when this call started it (so the caller owns stopping it)."""
     log_path: Path | None
+    detail: str = ""
+    """What else the record says (a router: its policy and replicas)."""
 
     def to_json(self) -> dict[str, Any]:
         """Plain JSON-able dict (for `status --json`)."""
@@ -329,7 +331,8 @@ def _reuse(p: Profile) -> RunningServer:
     record = _read_record(p.name)
     pid = record.get("pid") if record and _record_alive(record) else None
     log = Path(record["log"]) if record and pid and record.get("log") else None
-    return RunningServer(p.name, p.base_url, p.served_model_name, pid, True, False, log)
+    detail = str(record.get("detail") or "") if record and pid else ""
+    return RunningServer(p.name, p.base_url, p.served_model_name, pid, True, False, log, detail)
 
 
 def up(
@@ -341,6 +344,7 @@ def up(
     command: Sequence[str] | None = None,
     model_path: Path | None = None,
     env: Mapping[str, str] | None = None,
+    detail: str = "",
 ) -> RunningServer:
     """Reuse or start the profile's server and wait until `/health` answers.
 
@@ -350,7 +354,7 @@ def up(
     Start: the embedded model is converted first if needed; the server runs detached; a
     ServerError with the log tail is raised if it dies while starting or misses `timeout`.
     `command`, `model_path` and `env` are for tests and custom setups (default: from the
-    profile).
+    profile); `detail` is kept in the run record and shown by `status`.
     """
     p = _resolve(profile_name)
     with _profile_lock(p.name):
@@ -372,7 +376,7 @@ def up(
             if p.embedded and model_path is None:
                 model_path = ensure_default_model()
             command = command_line(p, eager=eager, python=sys.executable, model_path=model_path)
-        return _start(p, list(command), env, timeout, progress)
+        return _start(p, list(command), env, timeout, progress, detail)
 
 
 def _start(
@@ -381,6 +385,7 @@ def _start(
     env: Mapping[str, str] | None,
     timeout: float,
     progress: bool,
+    detail: str = "",
 ) -> RunningServer:
     log_path = logs_dir() / f"{p.name}.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -410,6 +415,7 @@ def _start(
             "model": p.served_model_name,
             "log": str(log_path),
             "argv": argv,
+            "detail": detail,
             "started_at": time.time(),
         },
     )
@@ -517,6 +523,7 @@ def status(probe: Callable[[str], bool] = _healthy) -> list[RunningServer]:
                 healthy=probe(root_url(base_url)),
                 started=False,
                 log_path=Path(record["log"]) if record.get("log") else None,
+                detail=str(record.get("detail") or ""),
             )
         )
     return servers
