@@ -105,13 +105,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--system-prompt", default=None)
     parser.add_argument(
         "--base-url",
-        help="backbone OpenAI-compatible URL; several comma-separated replicas of the same model "
-        "are load-balanced (least requests in flight) (default: embedded)",
+        help="backbone OpenAI-compatible URL: one vLLM server, or a vllm-router in front of "
+        "replicas (`python -m servers up --replicas N`) (default: embedded)",
     )
     parser.add_argument("--model", help="backbone model name (default: what the server serves)")
     parser.add_argument(
         "--verifier-url",
-        help="verifier URL, or comma-separated replicas (default: the backbone's)",
+        help="verifier URL, a server or a router (default: the backbone's)",
     )
     parser.add_argument("--verifier-model", help="verifier model name")
     parser.add_argument(
@@ -147,36 +147,31 @@ class Connection:
 def connect(args: argparse.Namespace, say: Any) -> Connection:
     """Clients for the requested endpoints, or the embedded CPU server (started if needed).
 
-    `--base-url`/`--verifier-url` may list several replicas (comma-separated): requests then go
-    to the least-loaded one (servers.router); one URL gives a plain client as before.
+    A URL may be one vLLM server or a vllm-router in front of replicas: every request of one
+    question carries its session header (servers.sessions), which the router's
+    consistent_hash policy uses to keep the question on one replica.
     """
-    from servers import DEFAULT_PROFILE, get_profile, up
-    from servers.router import make_routed_model, split_urls
+    from servers import DEFAULT_PROFILE, get_profile, make_chat_model, up
 
     def describe(model: Any) -> str:
-        """`NAME at URL`, or `NAME at URL1,URL2 (2 replicas)` for a routed model."""
-        replicas = len(getattr(model, "replicas", None) or [model])
-        suffix = f" ({replicas} replicas)" if replicas > 1 else ""
-        return f"{model.model_name} at {model.openai_api_base}{suffix}"
+        return f"{model.model_name} at {model.openai_api_base}"
 
     recommended: dict[str, Any] = {}
     if args.base_url:
-        base_urls = split_urls(args.base_url)
-        model = args.model
+        base_url, model = args.base_url, args.model
     else:
         say("Using the embedded CPU vLLM server (cpu-tiny); pass --base-url to use another.")
         server = up(DEFAULT_PROFILE, eager=args.eager, progress=not args.json)
         say(f"{'Started' if server.started else 'Reusing'} {server.model} at {server.base_url}")
-        base_urls, model = [server.base_url], server.model
+        base_url, model = server.base_url, server.model
         args.profile = args.profile or DEFAULT_PROFILE
     if args.profile:
         recommended = dict(get_profile(args.profile).recommended)
-    backbone = make_routed_model(base_urls, model)
+    backbone = make_chat_model(base_url, model)
     note = f"{'backbone' if args.base_url else 'embedded'} {describe(backbone)}"
     verifier = backbone
     if args.verifier_url or args.verifier_model:
-        verifier_urls = split_urls(args.verifier_url) if args.verifier_url else base_urls
-        verifier = make_routed_model(verifier_urls, args.verifier_model)
+        verifier = make_chat_model(args.verifier_url or base_url, args.verifier_model)
         note += f"; verifier {describe(verifier)}"
     return Connection(backbone, verifier, recommended, note)
 
@@ -230,6 +225,13 @@ def validate(args: argparse.Namespace) -> None:
         raise UsageError("--thread-id needs --checkpoint")
     if args.model and not args.base_url:
         raise UsageError("--model needs --base-url")
+    from servers import ServerError, check_single_url
+
+    for flag, url in (("--base-url", args.base_url), ("--verifier-url", args.verifier_url)):
+        try:
+            check_single_url(url, flag)
+        except ServerError as exc:
+            raise UsageError(str(exc)) from None
 
 
 def budget_settings(args: argparse.Namespace) -> list[tuple[str, float]]:
@@ -357,8 +359,11 @@ async def solve_one(args: argparse.Namespace, connection: Connection, printer: P
         backbone=connection.backbone,
         verifier=connection.verifier,
     )
+    from servers import new_session_id, session
+
     if not args.checkpoint:
-        return await solve(build(), question, args.system_prompt, context, printer)
+        with session(new_session_id("run.py", uuid.uuid4().hex[:12])):
+            return await solve(build(), question, args.system_prompt, context, printer)
     from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
     thread_id = args.thread_id or uuid.uuid4().hex[:12]
@@ -368,9 +373,10 @@ async def solve_one(args: argparse.Namespace, connection: Connection, printer: P
             f"--checkpoint {args.checkpoint} --thread-id {thread_id}"
         )
         config = {"configurable": {"thread_id": thread_id}}
-        return await solve(
-            build(checkpointer=saver), question, args.system_prompt, context, printer, config
-        )
+        with session(new_session_id("run.py", thread_id)):
+            return await solve(
+                build(checkpointer=saver), question, args.system_prompt, context, printer, config
+            )
 
 
 def describe_failure(exc: BaseException) -> str:

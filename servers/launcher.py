@@ -72,11 +72,22 @@ def root_url(base_url: str) -> str:
     return f"{parts.scheme}://{parts.netloc}{path}"
 
 
+def check_single_url(url: str | None, what: str = "the server URL") -> None:
+    """One URL per model: replicas are spread by a router in front of them, not client-side."""
+    if url and "," in url:
+        raise ServerError(
+            f"{what} takes one URL, got {url!r}: to spread questions over replicas, start them "
+            "behind vllm-router with `python -m servers up --replicas N` (or run your own "
+            "vllm-router) and pass the router's URL"
+        )
+
+
 def normalize_base_url(base_url: str) -> str:
     """Accept `http://h:p`, `http://h:p/`, `http://h:p/v1`; return the `/v1` form.
 
     A URL with some other path is kept as given (a proxy may mount the API elsewhere).
     """
+    check_single_url(base_url)
     url = base_url.strip().rstrip("/")
     if "://" not in url:
         url = "http://" + url

@@ -50,6 +50,7 @@ from graphs.mur import build_graph
 from graphs.state import STRATEGIES, Context, output_of
 from nodes.draft import check_question
 from nodes.gates import GATES
+from servers.sessions import new_session_id, session
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8100
@@ -427,15 +428,17 @@ class MurService:
         async def run() -> None:
             final: dict[str, Any] = {}
             try:
-                async for mode, chunk in graph.astream(
-                    {"question": job.question, "system_prompt": job.system_prompt},
-                    context=job.context,
-                    stream_mode=["custom", "values"],
-                ):
-                    if mode == "custom" and chunk.get("event") == "step":
-                        queue.put_nowait(("step", chunk))
-                    elif mode == "values":
-                        final = chunk
+                # One session per completion: a router keeps this question on one replica.
+                with session(new_session_id("mur-endpoint", uuid.uuid4().hex[:12])):
+                    async for mode, chunk in graph.astream(
+                        {"question": job.question, "system_prompt": job.system_prompt},
+                        context=job.context,
+                        stream_mode=["custom", "values"],
+                    ):
+                        if mode == "custom" and chunk.get("event") == "step":
+                            queue.put_nowait(("step", chunk))
+                        elif mode == "values":
+                            final = chunk
                 queue.put_nowait(("done", trace_of(final)))
             except Exception as exc:
                 queue.put_nowait(("error", exc))

@@ -181,3 +181,33 @@ async def test_a_dead_server_stops_the_run_early(tmp_path: Path) -> None:
     assert outcome.finished == 2 and outcome.failed == 2 and outcome.skipped == 2
     assert "500" in outcome.server_gone
     assert len(store.load()) == 2
+
+
+async def test_every_request_of_a_job_carries_that_jobs_session(tmp_path: Path) -> None:
+    """One session id per job (run id + job key) on every backbone and verifier request."""
+    from servers.sessions import current_session_id
+
+    seen: list[tuple[str | None, str]] = []
+
+    def recording(messages, kwargs):
+        seen.append((current_session_id(), str(messages[-1].content)))
+        return respond(messages, kwargs)
+
+    problems = load_dataset("math500", limit=3)
+    jobs = plan_jobs(
+        problems,
+        "critic",
+        ["always", "never"],
+        [0.9],
+        1,
+        lambda gate, gamma, sample, budget: Context(gate=gate, max_steps=3),
+    )
+    model = FakeLogprobChat(responder=recording)
+    graph = build_graph("critic", backbone=model, verifier=model)
+    store = RecordStore(tmp_path)
+    await run_jobs(graph, jobs, store, concurrency=4, show_progress=False, run_id="run-7")
+    sessions = {sid for sid, _ in seen}
+    assert sessions == {f"run-7/{job.key.text}" for job in jobs}
+    for record in load_records(tmp_path):
+        calls = [sid for sid, _ in seen if sid == f"run-7/{record['key']}"]
+        assert len(calls) == record["usage"]["llm_calls"]  # judge calls included
