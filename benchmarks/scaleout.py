@@ -129,6 +129,21 @@ class CpuShare:
         return max(busy - ours, 0.0) / (wall * (os.cpu_count() or 1))
 
 
+def wait_for_quiet(max_share: float, ours: set[int]) -> float:
+    """Wait (up to `WAIT_MAX_S`) while other processes use more than `max_share` of the CPU,
+    sampled over 10 s; returns the last share seen (the phase is measured either way and
+    the table says how busy the machine was)."""
+    deadline = time.monotonic() + WAIT_MAX_S
+    while True:
+        sample = CpuShare(ours)
+        time.sleep(10)
+        share = sample.others()
+        if share <= max_share or time.monotonic() >= deadline:
+            return share
+        print(f"others use {share:.0%} of the CPU: waiting {WAIT_S} s", file=sys.stderr)
+        time.sleep(WAIT_S)
+
+
 @contextmanager
 def private_home(home: Path) -> Iterator[None]:
     """Run records and logs under `home` meanwhile (models and compiled kernels stay shared)."""
@@ -285,6 +300,7 @@ def measure(case: str, problems: Sequence[Any], args: argparse.Namespace) -> Pha
         try:
             url, replica_urls, cores, pids = start_servers(case, args, base, model_path)
             phase = Phase(case, cores)
+            wait_for_quiet(args.max_others_cpu, pids)
             before = counters(replica_urls)
             cpu = CpuShare(pids)
             print(f"[{case}] running {len(problems)} questions ...", file=sys.stderr)
@@ -362,6 +378,13 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=8031,
         help="router (or the single server) port; the replicas take the next two",
+    )
+    parser.add_argument(
+        "--max-others-cpu",
+        type=float,
+        default=0.25,
+        help="before each measurement, wait (up to 30 min) until other processes use at most "
+        "this share of the CPU",
     )
     parser.add_argument("--home", type=Path, default=None, help="private MUR_HOME for records")
     parser.add_argument("--data-dir", help="benchmark data folder (default: ../shared/data)")
