@@ -28,8 +28,8 @@ import asyncio
 import json
 import os
 import shlex
+import shutil
 import sys
-import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -252,7 +252,8 @@ async def warm_up(model: Any) -> None:
 
 
 def run_load(url: str, problems: Sequence[Any], args: argparse.Namespace, phase: Phase) -> None:
-    """The benchmark load through `evals.runner`, as `run.py --dataset` runs it."""
+    """The benchmark load through `evals.runner`, as `run.py --dataset` runs it; the records
+    (full traces) stay in `<home>/runs/<case>` for a look afterwards."""
     from evals.records import RecordStore, load_records
     from evals.runner import plan_jobs, run_jobs
     from graphs.mur import build_graph
@@ -270,17 +271,18 @@ def run_load(url: str, problems: Sequence[Any], args: argparse.Namespace, phase:
         1,
         lambda gate, gamma, sample, budget: Context(gate=gate, gamma=gamma, **SMALL_SETTINGS),
     )
-    with tempfile.TemporaryDirectory(prefix="scaleout-") as folder:
-        store = RecordStore(Path(folder))
-        begin = time.monotonic()
-        outcome = asyncio.run(
-            run_jobs(graph, jobs, store, concurrency=args.concurrency, show_progress=False)
-        )
-        phase.wall_s = time.monotonic() - begin
-        records = load_records(Path(folder))
-        if store.errors_path.exists():
-            errors = store.errors_path.read_text().splitlines()
-            phase.errors = [json.loads(line)["message"][:200] for line in errors[:3]]
+    folder = args.home / "runs" / phase.case
+    shutil.rmtree(folder, ignore_errors=True)  # a fresh run each time, never resumed
+    store = RecordStore(folder)
+    begin = time.monotonic()
+    outcome = asyncio.run(
+        run_jobs(graph, jobs, store, concurrency=args.concurrency, show_progress=False)
+    )
+    phase.wall_s = time.monotonic() - begin
+    records = load_records(folder)
+    if store.errors_path.exists():
+        errors = store.errors_path.read_text().splitlines()
+        phase.errors = [json.loads(line)["message"][:200] for line in errors[:3]]
     phase.finished, phase.failed = outcome.finished, outcome.failed
     phase.graph_tokens = sum(
         r["usage"]["backbone_tokens"] + r["usage"]["external_tokens"] for r in records
