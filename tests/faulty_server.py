@@ -51,11 +51,13 @@ def chat_reply(with_logprobs: bool = True) -> dict[str, Any]:
 
 
 class FaultyServer:
-    """Serves on 127.0.0.1 (a free port) in a thread; `requests` counts chat requests."""
+    """Serves on 127.0.0.1 (a free port) in a thread; `requests` counts chat requests,
+    `sessions` holds each one's `X-Session-ID` header."""
 
     def __init__(self, script: Sequence[str]) -> None:
         self.script = list(script)
         self.requests = 0
+        self.sessions: list[str | None] = []
         self._lock = threading.Lock()
         server = self
 
@@ -81,6 +83,7 @@ class FaultyServer:
 
             def do_POST(self) -> None:
                 self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                server.sessions.append(self.headers.get("X-Session-ID"))
                 behaviour = server.next_behaviour()
                 if behaviour.startswith("delay:"):
                     time.sleep(float(behaviour.split(":", 1)[1]))

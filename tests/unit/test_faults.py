@@ -113,3 +113,13 @@ def test_cli_solves_against_any_openai_compatible_server() -> None:
         )
     assert done.returncode == 0, done.stderr
     assert '"answer": "4"' in done.stdout
+
+
+def test_cli_sends_one_session_id_on_every_request_of_the_question() -> None:
+    with faulty_server(["ok"]) as server:
+        done = run_cli(
+            "--strategy", "critic", "--gate", "always", "--json", "--base-url", server.base_url
+        )
+    assert done.returncode == 0, done.stderr
+    assert len(server.sessions) >= 2  # a draft and its judge at least
+    assert len(set(server.sessions)) == 1 and server.sessions[0].startswith("run.py/")
