@@ -260,9 +260,7 @@ def run_load(url: str, problems: Sequence[Any], args: argparse.Namespace, phase:
     from graphs.state import Context
     from servers.clients import make_chat_model
 
-    model = make_chat_model(url)
-    asyncio.run(warm_up(model))
-    graph = build_graph(args.strategy, backbone=model)
+    graph = build_graph(args.strategy, backbone=make_chat_model(url))
     jobs = plan_jobs(
         problems,
         args.strategy,
@@ -291,6 +289,7 @@ def run_load(url: str, problems: Sequence[Any], args: argparse.Namespace, phase:
 
 def measure(case: str, problems: Sequence[Any], args: argparse.Namespace) -> Phase:
     """Start the case's servers, run the load once on them, stop them."""
+    from servers.clients import make_chat_model
     from servers.model import ensure_default_model
     from servers.profiles import get_profile
 
@@ -302,6 +301,7 @@ def measure(case: str, problems: Sequence[Any], args: argparse.Namespace) -> Pha
         try:
             url, replica_urls, cores, pids = start_servers(case, args, base, model_path)
             phase = Phase(case, cores)
+            asyncio.run(warm_up(make_chat_model(url)))  # outside the counted window
             wait_for_quiet(args.max_others_cpu, pids)
             before = counters(replica_urls)
             cpu = CpuShare(pids)
