@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 GIB = 1024**3
-NEED_GIB = 9.0  # two ~4 GiB replicas (1 GiB KV cache each) plus headroom
+NEED_GIB = {"one": 6.0, "two": 8.5}  # ~4.7 GiB server / two ~3.7 GiB replicas, plus headroom
 WAIT_S, WAIT_MAX_S = 30, 30 * 60
 SMALL_SETTINGS: dict[str, int] = {"max_steps": 6, "max_step_tokens": 96, "judge_max_tokens": 64}
 ONE = "one"
@@ -295,7 +295,7 @@ def measure(case: str, problems: Sequence[Any], args: argparse.Namespace) -> Pha
 
     model_path = ensure_default_model()  # in the shared MUR_HOME, converted once
     base = replace(get_profile("cpu-tiny"), name="scaleout")  # VLLM_CACHE_ROOT stays shared
-    wait_for_memory(NEED_GIB)
+    wait_for_memory(NEED_GIB["one" if case == ONE else "two"])
     with private_home(args.home):
         print(f"[{case}] starting servers ...", file=sys.stderr)
         try:
