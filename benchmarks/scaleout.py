@@ -29,6 +29,7 @@ import json
 import os
 import shlex
 import shutil
+import signal
 import sys
 import time
 from collections.abc import Iterator, Sequence
@@ -398,6 +399,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    # A `kill` stops the servers too: SystemExit unwinds through `measure`'s cleanup.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     from servers.errors import ServerError
     from servers.paths import mur_home
     from servers.replicas import POLICIES
