@@ -399,8 +399,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    # A `kill` stops the servers too: SystemExit unwinds through `measure`'s cleanup.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     from servers.errors import ServerError
     from servers.paths import mur_home
     from servers.replicas import POLICIES
@@ -419,6 +417,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     problems = load_dataset("math500", args.data_dir, limit=args.questions)
     phases: list[Phase] = []
+    # A `kill` stops the servers too: SystemExit unwinds through `measure`'s cleanup.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
         for case in [ONE, *policies]:
             phases.append(measure(case, problems, args))
