@@ -39,6 +39,7 @@ from nodes.llm import MissingLogprobsError
 from servers import ServerError
 from servers.connect import Connection
 from servers.connect import connect as connect_servers
+from servers.sessions import new_session_id, session
 
 SAMPLE_QUESTION = (
     "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips "
@@ -128,13 +129,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--system-prompt", default=None)
     parser.add_argument(
         "--base-url",
-        help="backbone OpenAI-compatible URL; several comma-separated replicas of the same model "
-        "are load-balanced (least requests in flight) (default: embedded)",
+        help="backbone OpenAI-compatible URL: one vLLM server, or a vllm-router in front of "
+        "replicas (`python -m servers up --replicas N`) (default: embedded)",
     )
     parser.add_argument("--model", help="backbone model name (default: what the server serves)")
     parser.add_argument(
         "--verifier-url",
-        help="verifier URL, or comma-separated replicas (default: the backbone's)",
+        help="verifier URL, a server or a router (default: the backbone's)",
     )
     parser.add_argument("--verifier-model", help="verifier model name")
     parser.add_argument(
@@ -240,6 +241,13 @@ def validate(args: argparse.Namespace) -> None:
         raise UsageError("--thread-id needs --checkpoint")
     if args.model and not args.base_url:
         raise UsageError("--model needs --base-url")
+    from servers import ServerError, check_single_url
+
+    for flag, url in (("--base-url", args.base_url), ("--verifier-url", args.verifier_url)):
+        try:
+            check_single_url(url, flag)
+        except ServerError as exc:
+            raise UsageError(str(exc)) from None
 
 
 class Printer:
@@ -310,13 +318,14 @@ async def solve_one(args: argparse.Namespace, connection: Connection, printer: P
         )
 
     if not args.checkpoint:
-        solution = await solve(
-            graph(),
-            question,
-            system_prompt=args.system_prompt,
-            context=context,
-            on_step=printer.step,
-        )
+        with session(new_session_id("run.py", uuid.uuid4().hex[:12])):
+            solution = await solve(
+                graph(),
+                question,
+                system_prompt=args.system_prompt,
+                context=context,
+                on_step=printer.step,
+            )
         return solution.output
     thread_id = args.thread_id or uuid.uuid4().hex[:12]
     async with AsyncSqliteSaver.from_conn_string(args.checkpoint) as saver:
@@ -324,15 +333,16 @@ async def solve_one(args: argparse.Namespace, connection: Connection, printer: P
             f"Checkpointing thread {thread_id} in {args.checkpoint}: resume with "
             f"--checkpoint {args.checkpoint} --thread-id {thread_id}"
         )
-        solution = await solve(
-            graph(saver),
-            question,
-            system_prompt=args.system_prompt,
-            context=context,
-            config={"configurable": {"thread_id": thread_id}},
-            on_step=printer.step,
-            on_resume=lambda: printer.say(f"Resuming thread {thread_id}"),
-        )
+        with session(new_session_id("run.py", thread_id)):
+            solution = await solve(
+                graph(saver),
+                question,
+                system_prompt=args.system_prompt,
+                context=context,
+                config={"configurable": {"thread_id": thread_id}},
+                on_step=printer.step,
+                on_resume=lambda: printer.say(f"Resuming thread {thread_id}"),
+            )
         return solution.output
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +22,7 @@ from evals.report import write_report
 from graphs.mur import build_graph
 from graphs.state import Context
 from nodes.llm import is_transient
+from servers.sessions import new_session_id, session
 
 # Gates whose decisions depend on gamma; the others run once, whatever the gamma list.
 GAMMA_GATES = frozenset({"mur"})
@@ -162,13 +164,17 @@ async def run_jobs(
     concurrency: int,
     show_progress: bool = True,
     give_up_after: int | None = None,
+    run_id: str | None = None,
 ) -> RunOutcome:
     """Run the jobs (at most `concurrency` in flight), appending each record as it finishes.
 
     A question that fails is recorded in errors.jsonl and the run goes on, unless
     `give_up_after` questions in a row fail on the server itself (unreachable, 5xx after the
-    graph's retries): then the server is gone, and the rest is left for a rerun.
+    graph's retries): then the server is gone, and the rest is left for a rerun. Every request
+    of one job carries the session id `<run_id>/<job key>` (servers.sessions), so a router in
+    front of replicas keeps each job on one replica.
     """
+    run_id = run_id or uuid.uuid4().hex[:8]
     limit = asyncio.Semaphore(concurrency)
     give_up_after = give_up_after or concurrency + 2
     finished = failed = 0
@@ -185,10 +191,14 @@ async def run_jobs(
                 return
             begin = time.monotonic()
             try:
-                result = await graph.ainvoke(
-                    {"question": job.problem.question, "system_prompt": job.problem.system_prompt},
-                    context=job.context,
-                )
+                with session(new_session_id(run_id, job.key.text)):
+                    result = await graph.ainvoke(
+                        {
+                            "question": job.problem.question,
+                            "system_prompt": job.problem.system_prompt,
+                        },
+                        context=job.context,
+                    )
             except Exception as exc:  # recorded with its reason; the run goes on
                 failed += 1
                 store.append_error(

@@ -6,6 +6,8 @@ embedded PyPI model) stays here. Typical use:
     from servers.connect import connect
     clients = connect(start=True)    # from flags, MUR_BASE_URL..., or the embedded server
     clients.backbone, clients.verifier               # LangChain chat models for the graph
+    with session("run-1/question-7"):            # X-Session-ID: sticky behind vllm-router
+        ...
 """
 
 from servers.clients import (
@@ -20,6 +22,7 @@ from servers.errors import ModelError, ServerError, ServerUnavailable
 from servers.launcher import (
     RunningServer,
     check_endpoint,
+    check_single_url,
     down,
     normalize_base_url,
     root_url,
@@ -37,11 +40,13 @@ from servers.profiles import (
     get_profile,
     profiles,
 )
+from servers.sessions import SESSION_HEADER, new_session_id, session
 
 __all__ = [
     "DEFAULT_PROFILE",
     "EMBEDDED_MODEL",
     "SAMPLING_DEFAULTS",
+    "SESSION_HEADER",
     "Connection",
     "ModelError",
     "Profile",
@@ -51,6 +56,7 @@ __all__ = [
     "ServerUnavailable",
     "VLLMChatOpenAI",
     "check_endpoint",
+    "check_single_url",
     "command_line",
     "default_model_dir",
     "down",
@@ -59,12 +65,14 @@ __all__ = [
     "get_profile",
     "make_chat_model",
     "mur_home",
+    "new_session_id",
     "normalize_base_url",
     "profiles",
     "prompt_tokens",
     "read_counter",
     "resolve_model",
     "root_url",
+    "session",
     "status",
     "up",
     "verify_model_dir",

@@ -5,6 +5,8 @@ Why a subclass of ChatOpenAI:
   `generation_config.json`, which differs per model and would silently change results;
 - a call-time `extra_body` is MERGED into the constructor's (stock langchain-openai replaces
   it, so e.g. `top_k` or `continue_final_message` vanish without a word);
+- every request of one question carries its session id (`X-Session-ID`, see
+  `servers.sessions`), so a vllm-router in front of replicas keeps the question on one replica;
 - vLLM's `stop_reason` (the stop string or token id that ended a choice; None for EOS or
   length) is kept in `response_metadata` next to `finish_reason` (stock ChatOpenAI drops it);
 - text a reasoning parser (`--reasoning-parser qwen3`) moved out of `content` into vLLM's
@@ -34,6 +36,7 @@ from langchain_openai import ChatOpenAI
 
 from servers.errors import ServerError, ServerUnavailable
 from servers.launcher import check_endpoint, normalize_base_url
+from servers.sessions import session_headers
 
 SAMPLING_DEFAULTS: Mapping[str, float | int] = {
     "temperature": 0.6,
@@ -125,7 +128,7 @@ def loop_safe_async_http_client() -> Any:
 
 
 class VLLMChatOpenAI(ChatOpenAI):
-    """ChatOpenAI for vLLM: merged `extra_body`, vLLM `stop_reason` kept per choice."""
+    """ChatOpenAI for vLLM: merged `extra_body`, the session header, vLLM `stop_reason` kept."""
 
     supports_n_choices: bool = True
     """Each of n choices keeps its own logprobs here, so callers may ask for n > 1 at once."""
@@ -140,7 +143,8 @@ class VLLMChatOpenAI(ChatOpenAI):
         stop: list[str] | None = None,
         **kwargs: Any,
     ) -> dict:
-        """Merge call-time `extra_body` over the constructor's instead of replacing it."""
+        """Merge call-time `extra_body` over the constructor's instead of replacing it; add
+        the current session's `X-Session-ID` header (`servers.sessions`)."""
         call_extra = kwargs.pop("extra_body", None)
         payload = super()._get_request_payload(input_, stop=stop, **kwargs)
         if call_extra:
@@ -148,6 +152,9 @@ class VLLMChatOpenAI(ChatOpenAI):
         if self.request_timeout is None and "timeout" not in payload:
             max_tokens = payload.get("max_completion_tokens", payload.get("max_tokens"))
             payload["timeout"] = self.timeouts.for_request(max_tokens)
+        headers = session_headers()
+        if headers:
+            payload["extra_headers"] = {**(payload.get("extra_headers") or {}), **headers}
         return payload
 
     def _create_chat_result(

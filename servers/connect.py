@@ -19,10 +19,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from servers.clients import make_chat_model
 from servers.errors import ServerUnavailable
-from servers.launcher import EMBEDDED_HINT, check_endpoint, normalize_base_url, up
+from servers.launcher import EMBEDDED_HINT, check_endpoint, check_single_url, normalize_base_url, up
 from servers.profiles import DEFAULT_PROFILE, get_profile
-from servers.router import make_routed_model, split_urls
 
 PROBE_TIMEOUT_S = 3.0
 """Seconds to wait for GET /v1/models: a server that is up answers it in milliseconds."""
@@ -71,9 +71,11 @@ def _sources(
     env_url = env.get("MUR_BASE_URL", "").strip()
     env_model = env.get("MUR_MODEL", "").strip() or None
     if base_url:
-        backbone = _Source(split_urls(base_url), model, _hint("--base-url"))
+        backbone = _Source(_urls(base_url, "--base-url"), model, _hint("--base-url"))
     elif env_url:
-        backbone = _Source(split_urls(env_url), model or env_model, _hint("MUR_BASE_URL"))
+        backbone = _Source(
+            _urls(env_url, "MUR_BASE_URL"), model or env_model, _hint("MUR_BASE_URL")
+        )
     else:
         default = get_profile(DEFAULT_PROFILE)
         backbone = _Source(
@@ -84,7 +86,9 @@ def _sources(
         if verifier_url:
             return (
                 backbone,
-                _Source(split_urls(verifier_url), verifier_model, _hint("--verifier-url")),
+                _Source(
+                    _urls(verifier_url, "--verifier-url"), verifier_model, _hint("--verifier-url")
+                ),
                 embedded,
             )
         return backbone, _Source(backbone.urls, verifier_model, backbone.hint), embedded
@@ -94,7 +98,9 @@ def _sources(
         return backbone, None, embedded
     if env_verifier_url:
         verifier = _Source(
-            split_urls(env_verifier_url), env_verifier_model, _hint("MUR_VERIFIER_URL")
+            _urls(env_verifier_url, "MUR_VERIFIER_URL"),
+            env_verifier_model,
+            _hint("MUR_VERIFIER_URL"),
         )
     else:
         verifier = _Source(backbone.urls, env_verifier_model, backbone.hint)
@@ -116,10 +122,14 @@ def _probe(source: _Source, timeout: float) -> _Source:
 
 
 def _describe(model: Any) -> str:
-    """`NAME at URL`, or `NAME at URL1,URL2 (2 replicas)` for a routed model."""
-    replicas = len(getattr(model, "replicas", None) or [model])
-    suffix = f" ({replicas} replicas)" if replicas > 1 else ""
-    return f"{model.model_name} at {model.openai_api_base}{suffix}"
+    return f"{model.model_name} at {model.openai_api_base}"
+
+
+def _urls(url: str, what: str) -> list[str]:
+    """One URL (a server, or a vllm-router in front of replicas); a comma list is refused
+    with how to start a router."""
+    check_single_url(url, what)
+    return [normalize_base_url(url)]
 
 
 def connect(
@@ -170,13 +180,13 @@ def connect(
     if verifier_src is not None and (probe or verifier_src.model is None):
         verifier_src = _probe(verifier_src, probe_timeout)
 
-    backbone = make_routed_model(backbone_src.urls, backbone_src.model, **client_options)
+    backbone = make_chat_model(backbone_src.urls[0], backbone_src.model, **client_options)
     verifier = backbone
     if verifier_src is not None and (verifier_src.urls, verifier_src.model) != (
         backbone_src.urls,
         backbone_src.model,
     ):
-        verifier = make_routed_model(verifier_src.urls, verifier_src.model, **client_options)
+        verifier = make_chat_model(verifier_src.urls[0], verifier_src.model, **client_options)
 
     note = f"{'embedded' if embedded else 'backbone'} {_describe(backbone)}"
     if verifier is not backbone:

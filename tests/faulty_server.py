@@ -95,7 +95,8 @@ def overflow_message(prompt_tokens: int, max_tokens: int) -> str:
 
 
 class FaultyServer:
-    """Serves on 127.0.0.1 (a free port) in a thread; counts what it did with each request."""
+    """Serves on 127.0.0.1 (a free port) in a thread; counts what it did with each request,
+    and `sessions` holds each one's `X-Session-ID` header."""
 
     def __init__(self, script: Sequence[str]) -> None:
         self.script = list(script)
@@ -105,6 +106,7 @@ class FaultyServer:
         self.faults = 0
         self.bodies: list[dict[str, Any]] = []
         self.closing = threading.Event()
+        self.sessions: list[str | None] = []
         self._lock = threading.Lock()
         server = self
 
@@ -134,6 +136,7 @@ class FaultyServer:
 
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+                server.sessions.append(self.headers.get("X-Session-ID"))
                 behaviour = server.next_behaviour(body)
                 name, _, arg = behaviour.partition(":")
                 if name == "delay":

@@ -231,3 +231,11 @@ def test_without_model_the_servers_own_is_asked_for() -> None:
         status, result, stderr = solve(server.base_url)
     assert status == 0, stderr
     assert result["answer"] == "4" and server.bodies[0]["model"] == MODEL
+
+
+def test_cli_sends_one_session_id_on_every_request_of_the_question() -> None:
+    with faulty_server(["ok"]) as server:
+        done = run_cli("--gate", "always", "--json", "--base-url", server.base_url)
+    assert done.returncode == 0, done.stderr
+    assert len(server.sessions) >= 2  # a draft and its judge at least
+    assert len(set(server.sessions)) == 1 and server.sessions[0].startswith("run.py/")

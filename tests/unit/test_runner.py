@@ -215,3 +215,33 @@ async def test_a_context_overflow_is_a_record_not_an_error(tmp_path: Path) -> No
     records = load_records(tmp_path)
     assert [r["finish_reason"] for r in records] == ["context_length"] * 2
     assert all(r["steps_total"] == 1 and r["usage"]["failed_calls"] == 1 for r in records)
+
+
+async def test_every_request_of_a_job_carries_that_jobs_session(tmp_path: Path) -> None:
+    """One session id per job (run id + job key) on every backbone and verifier request."""
+    from servers.sessions import current_session_id
+
+    seen: list[tuple[str | None, str]] = []
+
+    def recording(messages, kwargs):
+        seen.append((current_session_id(), str(messages[-1].content)))
+        return respond(messages, kwargs)
+
+    problems = load_dataset("math500", TEST_DATA, limit=3)
+    plan = BenchmarkPlan(
+        dataset="math500",
+        strategy="critic",
+        problems=tuple(problems),
+        gates=("always", "never"),
+        settings={"max_steps": 3},
+    )
+    jobs = plan.jobs()
+    model = FakeLogprobChat(responder=recording)
+    graph = build_graph("critic", backbone=model, verifier=model)
+    store = RecordStore(tmp_path)
+    await run_jobs(graph, jobs, store, concurrency=4, show_progress=False, run_id="run-7")
+    sessions = {sid for sid, _ in seen}
+    assert sessions == {f"run-7/{job.key.text}" for job in jobs}
+    for record in load_records(tmp_path):
+        calls = [sid for sid, _ in seen if sid == f"run-7/{record['key']}"]
+        assert len(calls) == record["usage"]["llm_calls"]  # judge calls included
