@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import operator
+from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, Literal, NotRequired, TypedDict
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -16,7 +17,12 @@ FinishReason = Literal["answer", "end_of_sequence", "max_steps", "empty_step"]
 
 
 class ContextError(ValueError):
-    """Bad run settings, in one line that names each field at fault and its value."""
+    """Bad run settings, in one line that names each field at fault and its value; `errors`
+    keeps pydantic's structured errors (field paths) for callers that report them apart."""
+
+    def __init__(self, message: str, errors: Sequence[Mapping[str, Any]] = ()) -> None:
+        super().__init__(message)
+        self.errors = list(errors)
 
 
 def _one_line(exc: ValidationError, known: tuple[str, ...]) -> str:
@@ -122,15 +128,16 @@ class Context(BaseModel):
     )
     thinking_style: Literal["prefix", "qwen3"] = Field(
         "prefix",
-        description="prefix: continue '<think>\\nOkay, so I need to' (any template); qwen3: a "
-        "fresh turn with chat_template_kwargs enable_thinking=true.",
+        description="prefix: continue '<think>\\nOkay, so I need to' (templates that leave a "
+        "continued message alone, not Qwen3's: vLLM issue 28089); qwen3: a fresh turn with "
+        "chat_template_kwargs enable_thinking=true.",
     )
 
     def __init__(self, **settings: Any) -> None:
         try:
             super().__init__(**settings)
         except ValidationError as exc:
-            raise ContextError(_one_line(exc, self.field_names())) from None
+            raise ContextError(_one_line(exc, self.field_names()), exc.errors()) from None
 
     @model_validator(mode="after")
     def _budget_mode_needs_mur(self) -> Context:
