@@ -27,6 +27,7 @@ import openai
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 from pydantic.fields import FieldInfo
 from rich.console import Console
+from rich.text import Text
 
 from evals.datasets import Problem, load_dataset
 from evals.runner import BenchmarkPlan, parse_gate_label, run_benchmark
@@ -289,7 +290,7 @@ class Printer:
         usage = result["usage"]
         scaled = sum(step["scaled"] for step in result["steps"])
         if result.get("fallback"):
-            self.console.print(f"[dim]fallback:[/dim] {result['fallback']['text']}", markup=False)
+            self.console.print(Text.assemble(("fallback: ", "dim"), result["fallback"]["text"]))
         self.console.print(
             f"\n[bold]Answer:[/bold] {result['answer']}   "
             f"[dim](finish: {result['finish_reason']}, {len(result['steps'])} steps, "
