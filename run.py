@@ -24,17 +24,14 @@ from pathlib import Path
 from typing import Any
 
 import openai
-from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 from pydantic.fields import FieldInfo
 from rich.console import Console
 from rich.text import Text
 
-from evals.datasets import Problem, load_dataset
-from evals.runner import BenchmarkPlan, parse_gate_label, run_benchmark
 from graphs.mur import MODEL_RETRY, build_graph
 from graphs.refine import STRATEGIES, summarise
 from graphs.solve import solve
-from graphs.state import Context
+from graphs.state import Context, parse_gate_label
 from nodes.draft import check_question
 from nodes.llm import MissingLogprobsError
 from servers import ServerError
@@ -49,7 +46,7 @@ SAMPLE_QUESTION = (
 
 # Context fields that take a comma-separated list with --dataset: the benchmark sweeps them.
 SWEEPS: tuple[str, ...] = ("gate", "gamma", "budget_tokens", "target_scale_rate")
-# What a flag takes beyond its Context field (evals.runner.parse_gate_label reads the labels).
+# What a flag takes beyond its Context field (graphs.state.parse_gate_label reads the labels).
 FLAG_NOTES: dict[str, str] = {
     "gate": "Labels: mur+bc = mur with bias correction, random@0.12 = random at that rate.",
 }
@@ -328,6 +325,9 @@ async def solve_one(args: argparse.Namespace, connection: Connection, printer: P
                 on_step=printer.step,
             )
         return solution.output
+    # Here: only --checkpoint needs SQLite's saver (aiosqlite), so other runs skip its import.
+    from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+
     thread_id = args.thread_id or uuid.uuid4().hex[:12]
     async with AsyncSqliteSaver.from_conn_string(args.checkpoint) as saver:
         printer.say(
@@ -385,9 +385,21 @@ def command_line(argv: Sequence[str] | None) -> str:
     return shlex.join([python, script, *(sys.argv[1:] if argv is None else argv)])
 
 
+def load_problems(args: argparse.Namespace) -> list[Any]:
+    # Here: datasets come with the evals package, whose grading imports take seconds.
+    from evals.datasets import load_dataset
+
+    return load_dataset(args.dataset, args.data_dir, limit=args.limit)
+
+
 def benchmark_plan(
-    args: argparse.Namespace, problems: Sequence[Problem], connection: Connection, command: str
-) -> BenchmarkPlan:
+    args: argparse.Namespace, problems: Sequence[Any], connection: Connection, command: str
+) -> Any:
+    """The runner's typed plan (evals.runner.BenchmarkPlan) from the flags."""
+    # Here: the runner brings grading (math-verify, sympy) and statistics (scipy), seconds of
+    # imports that a single question, or a wrong --base-url, must not wait for.
+    from evals.runner import BenchmarkPlan
+
     return BenchmarkPlan(
         dataset=args.dataset,
         strategy=args.strategy,
@@ -408,9 +420,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         validate(args)
-        problems = (
-            load_dataset(args.dataset, args.data_dir, limit=args.limit) if args.dataset else None
-        )
+        problems = load_problems(args) if args.dataset else None
     except (UsageError, ValueError, OSError) as exc:
         print(f"run.py: error: {exc}", file=sys.stderr)
         return 2
@@ -422,6 +432,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"run.py: {exc}", file=sys.stderr)
         return 1
     if problems is not None:
+        from evals.runner import run_benchmark  # loaded with the plan above
+
         plan = benchmark_plan(args, problems, connection, command_line(argv))
         return run_benchmark(plan, connection.backbone, connection.verifier)
     try:

@@ -20,7 +20,7 @@ from evals.progress import RunProgress
 from evals.records import JobKey, RecordStore
 from evals.report import write_report
 from graphs.mur import build_graph
-from graphs.state import Context
+from graphs.state import Context, parse_gate_label
 from nodes.llm import is_transient
 from servers.sessions import new_session_id, session
 
@@ -46,25 +46,6 @@ class Job:
 Budget = tuple[str, float]  # ("budget_tokens" | "target_scale_rate", value)
 BUDGET_LABELS = {"budget_tokens": "budget", "target_scale_rate": "rate"}
 Overrides = dict[str, Any]  # Context fields a setting sets on top of the run's
-
-
-def parse_gate_label(label: str) -> tuple[str, Overrides]:
-    """A benchmark setting's gate label -> (gate, Context overrides), so that one results
-    folder holds every row of the paper's table:
-    `mur` -> ("mur", {}); `mur+bc` -> ("mur", {"bias_correction": True});
-    `random@0.12` -> ("random", {"random_rate": 0.12}) (e.g. at MUR's measured scaled rate).
-    Raises ValueError naming the label when it is none of these."""
-    if label.endswith("+bc"):
-        return label.removesuffix("+bc"), {"bias_correction": True}
-    gate, at, rate = label.partition("@")
-    if not at:
-        return label, {}
-    if gate != "random":
-        raise ValueError(f"gate label {label!r}: only random takes a rate (random@0.12)")
-    try:
-        return gate, {"random_rate": float(rate)}
-    except ValueError:
-        raise ValueError(f"gate label {label!r}: {rate!r} is not a number") from None
 
 
 def budget_label(budget: Budget) -> str:

@@ -10,10 +10,11 @@ import pytest
 
 from evals.datasets import load_dataset
 from evals.records import RecordStore, load_records
-from evals.runner import BenchmarkPlan, parse_gate_label, record_command, run_benchmark, run_jobs
+from evals.runner import BenchmarkPlan, record_command, run_benchmark, run_jobs
 from fakes import FakeLogprobChat, Scripted
 from faulty_server import faulty_server
 from graphs import Context, build_graph
+from graphs.state import parse_gate_label
 from servers import make_chat_model
 
 TEST_DATA = Path(__file__).resolve().parents[1] / "data"  # a math500.jsonl of the tests' own
