@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.mur-setup.stamp
 BOOTSTRAP_PY := $(shell command -v python3.11 2>/dev/null || command -v python3)
-PROFILE ?= cpu-tiny
+PROFILE ?= cpu-qwen-1.5b
 EAGER ?=
 PYTEST_ARGS ?=
 
@@ -32,6 +32,8 @@ test-unit: setup
 lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	@# The import rules of the layout (contracts in pyproject.toml, [tool.importlinter]).
+	$(VENV)/bin/lint-imports
 
 run: setup
 	$(PY) run.py --strategy critic

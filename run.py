@@ -4,7 +4,8 @@
     python run.py --strategy critic --question "..." --json
     python run.py --strategy critic --dataset math500 --limit 8 --gate mur,always,never --out DIR
 
-Without --base-url it uses the embedded CPU vLLM server (reused when healthy, started if not).
+Without --base-url (or MUR_BASE_URL) it uses the embedded CPU vLLM server (reused when
+healthy, started if not).
 """
 
 from __future__ import annotations
@@ -12,30 +13,43 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
+import shlex
 import sys
+import types
+import typing
 import uuid
-from dataclasses import dataclass
-from functools import partial
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
+
+import openai
+from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+from pydantic.fields import FieldInfo
+from rich.console import Console
+
+from evals.datasets import Problem, load_dataset
+from evals.runner import BenchmarkPlan, parse_gate_label, run_benchmark
+from graphs.mur import MODEL_RETRY, build_graph
+from graphs.refine import STRATEGIES, summarise
+from graphs.solve import solve
+from graphs.state import Context
+from nodes.draft import check_question
+from nodes.llm import MissingLogprobsError
+from servers import ServerError, check_single_url, new_session_id, session
+from servers.connect import Connection
+from servers.connect import connect as connect_servers
 
 SAMPLE_QUESTION = (
     "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips "
     "in May. How many clips did Natalia sell altogether in April and May?"
 )
 
-# Context fields settable from the command line: flag -> (Context field, type).
-CONTEXT_FLAGS: dict[str, tuple[str, type]] = {
-    "--alpha": ("alpha", float),
-    "--tau": ("tau", float),
-    "--random-rate": ("random_rate", float),
-    "--seed": ("seed", int),
-    "--max-steps": ("max_steps", int),
-    "--max-step-tokens": ("max_step_tokens", int),
-    "--num-candidates": ("num_candidates", int),
-    "--critic-rounds": ("critic_rounds", int),
-    "--judge-max-tokens": ("judge_max_tokens", int),
-    "--foresight-steps": ("foresight_steps", int),
-    "--thinking-budget": ("thinking_budget", int),
+# Context fields that take a comma-separated list with --dataset: the benchmark sweeps them.
+SWEEPS: tuple[str, ...] = ("gate", "gamma", "budget_tokens", "target_scale_rate")
+# What a flag takes beyond its Context field (evals.runner.parse_gate_label reads the labels).
+FLAG_NOTES: dict[str, str] = {
+    "gate": "Labels: mur+bc = mur with bias correction, random@0.12 = random at that rate.",
 }
 
 
@@ -43,7 +57,7 @@ class UsageError(Exception):
     """Bad command-line input: reported in one line with exit status 2."""
 
 
-def _csv(kind: type) -> Any:
+def _csv(kind: type) -> Callable[[str], list[Any]]:
     def parse(text: str) -> list[Any]:
         items = [item.strip() for item in text.split(",") if item.strip()]
         if not items:
@@ -56,51 +70,60 @@ def _csv(kind: type) -> Any:
     return parse
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from graphs.state import STRATEGIES
+def _flag_kind(annotation: Any) -> tuple[type, tuple[Any, ...] | None]:
+    """The argparse type of a Context field, and its choices when it is a Literal."""
+    args = [a for a in typing.get_args(annotation) if a is not type(None)]
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType) and len(args) == 1:
+        return _flag_kind(args[0])  # `int | None`: the flag gives an int
+    if typing.get_origin(annotation) is typing.Literal:
+        return type(args[0]), tuple(args)
+    return annotation, None
 
+
+def add_context_flags(parser: argparse.ArgumentParser) -> None:
+    """One flag per Context field, named after it (`max_step_tokens` -> --max-step-tokens),
+    typed, bounded and described by the field; unset flags stay None."""
+    group = parser.add_argument_group("settings (graphs.Context; default: the paper's)")
+    for name, info in Context.model_fields.items():
+        flag = "--" + name.replace("_", "-")
+        kind, choices = _flag_kind(info.annotation)
+        help_text = _help(name, info, choices, sweep=name in SWEEPS)
+        if kind is bool:
+            group.add_argument(
+                flag, dest=name, action=argparse.BooleanOptionalAction, help=help_text
+            )
+        elif name in SWEEPS:
+            group.add_argument(
+                flag, dest=name, type=_csv(kind), metavar=name.upper(), help=help_text
+            )
+        else:
+            group.add_argument(flag, dest=name, type=kind, choices=choices, help=help_text)
+
+
+def _help(name: str, info: FieldInfo, choices: tuple[Any, ...] | None, sweep: bool) -> str:
+    """The field's description, then its choices or bounds and its default."""
+    text = (info.description or "").replace("%", "%%")
+    if name in FLAG_NOTES:
+        text += " " + FLAG_NOTES[name]
+    if sweep:
+        text += " A comma list with --dataset."
+    limits = [
+        f"{symbol} {getattr(rule, attr)}"
+        for rule in info.metadata
+        for attr, symbol in (("gt", ">"), ("ge", ">="), ("lt", "<"), ("le", "<="))
+        if hasattr(rule, attr)
+    ]
+    if choices:
+        limits = [f"one of {', '.join(map(str, choices))}"]
+    return f"{text} ({'; '.join([*limits, f'default {info.default}'])})"
+
+
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="run.py", description="MUR: momentum-uncertainty-guided step-level reasoning."
     )
     parser.add_argument("--strategy", required=True, choices=STRATEGIES)
-    parser.add_argument(
-        "--gate",
-        type=_csv(str),
-        default=["mur"],
-        help="mur, always, never, average, smart, random (a comma list with --dataset)",
-    )
-    parser.add_argument(
-        "--gamma", type=_csv(float), default=[0.9], help="gamma (> 0; a list with --dataset)"
-    )
-    for flag, (name, kind) in CONTEXT_FLAGS.items():
-        parser.add_argument(flag, dest=name, type=kind, default=None)
-    parser.add_argument(
-        "--budget-tokens",
-        type=_csv(int),
-        default=None,
-        help="budget mode (gate mur): tokens per question; a list with --dataset",
-    )
-    parser.add_argument(
-        "--target-scale-rate",
-        type=_csv(float),
-        default=None,
-        help="budget mode (gate mur): fraction of steps to scale; a list with --dataset",
-    )
-    parser.add_argument("--expected-steps", type=int, default=None)
-    parser.add_argument("--bias-correction", action="store_true", default=None)
-    parser.add_argument(
-        "--reuse-draft",
-        action="store_true",
-        default=None,
-        help="best_of_n/foresight: keep the draft as candidate 0 (N-1 new samples)",
-    )
-    parser.add_argument(
-        "--foresight-selection",
-        choices=("sample", "argmax"),
-        default=None,
-        dest="foresight_selection",
-    )
-    parser.add_argument("--thinking-style", choices=("prefix", "qwen3"), default=None)
+    add_context_flags(parser)
     parser.add_argument("--question", help="the question to solve (default: a sample problem)")
     parser.add_argument("--system-prompt", default=None)
     parser.add_argument(
@@ -117,7 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--profile",
         default=None,
-        help="server profile whose recommended settings apply (default: cpu-tiny when embedded)",
+        help="server profile whose recommended settings apply (default: the embedded one)",
     )
     parser.add_argument("--eager", action="store_true", help="start the embedded server eager")
     parser.add_argument("--json", action="store_true", help="print the result as one JSON object")
@@ -136,102 +159,45 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-@dataclass
-class Connection:
-    backbone: Any
-    verifier: Any
-    recommended: dict[str, Any]
-    note: str
+def connect(args: argparse.Namespace, say: Callable[[str], None]) -> Connection:
+    """Clients from the flags, else MUR_BASE_URL etc., else the embedded CPU server (started
+    if needed): `servers.connect`, probing every URL first so a wrong one fails in seconds."""
+    connection = connect_servers(
+        base_url=args.base_url,
+        model=args.model,
+        verifier_url=args.verifier_url,
+        verifier_model=args.verifier_model,
+        profile=args.profile,
+        start=True,
+        eager=args.eager,
+        progress=not args.json,
+        say=say,
+    )
+    args.profile = connection.profile
+    return connection
 
 
-def connect(args: argparse.Namespace, say: Any) -> Connection:
-    """Clients for the requested endpoints, or the embedded CPU server (started if needed).
-
-    A URL may be one vLLM server or a vllm-router in front of replicas: every request of one
-    question carries its session header (servers.sessions), which the router's
-    consistent_hash policy uses to keep the question on one replica.
-    """
-    from servers import DEFAULT_PROFILE, get_profile, make_chat_model, up
-
-    def describe(model: Any) -> str:
-        return f"{model.model_name} at {model.openai_api_base}"
-
-    recommended: dict[str, Any] = {}
-    if args.base_url:
-        base_url, model = args.base_url, args.model
-    else:
-        say("Using the embedded CPU vLLM server (cpu-tiny); pass --base-url to use another.")
-        server = up(DEFAULT_PROFILE, eager=args.eager, progress=not args.json)
-        say(f"{'Started' if server.started else 'Reusing'} {server.model} at {server.base_url}")
-        base_url, model = server.base_url, server.model
-        args.profile = args.profile or DEFAULT_PROFILE
-    if args.profile:
-        recommended = dict(get_profile(args.profile).recommended)
-    backbone = make_chat_model(base_url, model)
-    note = f"{'backbone' if args.base_url else 'embedded'} {describe(backbone)}"
-    verifier = backbone
-    if args.verifier_url or args.verifier_model:
-        verifier = make_chat_model(args.verifier_url or base_url, args.verifier_model)
-        note += f"; verifier {describe(verifier)}"
-    return Connection(backbone, verifier, recommended, note)
+def flag_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The Context settings given on the command line, but the swept ones."""
+    return {
+        name: getattr(args, name)
+        for name in Context.field_names()
+        if name not in SWEEPS and getattr(args, name) is not None
+    }
 
 
-def make_context(
-    args: argparse.Namespace,
-    gate: str,
-    gamma: float,
-    recommended: dict,
-    budget: tuple[str, float] | None = None,
-) -> Any:
-    """The run's Context: profile recommendations, then flags; `budget` is
-    ("budget_tokens" | "target_scale_rate", value) for budget mode."""
-    from graphs.state import Context
-
+def shared_settings(args: argparse.Namespace, recommended: dict[str, Any]) -> dict[str, Any]:
+    """A profile's recommendations (those that are Context fields), then the flags."""
     names = set(Context.field_names())
-    settings = {k: v for k, v in recommended.items() if k in names}
-    # Every Context field has a flag of the same name (argparse dest); unset flags are None.
-    for name in names - {"gate", "gamma", "budget_tokens", "target_scale_rate"}:
-        value = getattr(args, name, None)
-        if value is not None:
-            settings[name] = value
-    if budget is not None:
-        settings[budget[0]] = budget[1]
-    return Context(gate=gate, gamma=gamma, **settings)
+    return {**{k: v for k, v in recommended.items() if k in names}, **flag_settings(args)}
 
 
-def validate(args: argparse.Namespace) -> None:
-    """Every bad value fails here, before any server is touched."""
-    from nodes.draft import check_question
-    from nodes.gates import check_gate
+def gates(args: argparse.Namespace) -> list[str]:
+    return args.gate or [Context.model_fields["gate"].default]
 
-    for gate in args.gate:
-        check_gate(gate)
-    for gamma in args.gamma:
-        make_context(args, args.gate[0], gamma, {})
-    for budget in budget_settings(args):
-        make_context(args, "mur", args.gamma[0], {}, budget)
-    if args.limit is not None and args.limit <= 0:
-        raise UsageError(f"--limit must be > 0, got {args.limit}")
-    if args.samples <= 0 or args.concurrency <= 0:
-        raise UsageError("--samples and --concurrency must be > 0")
-    if not args.dataset:
-        if len(args.gate) > 1 or len(args.gamma) > 1 or len(budget_settings(args)) > 1:
-            raise UsageError("lists of gates, gammas or budgets need --dataset")
-        if args.question is not None:
-            check_question(args.question)
-    elif args.question or args.checkpoint:
-        raise UsageError("--question and --checkpoint solve one question: drop --dataset")
-    if args.thread_id and not args.checkpoint:
-        raise UsageError("--thread-id needs --checkpoint")
-    if args.model and not args.base_url:
-        raise UsageError("--model needs --base-url")
-    from servers import ServerError, check_single_url
 
-    for flag, url in (("--base-url", args.base_url), ("--verifier-url", args.verifier_url)):
-        try:
-            check_single_url(url, flag)
-        except ServerError as exc:
-            raise UsageError(str(exc)) from None
+def gammas(args: argparse.Namespace) -> list[float]:
+    return args.gamma or [Context.model_fields["gamma"].default]
 
 
 def budget_settings(args: argparse.Namespace) -> list[tuple[str, float]]:
@@ -241,12 +207,50 @@ def budget_settings(args: argparse.Namespace) -> list[tuple[str, float]]:
     ]
 
 
+def single_context(args: argparse.Namespace, recommended: dict[str, Any]) -> Context:
+    """The Context of a single solve (no lists: validate() refused them): a budget makes it
+    the mur gate; a gate label brings its own settings (`mur+bc`, `random@0.12`)."""
+    budgets = budget_settings(args)
+    gate, overrides = ("mur", dict(budgets[:1])) if budgets else parse_gate_label(gates(args)[0])
+    settings = {**shared_settings(args, recommended), **overrides}
+    return Context(**settings, gate=gate, gamma=gammas(args)[0])
+
+
+def validate(args: argparse.Namespace) -> None:
+    """Every bad value fails here, before any server is touched."""
+    settings = flag_settings(args)
+    for label in gates(args):
+        gate, overrides = parse_gate_label(label)
+        for gamma in gammas(args):
+            Context(**{**settings, **overrides}, gate=gate, gamma=gamma)
+    for name, value in budget_settings(args):
+        Context(**settings, gate="mur", gamma=gammas(args)[0], **{name: value})
+    if args.limit is not None and args.limit <= 0:
+        raise UsageError(f"--limit must be > 0, got {args.limit}")
+    if args.samples <= 0 or args.concurrency <= 0:
+        raise UsageError("--samples and --concurrency must be > 0")
+    if not args.dataset:
+        if len(gates(args)) > 1 or len(gammas(args)) > 1 or len(budget_settings(args)) > 1:
+            raise UsageError("lists of gates, gammas or budgets need --dataset")
+        if args.question is not None:
+            check_question(args.question)
+    elif args.question or args.checkpoint:
+        raise UsageError("--question and --checkpoint solve one question: drop --dataset")
+    if args.thread_id and not args.checkpoint:
+        raise UsageError("--thread-id needs --checkpoint")
+    if args.model and not args.base_url:
+        raise UsageError("--model needs --base-url")
+    for flag, url in (("--base-url", args.base_url), ("--verifier-url", args.verifier_url)):
+        try:
+            check_single_url(url, flag)
+        except ServerError as exc:
+            raise UsageError(str(exc)) from None
+
+
 class Printer:
     """Human output: each kept step as it arrives, then the answer and the usage."""
 
     def __init__(self, enabled: bool) -> None:
-        from rich.console import Console
-
         self.enabled = enabled
         self.console = Console(stderr=False, highlight=False)
 
@@ -264,8 +268,9 @@ class Printer:
             if threshold is not None
             else f"m={event['draft_uncertainty']:.3f}  M={event['momentum_before']:.3f}"
         )
+        summary = summarise(event["refine"])
         mark = (
-            f"[bold yellow]SCALED ({event['strategy']}{_refine_summary(event['refine'])})"
+            f"[bold yellow]SCALED ({event['strategy']}{f': {summary}' if summary else ''})"
             "[/bold yellow]"
             if event["scaled"]
             else "[green]kept[/green]"
@@ -294,104 +299,105 @@ class Printer:
         )
 
 
-def _refine_summary(refine: dict[str, Any] | None) -> str:
-    if not refine:
-        return ""
-    if refine["strategy"] == "critic":
-        return ": revised" if refine["revised"] else ": judged correct"
-    if refine["strategy"] in ("best_of_n", "foresight"):
-        return f": chose {refine['chosen'] + 1} of {len(refine['candidates'])}"
-    if refine["strategy"] == "thinking":
-        return f": thought {refine['thinking_tokens']} tokens"
-    return ""
-
-
-async def solve(
-    graph: Any,
-    question: str,
-    system_prompt: str | None,
-    context: Any,
-    printer: Printer,
-    config: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    """Stream the graph: print each step as it is kept, return the output contract.
-
-    With a checkpointed thread that already holds progress, the run resumes from it.
-    """
-    from graphs.state import output_of
-
-    graph_input: dict[str, Any] | None = {"question": question, "system_prompt": system_prompt}
-    if config is not None:
-        snapshot = await graph.aget_state(config)
-        if snapshot.next:
-            printer.say(f"Resuming thread {config['configurable']['thread_id']}")
-            graph_input = None
-        elif snapshot.values:
-            return output_of(snapshot.values)  # that thread already finished
-    result: dict[str, Any] = {}
-    async for mode, chunk in graph.astream(
-        graph_input, config=config, context=context, stream_mode=["custom", "values"]
-    ):
-        if mode == "custom" and chunk.get("event") == "step":
-            printer.step(chunk)
-        elif mode == "values":
-            result = chunk
-    return output_of(result)
-
-
 async def solve_one(args: argparse.Namespace, connection: Connection, printer: Printer) -> dict:
-    from graphs.mur import build_graph
-
-    budgets = budget_settings(args)
-    context = make_context(
-        args,
-        "mur" if budgets else args.gate[0],
-        args.gamma[0],
-        connection.recommended,
-        budgets[0] if budgets else None,
-    )
+    """Solve --question (or the sample), printing each step as it is kept."""
+    context = single_context(args, connection.recommended)
     question = args.question or SAMPLE_QUESTION
     printer.say(f"Question: {question}")
-    build = partial(
-        build_graph,
-        args.strategy,
-        context.gate,
-        backbone=connection.backbone,
-        verifier=connection.verifier,
-    )
-    from servers import new_session_id, session
 
+    def graph(checkpointer: Any = None) -> Any:
+        return build_graph(
+            args.strategy,
+            context.gate,
+            backbone=connection.backbone,
+            verifier=connection.verifier,
+            checkpointer=checkpointer,
+        )
+
+    # Every request of this question carries one session id (sticky behind vllm-router).
     if not args.checkpoint:
         with session(new_session_id("run.py", uuid.uuid4().hex[:12])):
-            return await solve(build(), question, args.system_prompt, context, printer)
-    from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
-
+            solution = await solve(
+                graph(),
+                question,
+                system_prompt=args.system_prompt,
+                context=context,
+                on_step=printer.step,
+            )
+        return solution.output
     thread_id = args.thread_id or uuid.uuid4().hex[:12]
     async with AsyncSqliteSaver.from_conn_string(args.checkpoint) as saver:
         printer.say(
             f"Checkpointing thread {thread_id} in {args.checkpoint}: resume with "
             f"--checkpoint {args.checkpoint} --thread-id {thread_id}"
         )
-        config = {"configurable": {"thread_id": thread_id}}
         with session(new_session_id("run.py", thread_id)):
-            return await solve(
-                build(checkpointer=saver), question, args.system_prompt, context, printer, config
+            solution = await solve(
+                graph(saver),
+                question,
+                system_prompt=args.system_prompt,
+                context=context,
+                config={"configurable": {"thread_id": thread_id}},
+                on_step=printer.step,
+                on_resume=lambda: printer.say(f"Resuming thread {thread_id}"),
             )
+        return solution.output
 
 
-def describe_failure(exc: BaseException) -> str:
-    """One line for the errors a user can meet while the graph runs."""
-    import openai
-
-    from nodes.llm import MissingLogprobsError
-
+def describe_failure(exc: BaseException, embedded: bool = False) -> str:
+    """One line for the errors a user can meet while the graph runs; the embedded server's
+    commands are suggested only when it is the one in use."""
+    attempts = MODEL_RETRY.max_attempts
     if isinstance(exc, openai.APIConnectionError):
-        return f"lost the model server ({exc}); is it still running? `python -m servers status`"
+        request = getattr(exc, "request", None)
+        where = f" at {request.url}" if request is not None else ""
+        if isinstance(exc, openai.APITimeoutError):
+            return (
+                f"the model server{where} did not answer in time, {attempts} attempts: is it "
+                "stalled or overloaded? For a slow server raise MUR_TIMEOUT_PER_TOKEN_S "
+                "(seconds allowed per requested token, default 1)"
+            )
+        hint = "`python -m servers status`" if embedded else "is it still running there?"
+        return f"lost the model server{where} ({exc}), {attempts} attempts: {hint}"
     if isinstance(exc, openai.APIStatusError):
-        return f"the model server refused a request (HTTP {exc.status_code}): {exc.message}"
+        body = exc.body if isinstance(exc.body, dict) else {}
+        said = body.get("message") or exc.message  # the server's words, without the SDK's
+        if exc.status_code >= 500:
+            return (
+                f"the model server failed the request (HTTP {exc.status_code}), {attempts} "
+                f"attempts: {said}"
+            )
+        return f"the model server refused a request (HTTP {exc.status_code}): {said}"
     if isinstance(exc, MissingLogprobsError | ValueError):
         return str(exc)
     return f"{type(exc).__name__}: {exc}"
+
+
+def command_line(argv: Sequence[str] | None) -> str:
+    """The command as it was typed (interpreter, script, arguments), for command.txt."""
+    python = sys.executable
+    if Path(python).is_relative_to(Path.cwd()):
+        python = os.path.relpath(python)
+    script = sys.argv[0] if argv is None else "run.py"
+    return shlex.join([python, script, *(sys.argv[1:] if argv is None else argv)])
+
+
+def benchmark_plan(
+    args: argparse.Namespace, problems: Sequence[Problem], connection: Connection, command: str
+) -> BenchmarkPlan:
+    return BenchmarkPlan(
+        dataset=args.dataset,
+        strategy=args.strategy,
+        problems=tuple(problems),
+        gates=tuple(gates(args)),
+        gammas=tuple(gammas(args)),
+        budgets=tuple(budget_settings(args)),
+        samples=args.samples,
+        concurrency=args.concurrency,
+        settings=shared_settings(args, connection.recommended),
+        out=Path(args.out) if args.out else None,
+        command=command,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -399,12 +405,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         validate(args)
-        problems = load_problems(args) if args.dataset else None
+        problems = (
+            load_dataset(args.dataset, args.data_dir, limit=args.limit) if args.dataset else None
+        )
     except (UsageError, ValueError, OSError) as exc:
         print(f"run.py: error: {exc}", file=sys.stderr)
         return 2
-
-    from servers import ServerError
 
     printer = Printer(enabled=not args.json)
     try:
@@ -413,9 +419,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"run.py: {exc}", file=sys.stderr)
         return 1
     if problems is not None:
-        from evals.runner import run_benchmark
-
-        return run_benchmark(args, problems, connection, make_context, budget_settings(args))
+        plan = benchmark_plan(args, problems, connection, command_line(argv))
+        return run_benchmark(plan, connection.backbone, connection.verifier)
     try:
         result = asyncio.run(solve_one(args, connection, printer))
     except KeyboardInterrupt:
@@ -425,20 +430,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"run.py: interrupted{hint}", file=sys.stderr)
         return 130
     except Exception as exc:  # one clear line instead of a traceback; exit status 1
-        print(f"run.py: {describe_failure(exc)}", file=sys.stderr)
+        print(f"run.py: {describe_failure(exc, connection.embedded)}", file=sys.stderr)
         return 1
     if args.json:
         print(json.dumps(result, ensure_ascii=False))
     else:
         printer.result(result)
     return 0
-
-
-def load_problems(args: argparse.Namespace) -> list[Any]:
-    """The benchmark's questions, read before any server starts (bad paths fail fast)."""
-    from evals.datasets import load_dataset
-
-    return load_dataset(args.dataset, args.data_dir, limit=args.limit)
 
 
 if __name__ == "__main__":

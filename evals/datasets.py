@@ -1,7 +1,9 @@
 """Benchmark loaders: MATH-500, AIME 2024, AIME 2025 and GPQA-diamond as ``Problem`` records.
 
-Local JSONL copies are the default (see ``resolve_data_dir``); ``"hf"`` loads the same benchmarks
-from the Hugging Face hub. GPQA's choices are unlettered in the source, so they are shuffled here
+The public sets (MATH-500, AIME 2024, AIME 2025) ship in ``evals/data`` (sources, licences and
+hashes in its README); GPQA-diamond never does and is read from a folder the user names or
+``../shared/data`` (see ``resolve_data_dir``). ``"hf"`` loads the same benchmarks from the
+Hugging Face hub. GPQA's choices are unlettered in the source, so they are shuffled here
 with a permutation derived from each question's Record ID: the same letters on every machine,
 Python version and run, which keeps results comparable.
 
@@ -27,17 +29,24 @@ __all__ = [
     "DATASETS",
     "DATA_DIR_ENV",
     "HF_SOURCE",
+    "PUBLIC_DATASETS",
+    "SHIPPED_DATA_DIR",
     "SYSTEM_PROMPTS",
     "DataNotFoundError",
     "DatasetError",
     "MalformedRecordError",
     "Problem",
+    "dataset_file",
     "load_dataset",
     "resolve_data_dir",
 ]
 
 #: The benchmark names ``load_dataset`` accepts.
 DATASETS: tuple[str, ...] = ("math500", "aime24", "aime25", "gpqa_diamond")
+#: The benchmarks whose files ship inside the project (GPQA's authors ask it never be).
+PUBLIC_DATASETS: tuple[str, ...] = ("math500", "aime24", "aime25")
+#: Where the public benchmarks ship (package data).
+SHIPPED_DATA_DIR = Path(__file__).resolve().parent / "data"
 #: Environment variable naming the data directory (or ``hf``).
 DATA_DIR_ENV = "MUR_DATA_DIR"
 #: The ``data_dir`` value that loads from the Hugging Face hub.
@@ -70,12 +79,20 @@ _HF_SOURCES: dict[str, tuple[tuple[str, str | None, str], ...]] = {
     "gpqa_diamond": (("Idavidrein/gpqa", "gpqa_diamond", "train"),),
 }
 _PROJECT_ROOT = Path(__file__).resolve().parents[1]
-_DEFAULT_DATA_DIR = _PROJECT_ROOT.parent / "shared" / "data"
+# GPQA's default place: a shared data folder next to the project root, outside the repository.
+_SHARED_DATA_DIR = _PROJECT_ROOT.parent / "shared" / "data"
 _LETTERS = "ABCD"
 _WHERE_TO_POINT = (
     f"pass --data-dir DIR (data_dir=...) or set {DATA_DIR_ENV}=DIR to the folder holding "
     "math500.jsonl, aime24.jsonl, aime25.jsonl and gpqa_diamond.jsonl.gz, "
-    f"or use '{HF_SOURCE}' to load from the Hugging Face hub"
+    f"or use '{HF_SOURCE}' to load from the Hugging Face hub; with neither set, MATH-500 and "
+    f"AIME come from the copies shipped in {SHIPPED_DATA_DIR}"
+)
+_GPQA_NOT_SHIPPED = (
+    "GPQA-diamond is not shipped with the project (its authors ask that it never appear in "
+    f"plain text online): put gpqa_diamond.jsonl.gz in {_SHARED_DATA_DIR}, or pass "
+    f"--data-dir DIR / set {DATA_DIR_ENV}=DIR to a folder holding it, or use --data-dir "
+    f"{HF_SOURCE} (Idavidrein/gpqa is gated: accept its terms on the hub, then `hf auth login`)"
 )
 
 
@@ -113,22 +130,25 @@ class MalformedRecordError(DatasetError, ValueError):
         super().__init__(f"{source}, line {line}: {problem}")
 
 
-def resolve_data_dir(data_dir: str | os.PathLike[str] | None = None) -> Path | str:
-    """Where benchmarks come from: a directory, or ``HF_SOURCE`` for the Hugging Face hub.
+def resolve_data_dir(
+    data_dir: str | os.PathLike[str] | None = None, name: str | None = None
+) -> Path | str:
+    """Where benchmark ``name`` comes from: a directory, or ``HF_SOURCE`` for the hub.
 
-    Order: ``data_dir``; else ``$MUR_DATA_DIR``; else ``../shared/data`` next to the project
-    root when that exists. Raises ``DataNotFoundError`` naming the path when none is usable.
+    Order: ``data_dir``; else ``$MUR_DATA_DIR`` (either one is used for every benchmark);
+    else the shipped ``SHIPPED_DATA_DIR`` for the public sets (and when ``name`` is None),
+    and ``../shared/data`` next to the project root for GPQA. Raises ``DataNotFoundError``
+    naming the path, or for GPQA where to put it, when none is usable.
     """
     origin = "data_dir"
     if data_dir is None or str(data_dir) == "":
         data_dir, origin = os.environ.get(DATA_DIR_ENV, ""), f"${DATA_DIR_ENV}"
     if str(data_dir) == "":
-        if _DEFAULT_DATA_DIR.is_dir():
-            return _DEFAULT_DATA_DIR
-        raise DataNotFoundError(
-            f"no benchmark data directory given and the default {_DEFAULT_DATA_DIR} does not "
-            f"exist; {_WHERE_TO_POINT}"
-        )
+        if name is None or name in PUBLIC_DATASETS:
+            return SHIPPED_DATA_DIR
+        if _SHARED_DATA_DIR.is_dir():
+            return _SHARED_DATA_DIR
+        raise DataNotFoundError(f"{_SHARED_DATA_DIR} does not exist; {_GPQA_NOT_SHIPPED}")
     if str(data_dir).strip().lower() == HF_SOURCE:
         return HF_SOURCE
     path = Path(data_dir).expanduser()
@@ -138,6 +158,31 @@ def resolve_data_dir(data_dir: str | os.PathLike[str] | None = None) -> Path | s
             f"directory; {_WHERE_TO_POINT}"
         )
     return path
+
+
+def dataset_file(name: str, data_dir: str | os.PathLike[str] | None = None) -> Path:
+    """The local file benchmark ``name`` is read from (see ``resolve_data_dir``).
+
+    Raises ``DataNotFoundError`` saying where to put it when it is absent, and
+    ``DatasetError`` when the source is the hub rather than a file.
+    """
+    key = _known(name)
+    source = resolve_data_dir(data_dir, key)
+    if source == HF_SOURCE:
+        raise DatasetError(f"benchmark {key!r} is read from the Hugging Face hub, not a file")
+    candidates = [Path(source) / file_name for file_name in _FILES[key]]
+    path = next((p for p in candidates if p.is_file()), None)
+    if path is None:
+        where = _GPQA_NOT_SHIPPED if key not in PUBLIC_DATASETS else _WHERE_TO_POINT
+        raise DataNotFoundError(f"{candidates[0]} not found (benchmark {key!r}); {where}")
+    return path
+
+
+def _known(name: str) -> str:
+    key = name.strip().lower() if isinstance(name, str) else name
+    if key not in DATASETS:
+        raise ValueError(f"unknown dataset {name!r}; valid names: {', '.join(DATASETS)}")
+    return key
 
 
 def load_dataset(
@@ -153,13 +198,11 @@ def load_dataset(
     ``DataNotFoundError`` for a missing directory or file, ``MalformedRecordError`` (with file
     and line) for a bad record.
     """
-    key = name.strip().lower() if isinstance(name, str) else name
-    if key not in DATASETS:
-        raise ValueError(f"unknown dataset {name!r}; valid names: {', '.join(DATASETS)}")
+    key = _known(name)
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
         raise ValueError(f"limit must be a non-negative integer or None, got {limit!r}")
-    source = resolve_data_dir(data_dir)
-    records = _hf_records(key) if source == HF_SOURCE else _file_records(key, Path(source))
+    source = resolve_data_dir(data_dir, key)
+    records = _hf_records(key) if source == HF_SOURCE else _file_records(dataset_file(key, source))
     build = _BUILDERS[key]
     problems: list[Problem] = []
     seen: dict[str, int] = {}
@@ -179,14 +222,8 @@ def load_dataset(
 # --------------------------------------------------------------------------- sources
 
 
-def _file_records(name: str, data_dir: Path) -> Iterator[tuple[str, int, dict[str, Any]]]:
-    """(file, line number, record) for each non-blank line of the benchmark's file."""
-    candidates = [data_dir / file_name for file_name in _FILES[name]]
-    path = next((p for p in candidates if p.is_file()), None)
-    if path is None:
-        raise DataNotFoundError(
-            f"{candidates[0]} not found (benchmark {name!r}); {_WHERE_TO_POINT}"
-        )
+def _file_records(path: Path) -> Iterator[tuple[str, int, dict[str, Any]]]:
+    """(file, line number, record) for each non-blank line of a benchmark's file."""
     opener: Callable[..., Any] = gzip.open if path.suffix == ".gz" else open
     line = 0
     try:

@@ -1,230 +1,411 @@
-"""Paper-style tables (and a gamma-sweep plot) recomputed from records.jsonl.
+"""Paper-style tables and plots recomputed from records.jsonl.
 
-    python -m evals.report DIR
+    python -m evals.report DIR [--headline-gamma 0.9] [--resamples 10000] [--seed 0]
 
-Rows: one per (dataset, strategy, gate, gamma), then the average over datasets. Columns as in
-the paper's Table 1: accuracy, backbone / external / total tokens per question, total tokens
-against the `always` gate (Per-Step Scale) of the same dataset and strategy, steps total and
-scaled per question, latency p50/p95/p99.
+One row per setting (dataset, strategy, gate label, gamma), as in the paper's Table 1:
+accuracy with a 95% bootstrap interval over questions, the paired comparison against the
+`always` gate (Per-Step Scale) on the questions both ran (accuracy difference with its
+interval, exact sign test = McNemar's), backbone / external / total tokens per question and
+against always, scaled and total steps, wall time per question. Then the average over
+datasets when there are several, and a headline: MUR against always. Writes report.md,
+report.json, accuracy_vs_tokens.png and (for a gamma list) gamma_sweep.png beside the records.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import sys
 from collections import defaultdict
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
+from evals import stats
 from evals.records import load_records
+from evals.report_markdown import to_markdown
 
 AVERAGE = "average"
+REFERENCE_GATE = "always"
+#: Gate labels the headline compares with always: MUR as the paper runs it, and with bias
+#: correction.
+HEADLINE_GATES = ("mur", "mur+bc")
+HEADLINE_GAMMA = 0.9  # the paper's default
+
+Record = dict[str, Any]
+SettingKey = tuple[str, str, str, float | None]  # dataset, strategy, gate label, gamma
 
 
 @dataclass(frozen=True)
 class Row:
+    """One setting's numbers. Accuracies are fractions in [0, 1]; tokens and steps are per
+    question (each question's mean over its samples, then the mean over questions); the
+    `*_vs_always` / paired fields are on the questions this setting and always both ran, and
+    None when the table has no always rows (or this is an average row)."""
+
     dataset: str
     strategy: str
     gate: str
     gamma: float | None
+    questions: int
     runs: int
     accuracy: float
+    accuracy_low: float | None
+    accuracy_high: float | None
+    paired_questions: int | None
+    accuracy_diff: float | None
+    accuracy_diff_low: float | None
+    accuracy_diff_high: float | None
+    better: int | None
+    worse: int | None
+    p_value: float | None
     backbone_tokens: float
     external_tokens: float
     total_tokens: float
     tokens_vs_always: float | None
     steps_total: float
     steps_scaled: float
-    latency_p50: float
-    latency_p95: float
-    latency_p99: float
+    scaled_share: float
+    wall_mean: float
+    wall_p50: float
+    wall_p95: float
+
+
+@dataclass(frozen=True)
+class Headline:
+    """A MUR setting against always on the questions both ran."""
+
+    dataset: str
+    strategy: str
+    gate: str
+    gamma: float
+    tokens: float
+    always_tokens: float
+    accuracy: float
+    always_accuracy: float
+    comparison: stats.PairedComparison
+    one_sample: bool  # one sample per question in both: the exact test is McNemar's
+
+    @property
+    def tokens_ratio(self) -> float:
+        return self.tokens / self.always_tokens if self.always_tokens else math.nan
 
 
 @dataclass(frozen=True)
 class Report:
     rows: list[Row]
+    headlines: list[Headline]
     markdown: str
     markdown_path: Path
     json_path: Path
     plot_path: Path | None
+    sweep_path: Path | None
 
 
-def _mean(values: Sequence[float]) -> float:
-    return float(np.mean(values)) if values else math.nan
+class _Setting:
+    """The runs of one setting, with per-question means (question = problem id)."""
+
+    def __init__(self, records: Sequence[Record]) -> None:
+        self.records = list(records)
+        self.by_question: dict[str, list[Record]] = defaultdict(list)
+        for record in self.records:
+            self.by_question[str(record["problem_id"])].append(record)
+
+    def per_question(self, value: Callable[[Record], float]) -> dict[str, float]:
+        return {q: stats.mean([value(r) for r in rs]) for q, rs in self.by_question.items()}
+
+    def scores(self) -> dict[str, float]:
+        return self.per_question(lambda r: 1.0 if r["correct"] else 0.0)
+
+    def total_tokens(self) -> dict[str, float]:
+        return self.per_question(
+            lambda r: r["usage"]["backbone_tokens"] + r["usage"]["external_tokens"]
+        )
 
 
-def _percentile(values: Sequence[float], q: float) -> float:
-    return float(np.percentile(values, q)) if values else math.nan
-
-
-def summarize(records: Sequence[dict[str, Any]]) -> list[Row]:
-    """One row per (dataset, strategy, gate, gamma) plus dataset averages."""
-    groups: dict[tuple[str, str, str, float | None], list[dict[str, Any]]] = defaultdict(list)
+def _group(records: Sequence[Record]) -> dict[SettingKey, _Setting]:
+    groups: dict[SettingKey, list[Record]] = defaultdict(list)
     for record in records:
-        groups[(record["dataset"], record["strategy"], record["gate"], record["gamma"])].append(
-            record
-        )
-    rows: list[Row] = []
-    for (dataset, strategy, gate, gamma), group in sorted(groups.items(), key=_group_order):
-        usage = [r["usage"] for r in group]
-        latency = [r["latency_s"] for r in group]
-        backbone = _mean([u["backbone_tokens"] for u in usage])
-        external = _mean([u["external_tokens"] for u in usage])
-        rows.append(
-            Row(
-                dataset=dataset,
-                strategy=strategy,
-                gate=gate,
-                gamma=gamma,
-                runs=len(group),
-                accuracy=100.0 * _mean([1.0 if r["correct"] else 0.0 for r in group]),
-                backbone_tokens=backbone,
-                external_tokens=external,
-                total_tokens=backbone + external,
-                tokens_vs_always=None,
-                steps_total=_mean([r["steps_total"] for r in group]),
-                steps_scaled=_mean([r["steps_scaled"] for r in group]),
-                latency_p50=_percentile(latency, 50),
-                latency_p95=_percentile(latency, 95),
-                latency_p99=_percentile(latency, 99),
-            )
-        )
-    rows = _with_ratio_to_always(rows)
-    datasets = {row.dataset for row in rows}
-    if len(datasets) > 1:
-        rows += _with_ratio_to_always(_averages(rows))
-    return rows
+        key = (record["dataset"], record["strategy"], record["gate"], record["gamma"])
+        groups[key].append(record)
+    return {key: _Setting(group) for key, group in groups.items()}
 
 
-def _group_order(item: tuple[tuple[str, str, str, float | None], Any]) -> tuple:
-    dataset, strategy, gate, gamma = item[0]
-    return (dataset, strategy, gate, -1.0 if gamma is None else gamma)
+def _mean_of(values: dict[str, float], questions: Sequence[str] | None = None) -> float:
+    keys = values.keys() if questions is None else questions
+    return stats.mean([values[q] for q in keys])
+
+
+def gate_family(gate: str) -> str:
+    """`mur+bc` -> mur, `random@0.12` -> random, `mur[budget=80]` -> mur."""
+    return gate.split("+")[0].split("@")[0].split("[")[0]
+
+
+def row_order(row: Row) -> tuple:
+    """Datasets, strategies, then the paper's order: never, always, the baselines, MUR."""
+    family = gate_family(row.gate)
+    rank = {"never": 0, "always": 1, "mur": 3}.get(family, 2)
+    gamma = -1.0 if row.gamma is None else row.gamma
+    return (row.dataset == AVERAGE, row.dataset, row.strategy, rank, row.gate, gamma)
+
+
+def summarize(
+    records: Sequence[Record], *, resamples: int = stats.RESAMPLES, seed: int = stats.SEED
+) -> list[Row]:
+    """One row per setting, plus the average over datasets when there are several."""
+    settings = _group(records)
+    rows = [
+        _row(key, setting, settings.get((key[0], key[1], REFERENCE_GATE, None)), resamples, seed)
+        for key, setting in settings.items()
+    ]
+    if len({row.dataset for row in rows}) > 1:
+        rows += _averages(rows)
+    return sorted(rows, key=row_order)
+
+
+def _row(
+    key: SettingKey, setting: _Setting, always: _Setting | None, resamples: int, seed: int
+) -> Row:
+    dataset, strategy, gate, gamma = key
+    scores = setting.scores()
+    accuracy = stats.bootstrap_interval(list(scores.values()), resamples=resamples, seed=seed)
+    backbone = _mean_of(setting.per_question(lambda r: r["usage"]["backbone_tokens"]))
+    external = _mean_of(setting.per_question(lambda r: r["usage"]["external_tokens"]))
+    steps_total = _mean_of(setting.per_question(lambda r: r["steps_total"]))
+    steps_scaled = _mean_of(setting.per_question(lambda r: r["steps_scaled"]))
+    latency = [float(r["latency_s"]) for r in setting.records]
+    paired = (
+        stats.compare_paired(scores, always.scores(), resamples=resamples, seed=seed)
+        if always is not None
+        else None
+    )
+    tokens_vs_always = None
+    if always is not None and paired is not None:
+        common = sorted(setting.by_question.keys() & always.by_question.keys())
+        reference = _mean_of(always.total_tokens(), common)
+        tokens_vs_always = (
+            _mean_of(setting.total_tokens(), common) / reference if reference else None
+        )
+    return Row(
+        dataset=dataset,
+        strategy=strategy,
+        gate=gate,
+        gamma=gamma,
+        questions=len(scores),
+        runs=len(setting.records),
+        accuracy=_mean_of(scores),
+        accuracy_low=accuracy.low if accuracy else None,
+        accuracy_high=accuracy.high if accuracy else None,
+        paired_questions=paired.n if paired else None,
+        accuracy_diff=paired.difference if paired else None,
+        accuracy_diff_low=paired.interval.low if paired and paired.interval else None,
+        accuracy_diff_high=paired.interval.high if paired and paired.interval else None,
+        better=paired.better if paired else None,
+        worse=paired.worse if paired else None,
+        p_value=paired.p_value if paired else None,
+        backbone_tokens=backbone,
+        external_tokens=external,
+        total_tokens=backbone + external,
+        tokens_vs_always=tokens_vs_always,
+        steps_total=steps_total,
+        steps_scaled=steps_scaled,
+        scaled_share=steps_scaled / steps_total if steps_total else 0.0,
+        wall_mean=stats.mean(latency),
+        wall_p50=stats.percentile(latency, 50),
+        wall_p95=stats.percentile(latency, 95),
+    )
+
+
+_AVERAGED = (
+    "accuracy",
+    "backbone_tokens",
+    "external_tokens",
+    "total_tokens",
+    "steps_total",
+    "steps_scaled",
+    "scaled_share",
+    "wall_mean",
+    "wall_p50",
+    "wall_p95",
+)
 
 
 def _averages(rows: Sequence[Row]) -> list[Row]:
-    """The unweighted mean over datasets of each (strategy, gate, gamma), like the paper's Avg."""
+    """The unweighted mean over datasets of each (strategy, gate, gamma), like the paper's Avg:
+    point estimates only (intervals and tests are per dataset, where questions pair)."""
     by_setting: dict[tuple[str, str, float | None], list[Row]] = defaultdict(list)
     for row in rows:
         by_setting[(row.strategy, row.gate, row.gamma)].append(row)
+    empty = {f.name: None for f in fields(Row)}
     averaged = []
-    numeric = [
-        f
-        for f in Row.__dataclass_fields__
-        if f not in ("dataset", "strategy", "gate", "gamma", "runs", "tokens_vs_always")
-    ]
     for (strategy, gate, gamma), group in by_setting.items():
-        values = {f: _mean([getattr(r, f) for r in group]) for f in numeric}
+        values = {name: stats.mean([getattr(r, name) for r in group]) for name in _AVERAGED}
         averaged.append(
             Row(
-                dataset=AVERAGE,
-                strategy=strategy,
-                gate=gate,
-                gamma=gamma,
-                runs=sum(r.runs for r in group),
-                tokens_vs_always=None,
-                **values,
+                **{
+                    **empty,
+                    **values,
+                    "dataset": AVERAGE,
+                    "strategy": strategy,
+                    "gate": gate,
+                    "gamma": gamma,
+                    "questions": sum(r.questions for r in group),
+                    "runs": sum(r.runs for r in group),
+                }
             )
         )
-    return averaged
+    always = {r.strategy: r.total_tokens for r in averaged if r.gate == REFERENCE_GATE}
+    return [
+        Row(**{**asdict(r), "tokens_vs_always": r.total_tokens / always[r.strategy]})
+        if always.get(r.strategy)
+        else r
+        for r in averaged
+    ]
 
 
-def _with_ratio_to_always(rows: Sequence[Row]) -> list[Row]:
-    always = {(r.dataset, r.strategy): r.total_tokens for r in rows if r.gate == "always"}
-    out = []
-    for row in rows:
-        reference = always.get((row.dataset, row.strategy))
-        ratio = row.total_tokens / reference if reference else None
-        out.append(Row(**{**asdict(row), "tokens_vs_always": ratio}))
-    return out
-
-
-def _fmt(value: float | None, digits: int = 1) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "-"
-    return f"{value:,.{digits}f}"
-
-
-def to_markdown(rows: Sequence[Row]) -> str:
-    header = (
-        "| dataset | strategy | gate | gamma | runs | acc % | backbone tok | external tok | "
-        "total tok | vs always | steps | scaled | p50 s | p95 s | p99 s |"
-    )
-    lines = [header, "|" + "---|" * 15]
-    for r in rows:
-        lines.append(
-            f"| {r.dataset} | {r.strategy} | {r.gate} | "
-            f"{'-' if r.gamma is None else f'{r.gamma:g}'} | {r.runs} | {_fmt(r.accuracy)} | "
-            f"{_fmt(r.backbone_tokens, 0)} | {_fmt(r.external_tokens, 0)} | "
-            f"{_fmt(r.total_tokens, 0)} | "
-            f"{'-' if r.tokens_vs_always is None else f'{r.tokens_vs_always:.2f}x'} | "
-            f"{_fmt(r.steps_total, 2)} | {_fmt(r.steps_scaled, 2)} | "
-            f"{_fmt(r.latency_p50, 2)} | {_fmt(r.latency_p95, 2)} | {_fmt(r.latency_p99, 2)} |"
+def headlines(
+    records: Sequence[Record],
+    gamma: float = HEADLINE_GAMMA,
+    *,
+    resamples: int = stats.RESAMPLES,
+    seed: int = stats.SEED,
+) -> list[Headline]:
+    """MUR (and MUR with bias correction) at ``gamma`` against always, per dataset and
+    strategy, on the questions both ran. Empty where either is missing."""
+    settings = _group(records)
+    found = []
+    for (dataset, strategy, gate, setting_gamma), setting in settings.items():
+        if gate not in HEADLINE_GATES or setting_gamma is None:
+            continue
+        if not math.isclose(setting_gamma, gamma):
+            continue
+        always = settings.get((dataset, strategy, REFERENCE_GATE, None))
+        if always is None:
+            continue
+        scores, reference = setting.scores(), always.scores()
+        comparison = stats.compare_paired(scores, reference, resamples=resamples, seed=seed)
+        if comparison is None:
+            continue
+        common = sorted(scores.keys() & reference.keys())
+        found.append(
+            Headline(
+                dataset=dataset,
+                strategy=strategy,
+                gate=gate,
+                gamma=setting_gamma,
+                tokens=_mean_of(setting.total_tokens(), common),
+                always_tokens=_mean_of(always.total_tokens(), common),
+                accuracy=_mean_of(scores, common),
+                always_accuracy=_mean_of(reference, common),
+                comparison=comparison,
+                one_sample=all(len(s.records) == len(s.by_question) for s in (setting, always)),
+            )
         )
-    return "\n".join(lines) + "\n"
+    return sorted(found, key=lambda h: (h.dataset, h.strategy, HEADLINE_GATES.index(h.gate)))
 
 
-def plot_gamma_sweep(rows: Sequence[Row], path: Path) -> Path | None:
-    """Accuracy and total tokens against gamma for the mur gate (the paper's Figure 3)."""
-    sweep = [r for r in rows if r.gate == "mur" and r.gamma is not None]
-    if len({r.gamma for r in sweep}) < 2:
-        return None
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (acc_ax, tok_ax) = plt.subplots(1, 2, figsize=(10, 4))
-    for dataset, strategy in sorted({(r.dataset, r.strategy) for r in sweep}):
-        series = sorted(
-            (r for r in sweep if (r.dataset, r.strategy) == (dataset, strategy)),
-            key=lambda r: r.gamma,
-        )
-        gammas = [r.gamma for r in series]
-        label = f"{dataset} / {strategy}"
-        acc_ax.plot(gammas, [r.accuracy for r in series], marker="o", label=label)
-        tok_ax.plot(gammas, [r.total_tokens for r in series], marker="o", label=label)
-    acc_ax.set(xlabel="gamma", ylabel="accuracy (%)", title="Accuracy vs gamma")
-    tok_ax.set(xlabel="gamma", ylabel="tokens per question", title="Tokens vs gamma")
-    acc_ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+PLOT_NAME = "accuracy_vs_tokens.png"
+SWEEP_NAME = "gamma_sweep.png"
 
 
-def write_report(folder: str | Path) -> Report:
+def write_report(
+    folder: str | Path,
+    *,
+    headline_gamma: float = HEADLINE_GAMMA,
+    resamples: int = stats.RESAMPLES,
+    seed: int = stats.SEED,
+) -> Report:
+    """Recompute every table and plot of a run folder from its records.jsonl."""
+    # Local: matplotlib (through evals.plots) takes seconds to import; only a written report plots.
+    from evals.plots import plot_accuracy_vs_tokens, plot_gamma_sweep
+
     folder = Path(folder)
-    rows = summarize(load_records(folder))
-    markdown = to_markdown(rows)
+    records = load_records(folder)
+    rows = summarize(records, resamples=resamples, seed=seed)
+    heads = headlines(records, headline_gamma, resamples=resamples, seed=seed)
+    plot_path = plot_accuracy_vs_tokens(rows, folder / PLOT_NAME)
+    sweep_path = plot_gamma_sweep(rows, folder / SWEEP_NAME)
+    markdown = to_markdown(
+        rows,
+        heads,
+        source=folder / "records.jsonl",
+        headline_gamma=headline_gamma,
+        resamples=resamples,
+        seed=seed,
+        plots=[p.name for p in (plot_path, sweep_path) if p is not None],
+    )
     markdown_path = folder / "report.md"
     json_path = folder / "report.json"
     markdown_path.write_text(markdown)
-    json_path.write_text(json.dumps([asdict(r) for r in rows], indent=1) + "\n")
-    plot_path = plot_gamma_sweep(rows, folder / "gamma_sweep.png")
-    return Report(rows, markdown, markdown_path, json_path, plot_path)
+    document = {
+        "rows": [asdict(r) for r in rows],
+        "headlines": [{**asdict(h), "tokens_ratio": h.tokens_ratio} for h in heads],
+        "method": {"resamples": resamples, "seed": seed, "confidence": stats.CONFIDENCE},
+    }
+    json_path.write_text(json.dumps(_finite(document), indent=1, allow_nan=False) + "\n")
+    return Report(rows, heads, markdown, markdown_path, json_path, plot_path, sweep_path)
+
+
+def _finite(value: Any) -> Any:
+    """NaN (an undefined number) as JSON null, so report.json is strict JSON."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m evals.report", description="Tables and plots from a run's records."
+    )
+    parser.add_argument("run_dir", help="a folder holding records.jsonl (run.py --out)")
+    parser.add_argument(
+        "--headline-gamma",
+        type=_positive_float,
+        default=HEADLINE_GAMMA,
+        help="the MUR gamma the headline compares with always (default 0.9, the paper's)",
+    )
+    parser.add_argument(
+        "--resamples", type=_positive_int, default=stats.RESAMPLES, help="bootstrap resamples"
+    )
+    parser.add_argument("--seed", type=int, default=stats.SEED, help="bootstrap seed")
+    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = list(sys.argv[1:] if argv is None else argv)
-    if len(args) != 1:
-        print("usage: python -m evals.report RUN_DIR", file=sys.stderr)
-        return 2
+    args = build_parser().parse_args(argv)
     try:
-        report = write_report(args[0])
+        report = write_report(
+            args.run_dir,
+            headline_gamma=args.headline_gamma,
+            resamples=args.resamples,
+            seed=args.seed,
+        )
     except FileNotFoundError as exc:
         print(f"evals.report: {exc}", file=sys.stderr)
         return 2
     print(report.markdown)
-    print(
-        f"written: {report.markdown_path}, {report.json_path}"
-        + (f", {report.plot_path}" if report.plot_path else ""),
-        file=sys.stderr,
-    )
+    written = [report.markdown_path, report.json_path, report.plot_path, report.sweep_path]
+    print("written: " + ", ".join(str(p) for p in written if p), file=sys.stderr)
     return 0
 
 

@@ -4,26 +4,19 @@ each finished question appended to records.jsonl at once; a rerun finishes the r
 from __future__ import annotations
 
 import asyncio
-import shlex
 import sys
 import time
 import uuid
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
+from langchain_core.language_models import BaseChatModel
 
 from evals.datasets import Problem
 from evals.grading import grade
+from evals.progress import RunProgress
 from evals.records import JobKey, RecordStore
 from evals.report import write_report
 from graphs.mur import build_graph
@@ -52,6 +45,26 @@ class Job:
 
 Budget = tuple[str, float]  # ("budget_tokens" | "target_scale_rate", value)
 BUDGET_LABELS = {"budget_tokens": "budget", "target_scale_rate": "rate"}
+Overrides = dict[str, Any]  # Context fields a setting sets on top of the run's
+
+
+def parse_gate_label(label: str) -> tuple[str, Overrides]:
+    """A benchmark setting's gate label -> (gate, Context overrides), so that one results
+    folder holds every row of the paper's table:
+    `mur` -> ("mur", {}); `mur+bc` -> ("mur", {"bias_correction": True});
+    `random@0.12` -> ("random", {"random_rate": 0.12}) (e.g. at MUR's measured scaled rate).
+    Raises ValueError naming the label when it is none of these."""
+    if label.endswith("+bc"):
+        return label.removesuffix("+bc"), {"bias_correction": True}
+    gate, at, rate = label.partition("@")
+    if not at:
+        return label, {}
+    if gate != "random":
+        raise ValueError(f"gate label {label!r}: only random takes a rate (random@0.12)")
+    try:
+        return gate, {"random_rate": float(rate)}
+    except ValueError:
+        raise ValueError(f"gate label {label!r}: {rate!r} is not a number") from None
 
 
 def budget_label(budget: Budget) -> str:
@@ -59,33 +72,63 @@ def budget_label(budget: Budget) -> str:
     return f"mur[{BUDGET_LABELS[budget[0]]}={budget[1]:g}]"
 
 
-def plan_jobs(
-    problems: Sequence[Problem],
-    strategy: str,
-    gates: Sequence[str],
-    gammas: Sequence[float],
-    samples: int,
-    make_context: Callable[[str, float, int, Budget | None], Context],
-    budgets: Sequence[Budget] = (),
-) -> list[Job]:
-    """The cross product, with gamma-blind gates run once (their gamma recorded as None) and
-    each budget-mode variant as a gate of its own (`mur[budget=B]`, `mur[rate=r]`)."""
-    settings: list[tuple[str, float | None, Budget | None]] = []
-    for gate in gates:
-        for gamma in gammas if gate in GAMMA_GATES else [None]:
-            settings.append((gate, gamma, None))
-    settings += [(budget_label(budget), None, budget) for budget in budgets]
-    jobs: list[Job] = []
-    for problem in problems:
-        for label, gamma, budget in settings:
-            gate = "mur" if budget else label
-            for sample in range(samples):
-                context = make_context(
-                    gate, gamma if gamma is not None else gammas[0], sample, budget
-                )
-                key = JobKey(problem.dataset, problem.id, strategy, label, gamma, sample)
-                jobs.append(Job(key, problem, context))
-    return jobs
+@dataclass(frozen=True)
+class BenchmarkPlan:
+    """One benchmark, typed: every (gate, gamma, budget, sample) on the same questions.
+
+    `gates` are gate labels (`mur`, `mur+bc`, `random@0.12`, see `parse_gate_label`).
+    `settings` are the Context fields shared by every run (a profile's recommendations, then
+    the command line's); each run adds its gate, gamma, its label's or budget's overrides, and
+    `seed + sample`.
+    """
+
+    dataset: str
+    strategy: str
+    problems: tuple[Problem, ...]
+    gates: tuple[str, ...] = ("mur",)
+    gammas: tuple[float, ...] = (0.9,)
+    budgets: tuple[Budget, ...] = ()
+    samples: int = 1
+    concurrency: int = 8
+    settings: Mapping[str, Any] = field(default_factory=dict)
+    out: Path | None = None  # default runs/<dataset>-<strategy>
+    command: str = ""  # the command line that asked for it, kept in command.txt
+
+    @property
+    def folder(self) -> Path:
+        return self.out or Path(f"runs/{self.dataset}-{self.strategy}")
+
+    def context(
+        self, gate: str, gamma: float | None, sample: int = 0, overrides: Overrides | None = None
+    ) -> Context:
+        settings = {
+            **self.settings,
+            "gate": gate,
+            "gamma": gamma if gamma is not None else self.gammas[0],
+            **(overrides or {}),
+        }
+        settings["seed"] = settings.get("seed", 0) + sample
+        return Context(**settings)
+
+    def jobs(self) -> list[Job]:
+        """The cross product, with gamma-blind gates run once (their gamma recorded as None)
+        and each budget-mode variant as a gate of its own (`mur[budget=B]`, `mur[rate=r]`)."""
+        variants: list[tuple[str, str, float | None, Overrides]] = []
+        for label in self.gates:
+            gate, overrides = parse_gate_label(label)
+            for gamma in self.gammas if gate in GAMMA_GATES else [None]:
+                variants.append((label, gate, gamma, overrides))
+        variants += [
+            (budget_label(budget), "mur", None, {budget[0]: budget[1]}) for budget in self.budgets
+        ]
+        jobs: list[Job] = []
+        for problem in self.problems:
+            for label, gate, gamma, overrides in variants:
+                for sample in range(self.samples):
+                    context = self.context(gate, gamma, sample, overrides)
+                    key = JobKey(problem.dataset, problem.id, self.strategy, label, gamma, sample)
+                    jobs.append(Job(key, problem, context))
+        return jobs
 
 
 def make_record(
@@ -138,19 +181,8 @@ async def run_jobs(
     consecutive_server_failures = 0
     server_gone: str | None = None
     tokens = 0
-    started = time.monotonic()
-    progress = Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("{task.fields[rate]}"),
-        TimeElapsedColumn(),
-        TextColumn("ETA"),
-        TimeRemainingColumn(),
-        disable=not show_progress,
-        transient=False,
-    )
-    task = progress.add_task("questions", total=len(jobs), rate="")
+    # A bar on a terminal; a plain line every few questions in a log (see evals/progress.py).
+    progress = RunProgress(len(jobs), enabled=show_progress)
 
     async def run_one(job: Job) -> None:
         nonlocal finished, failed, tokens, consecutive_server_failures, server_gone
@@ -172,7 +204,7 @@ async def run_jobs(
                 store.append_error(
                     {"key": job.key.text, "error": type(exc).__name__, "message": str(exc)[:2000]}
                 )
-                progress.advance(task)
+                progress.update(finished=finished, failed=failed, tokens=tokens)
                 consecutive_server_failures = (
                     consecutive_server_failures + 1 if is_transient(exc) else 0
                 )
@@ -188,43 +220,33 @@ async def run_jobs(
         finished += 1
         usage = record["usage"]
         tokens += usage["backbone_tokens"] + usage["external_tokens"]
-        elapsed = max(time.monotonic() - started, 1e-9)
-        progress.update(
-            task,
-            advance=1,
-            rate=f"{finished / elapsed * 60:.1f} q/min  {tokens / elapsed:.0f} tok/s",
-        )
+        progress.update(finished=finished, failed=failed, tokens=tokens)
 
-    with progress:
+    async with progress:
         await asyncio.gather(*(run_one(job) for job in jobs))
     return RunOutcome(finished, failed, len(jobs) - finished - failed, server_gone)
 
 
-def run_benchmark(
-    args: Any,
-    problems: Sequence[Problem],
-    connection: Any,
-    make_context: Callable[..., Context],
-    budgets: Sequence[Budget] = (),
-) -> int:
-    """`run.py --dataset ...`: plan, skip what --out already holds, run, report."""
-    out = Path(args.out or f"runs/{args.dataset}-{args.strategy}")
+def record_command(path: Path, command: str) -> None:
+    """Append the command to the folder's command.txt unless it is already its last line: a
+    folder may be filled by several commands (a gamma sweep after the main table), and a
+    resumed run repeats its command."""
+    lines = path.read_text().splitlines() if path.exists() else []
+    if not lines or lines[-1] != command:
+        with path.open("a") as fh:
+            fh.write(command + "\n")
+
+
+def run_benchmark(plan: BenchmarkPlan, backbone: BaseChatModel, verifier: BaseChatModel) -> int:
+    """Run a plan: skip what its folder already holds, run the rest, report."""
+    out = plan.folder
     store = RecordStore(out)
-    (out / "command.txt").write_text(
-        "python run.py " + " ".join(shlex.quote(a) for a in sys.argv[1:]) + "\n"
-    )
-
-    def context_for(gate: str, gamma: float, sample: int, budget: Budget | None) -> Context:
-        ctx = make_context(args, gate, gamma, connection.recommended, budget)
-        return Context(**{**ctx.as_dict(), "seed": ctx.seed + sample})
-
-    jobs = plan_jobs(
-        problems, args.strategy, args.gate, args.gamma, args.samples, context_for, budgets
-    )
+    record_command(out / "command.txt", plan.command)
+    jobs = plan.jobs()
     done = store.done_keys()
     todo = [job for job in jobs if job.key.text not in done]
     print(
-        f"{len(problems)} questions x {len(jobs) // max(len(problems), 1)} settings = "
+        f"{len(plan.problems)} questions x {len(jobs) // max(len(plan.problems), 1)} settings = "
         f"{len(jobs)} runs; {len(jobs) - len(todo)} already in {store.path}, {len(todo)} to go"
         + (
             f" (dropped {store.dropped_bytes} bytes of a cut-short last line)"
@@ -233,9 +255,9 @@ def run_benchmark(
         ),
         file=sys.stderr,
     )
-    graph = build_graph(args.strategy, backbone=connection.backbone, verifier=connection.verifier)
+    graph = build_graph(plan.strategy, backbone=backbone, verifier=verifier)
     try:
-        outcome = asyncio.run(run_jobs(graph, todo, store, concurrency=args.concurrency))
+        outcome = asyncio.run(run_jobs(graph, todo, store, concurrency=plan.concurrency))
     except KeyboardInterrupt:
         print(
             f"\ninterrupted: finished questions are saved in {store.path}; rerun the same "

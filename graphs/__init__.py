@@ -1,6 +1,15 @@
-"""The MUR graph: State, Context and the assembly of nodes and refine subgraphs."""
+"""The MUR graph: State, Context, the assembly of the loop and its refine strategies."""
 
 from graphs.mur import build_graph
-from graphs.state import STRATEGIES, Context, OutputState, State, output_of
+from graphs.refine import STRATEGIES
+from graphs.state import Context, ContextError, OutputState, State, output_of
 
-__all__ = ["STRATEGIES", "Context", "OutputState", "State", "build_graph", "output_of"]
+__all__ = [
+    "STRATEGIES",
+    "Context",
+    "ContextError",
+    "OutputState",
+    "State",
+    "build_graph",
+    "output_of",
+]

@@ -3,111 +3,157 @@
 from __future__ import annotations
 
 import operator
-from dataclasses import asdict, dataclass, field, fields
+from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, Literal, NotRequired, TypedDict
 
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
 from nodes.budget import BudgetSettings
-from nodes.draft import StepCandidate
-from nodes.gates import GATES, GateParams, check_gate
-from nodes.judge import Judgement
+from nodes.draft import STEP_FORMATS, StepCandidate, StepFormat
+from nodes.gates import GateName, GateParams
 from nodes.llm import add_usage
 
-STRATEGIES: tuple[str, ...] = ("critic", "best_of_n", "foresight", "thinking")
-FinishReason = Literal["answer", "end_of_sequence", "max_steps", "empty_step"]
+FinishReason = Literal["answer", "end_of_sequence", "max_steps", "empty_step", "context_length"]
 
 
-def check_strategy(strategy: str) -> None:
-    if strategy not in STRATEGIES:
-        raise ValueError(f"unknown strategy {strategy!r}: choose one of {', '.join(STRATEGIES)}")
+class ContextError(ValueError):
+    """Bad run settings, in one line that names each field at fault and its value; `errors`
+    keeps pydantic's structured errors (field paths) for callers that report them apart."""
+
+    def __init__(self, message: str, errors: Sequence[Mapping[str, Any]] = ()) -> None:
+        super().__init__(message)
+        self.errors = list(errors)
 
 
-def _describe(default: Any, description: str, **kwargs: Any) -> Any:
-    return field(default=default, metadata={"description": description, **kwargs})
+def _one_line(exc: ValidationError, known: tuple[str, ...]) -> str:
+    problems = []
+    for error in exc.errors():
+        where = ".".join(str(part) for part in error["loc"])
+        if error["type"] == "extra_forbidden":
+            problems.append(f"unknown setting {where}: choose among {', '.join(known)}")
+        elif not error["loc"]:  # a check across fields (model validator)
+            problems.append(error["msg"].removeprefix("Value error, "))
+        else:
+            wanted = error["msg"].removeprefix("Input should ")
+            problems.append(f"{where} must {wanted}, got {error['input']!r}")
+    return "; ".join(problems)
 
 
-@dataclass(kw_only=True)
-class Context:
-    """Run settings (LangGraph `context_schema`); defaults are the paper's."""
+class Context(BaseModel):
+    """Run settings (LangGraph `context_schema`), the one source of them: run.py's flags and
+    the endpoint's validation are generated from these fields. Defaults are the paper's.
 
-    gate: str = _describe(
-        "mur", f"Which steps to scale: {', '.join(GATES)} (mur = the gamma-gate)."
+    Strict: a setting of the wrong type (`"0.8"` for a number, `true` for an integer) is
+    refused, never coerced; a bad value raises ContextError (a ValueError) naming the field.
+    """
+
+    model_config = ConfigDict(strict=True, frozen=True, extra="forbid")
+
+    gate: GateName = Field("mur", description="Which steps to scale (mur = the gamma-gate).")
+    gamma: float = Field(
+        0.9,
+        gt=0,
+        allow_inf_nan=False,
+        description="MUR scales step t iff m_t > M_{t-1} - ln(gamma); larger gamma scales more.",
     )
-    gamma: float = _describe(
-        0.9, "MUR scales step t iff m_t > M_{t-1} - ln(gamma); larger gamma scales more. > 0."
+    alpha: float = Field(
+        0.9, gt=0, lt=1, description="Momentum decay: M_t = alpha M_{t-1} + (1-alpha) m_t."
     )
-    alpha: float = _describe(0.9, "Momentum decay: M_t = alpha M_{t-1} + (1-alpha) m_t. In (0,1).")
-    bias_correction: bool = _describe(
-        False, "Compare against M_{t-1} / (1 - alpha^(t-1)) (the paper's appendix) instead of M."
+    bias_correction: bool = Field(
+        False,
+        description="Compare against M_{t-1} / (1 - alpha^(t-1)) (the paper's appendix) "
+        "instead of M.",
     )
-    tau: float = _describe(0.9, "SMART gate: scale when mean token probability < tau.")
-    random_rate: float = _describe(0.5, "Random gate: probability of scaling a step (t >= 2).")
-    seed: int = _describe(0, "Seed of the random gate and of foresight's sampled selection.")
-    budget_tokens: int | None = _describe(
+    tau: float = Field(
+        0.9, gt=0, le=1, description="SMART gate: scale when mean token probability < tau."
+    )
+    random_rate: float = Field(
+        0.5, ge=0, le=1, description="Random gate: probability of scaling a step (t >= 2)."
+    )
+    seed: int = Field(0, description="Seed of the random gate and of foresight's selection.")
+    budget_tokens: int | None = Field(
         None,
-        "Budget mode (gate mur): tokens per question (backbone + external); the threshold "
-        "adapts so the budget holds, most uncertain steps first. Replaces gamma.",
+        ge=1,
+        description="Budget mode (gate mur): tokens per question (backbone + external); the "
+        "threshold adapts so the budget holds, most uncertain steps first. Replaces gamma.",
     )
-    target_scale_rate: float | None = _describe(
+    target_scale_rate: float | None = Field(
         None,
-        "Budget mode (gate mur): scale about this fraction of steps (0..1), the most "
+        ge=0,
+        le=1,
+        description="Budget mode (gate mur): scale about this fraction of steps, the most "
         "uncertain first. Replaces gamma.",
     )
-    expected_steps: int = _describe(8, "Budget mode: the steps a solution is expected to take.")
-    scale_cost_factor: float = _describe(
-        4.0, "Budget mode: a scaled step's extra cost in drafts, until one has been measured."
+    expected_steps: int = Field(
+        8, ge=1, description="Budget mode: the steps a solution is expected to take."
     )
-    max_steps: int = _describe(20, "Steps before one unconstrained continuation asks the answer.")
-    max_step_tokens: int = _describe(2048, "Token cap of one step (and of the fallback).")
-    num_candidates: int = _describe(4, "N: candidates per scaled step (best_of_n, foresight).")
-    reuse_draft: bool = _describe(
+    scale_cost_factor: float = Field(
+        4.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="Budget mode: a scaled step's extra cost in drafts, until one is measured.",
+    )
+    max_steps: int = Field(
+        20, ge=1, description="Steps before one unconstrained continuation asks the answer."
+    )
+    max_step_tokens: int = Field(
+        2048, ge=1, description="Token cap of one step (and of the fallback)."
+    )
+    num_candidates: int = Field(
+        4, ge=1, description="N: candidates per scaled step (best_of_n, foresight)."
+    )
+    reuse_draft: bool = Field(
         False,
-        "best_of_n / foresight: keep the drafted step as candidate 0 and sample N-1 more "
-        "(the paper discards it).",
+        description="best_of_n / foresight: keep the drafted step as candidate 0 and sample "
+        "N-1 more (the paper discards it).",
     )
-    critic_rounds: int = _describe(1, "Critic: judge/revise rounds per scaled step.")
-    judge_max_tokens: int = _describe(1024, "Token cap of one verifier/critic judgement.")
-    foresight_steps: int = _describe(
-        1, "Foresight rollout length in steps; 0 rolls out the whole solution."
+    critic_rounds: int = Field(1, ge=1, description="Critic: judge/revise rounds per scaled step.")
+    judge_max_tokens: int = Field(
+        1024, ge=1, description="Token cap of one verifier/critic judgement."
     )
-    foresight_selection: Literal["sample", "argmax"] = _describe(
-        "sample", "Foresight: draw the step by its weight (seeded) or take the best weight."
+    foresight_steps: int = Field(
+        1, ge=0, description="Foresight rollout length in steps; 0 rolls out the whole solution."
     )
-    thinking_budget: int = _describe(2048, "Thinking switch: token cap of the thinking.")
-    thinking_style: Literal["prefix", "qwen3"] = _describe(
+    foresight_selection: Literal["sample", "argmax"] = Field(
+        "sample", description="Foresight: draw the step by its weight (seeded) or take the best."
+    )
+    thinking_budget: int = Field(
+        2048, ge=1, description="Thinking switch: token cap of the thinking."
+    )
+    step_format: Literal["marker", "paragraph"] = Field(
+        "marker",
+        description="How the backbone writes steps: marker (the paper: 'Step1: ...', a step "
+        "ends at the next marker) or paragraph (a step ends at a blank line, as PRM data and "
+        "search-and-learn; for models that write no markers).",
+    )
+    thinking_style: Literal["prefix", "qwen3"] = Field(
         "prefix",
-        "prefix: continue '<think>\\nOkay, so I need to' (any template); qwen3: a fresh turn "
-        "with chat_template_kwargs enable_thinking=true.",
+        description="prefix: continue '<think>\\nOkay, so I need to' (templates that leave a "
+        "continued message alone, not Qwen3's: vLLM issue 28089); qwen3: a fresh turn with "
+        "chat_template_kwargs enable_thinking=true.",
     )
 
-    def __post_init__(self) -> None:
-        check_gate(self.gate)
-        self.gate_params()  # validates gamma, alpha, tau, rate
-        for name in (
-            "max_steps",
-            "max_step_tokens",
-            "num_candidates",
-            "critic_rounds",
-            "judge_max_tokens",
-            "thinking_budget",
-        ):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.budget_tokens is not None and self.budget_tokens < 1:
-            raise ValueError(f"budget_tokens must be >= 1, got {self.budget_tokens}")
-        if self.target_scale_rate is not None and not 0 <= self.target_scale_rate <= 1:
-            raise ValueError(f"target_scale_rate must lie in [0, 1], got {self.target_scale_rate}")
-        if self.budget_mode and self.gate != "mur":
-            raise ValueError("budget_tokens / target_scale_rate adapt the mur gate: use gate mur")
+    def __init__(self, **settings: Any) -> None:
+        try:
+            super().__init__(**settings)
+        except ValidationError as exc:
+            raise ContextError(_one_line(exc, self.field_names()), exc.errors()) from None
+
+    @model_validator(mode="after")
+    def _budget_mode_needs_mur(self) -> Context:
         if self.budget_tokens is not None and self.target_scale_rate is not None:
             raise ValueError("give budget_tokens or target_scale_rate, not both")
-        if self.expected_steps < 1 or self.scale_cost_factor <= 0:
-            raise ValueError("expected_steps must be >= 1 and scale_cost_factor > 0")
-        if self.foresight_steps < 0:
-            raise ValueError(f"foresight_steps must be >= 0, got {self.foresight_steps}")
-        if self.foresight_selection not in ("sample", "argmax"):
-            raise ValueError("foresight_selection must be 'sample' or 'argmax'")
-        if self.thinking_style not in ("prefix", "qwen3"):
-            raise ValueError("thinking_style must be 'prefix' or 'qwen3'")
+        if self.budget_mode and self.gate != "mur":
+            raise ValueError(
+                f"budget_tokens / target_scale_rate adapt the mur gate: use gate mur, "
+                f"not {self.gate!r}"
+            )
+        return self
+
+    @property
+    def step_style(self) -> StepFormat:
+        """The StepFormat that `step_format` names."""
+        return STEP_FORMATS[self.step_format]
 
     @property
     def budget_mode(self) -> bool:
@@ -136,11 +182,11 @@ class Context:
         )
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return self.model_dump()
 
     @classmethod
     def field_names(cls) -> tuple[str, ...]:
-        return tuple(f.name for f in fields(cls))
+        return tuple(cls.model_fields)
 
 
 class StepRecord(TypedDict):
@@ -206,6 +252,8 @@ class State(InputState, OutputState):
     kept: StepCandidate | None
     refine: dict[str, Any] | None
     done: bool
+    answer_room: int | None
+    """Tokens the answer request may use when a draft overflowed the context (None: none)."""
 
 
 class RefineInput(TypedDict):
@@ -219,14 +267,3 @@ class RefineOutput(TypedDict):
     kept: StepCandidate
     refine: dict[str, Any]
     usage: dict[str, int]
-
-
-class RefineState(RefineInput, RefineOutput):
-    """A refine subgraph's scratch space; only `kept`, `refine` and `usage` go back."""
-
-    usage: Annotated[dict[str, int], add_usage]
-    candidates: list[StepCandidate]
-    judgements: list[Judgement]
-    rollouts: list[dict[str, Any]]
-    critiques: list[dict[str, Any]]
-    thought: dict[str, Any]

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["extract_answer"]
+__all__ = ["extract_answer", "states_answer"]
 
 # "the answer is" as the prompt asks for; "the final answer is" too, which models often write.
 _ANSWER_IS = re.compile(r"the\s+(?:final\s+)?answer\s+is", re.IGNORECASE)
+# A quoted phrase ("the phrase 'the answer is' followed by ...") echoes the instruction.
+_QUOTES = frozenset("'\"`\u2018\u2019\u201c\u201d")
 _BOXED = re.compile(r"\\boxed\s*\{")
 # Math delimiters that may open the answer right after "the answer is", with their closers.
 _OPENERS = (("$$", "$$"), ("\\[", "\\]"), ("\\(", "\\)"), ("$", "$"))
@@ -28,22 +30,38 @@ _SENTENCE_END = re.compile(r"\.\s+(?=[A-Z])")
 def extract_answer(text: str) -> str | None:
     """Return the model's final answer in ``text``, or None when it gave none.
 
-    Rule (the MUR contract): the text after the LAST case-insensitive "the answer is" (a
+    Rule (the MUR contract): the text after the LAST case-insensitive "the answer is" that is
+    not a quoted echo of the instruction (a
     ``\\boxed{...}`` there is unwrapped; ``$...$`` and a trailing period are stripped; without
     a box or math delimiters it runs to the end of that line or sentence); otherwise the
     content of the last complete ``\\boxed{...}`` (balanced braces); otherwise None.
     """
     if not isinstance(text, str) or not text:
         return None
-    matches = list(_ANSWER_IS.finditer(text))
-    if matches:
-        answer = _answer_after(text[matches[-1].end() :])
-        if answer:
-            return answer
+    answer = _stated_answer(text)
+    if answer:
+        return answer
     boxes = _boxed_contents(text)
     if boxes:
         answer = _clean(boxes[-1])
         return answer or None
+    return None
+
+
+def states_answer(text: str) -> bool:
+    """True when `text` states an answer with the phrase ("the answer is 72"): the rule that
+    ends a solution. An echo of the instruction (the phrase in quotes) or the phrase with
+    nothing after it does not count."""
+    return isinstance(text, str) and _stated_answer(text) is not None
+
+
+def _stated_answer(text: str) -> str | None:
+    """The answer after the last "the answer is" that is not a quoted echo, else None."""
+    for match in reversed(list(_ANSWER_IS.finditer(text))):
+        before = text[max(match.start() - 1, 0) : match.start()]
+        if before in _QUOTES or text[match.end() : match.end() + 1] in _QUOTES:
+            continue
+        return _answer_after(text[match.end() :])
     return None
 
 

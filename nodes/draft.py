@@ -1,25 +1,37 @@
 """Drafting step t: continue the assistant message that holds the kept steps.
 
-The step ends at the next step marker, at end of sequence, or at max_step_tokens. Unlike the
-released reference code (which stops on the bare word "Step" and so cuts "step-by-step"), we
-stop only on a marker at the start of a line or on the exact next marker.
+How steps are written and where one ends is a `StepFormat`:
+- `marker` (the paper): `Step{k}: text` lines; a step ends at the next step marker. Unlike the
+  released reference code (which stops on the bare word "Step" and so cuts "step-by-step"), we
+  stop only on a marker at the start of a line or on the exact next marker.
+- `paragraph` (PRM data, search-and-learn): steps are paragraphs; a step ends at a blank line.
+  For models that do not write `StepN:` markers.
+Either way a step also ends at end of sequence or at max_step_tokens.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import Any, TypedDict
+from dataclasses import dataclass
+from typing import Any, Literal, TypedDict
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
+from nodes.answer import states_answer
 from nodes.llm import Generation, Reply, Request, generate
-from prompts.mur import ANSWER_PHRASE, FALLBACK_PREFIX, STEP_INSTRUCTION, STEP_MARKER, USER_TURN
+from prompts.mur import (
+    FALLBACK_PREFIX,
+    PARAGRAPH_INSTRUCTION,
+    STEP_INSTRUCTION,
+    STEP_MARKER,
+    USER_TURN,
+)
 
 # Normal steps run with thinking off (Qwen3 reads this; other chat templates ignore it).
 NON_THINKING = {"chat_template_kwargs": {"enable_thinking": False}}
-ANSWER_PATTERN = re.compile(re.escape(ANSWER_PHRASE), re.IGNORECASE)
+StepFormatName = Literal["marker", "paragraph"]
 
 
 class StepCandidate(TypedDict):
@@ -64,37 +76,82 @@ def marker(index: int) -> str:
     return STEP_MARKER.format(index=index)
 
 
-def step_stops(index: int) -> list[str]:
-    """Stop strings for step `index`: a new line opening any step, or the next marker."""
-    return ["\nStep", marker(index + 1)]
+@dataclass(frozen=True)
+class StepFormat:
+    """How the backbone writes its steps, and where one step ends."""
+
+    name: StepFormatName
+    instruction: str
+    """The sentence after the question that asks for this format."""
+
+    def solution(self, kept_texts: Sequence[str]) -> str:
+        """The kept steps as the model sees them in its own assistant message."""
+        if self.name == "paragraph":
+            return PARAGRAPH_SEPARATOR.join(kept_texts)
+        return "\n".join(f"{marker(k)} {text}" for k, text in enumerate(kept_texts, start=1))
+
+    def prefix(self, kept_texts: Sequence[str], index: int) -> str:
+        """The assistant text to continue for step `index`."""
+        solution = self.solution(kept_texts)
+        if self.name == "paragraph":
+            return f"{solution}{PARAGRAPH_SEPARATOR}" if solution else ""
+        return f"{solution}\n{marker(index)}" if solution else marker(index)
+
+    def stops(self, index: int) -> list[str]:
+        """Stop strings that end step `index`."""
+        if self.name == "paragraph":
+            return [PARAGRAPH_SEPARATOR]
+        return ["\nStep", marker(index + 1)]
+
+    def rollout_stops(self, index: int, steps_ahead: int) -> list[str] | None:
+        """Stops of a rollout of `steps_ahead` steps after step `index` (0: the whole
+        solution; None: no stop string can say it, the token cap ends the rollout)."""
+        if steps_ahead == 0:
+            return None
+        if self.name == "paragraph":
+            return [PARAGRAPH_SEPARATOR] if steps_ahead == 1 else None
+        nxt = index + steps_ahead + 1
+        return [f"\n{marker(nxt)}", marker(nxt)]
+
+
+PARAGRAPH_SEPARATOR = "\n\n"
+STEP_FORMATS: dict[str, StepFormat] = {
+    "marker": StepFormat("marker", STEP_INSTRUCTION),
+    "paragraph": StepFormat("paragraph", PARAGRAPH_INSTRUCTION),
+}
+MARKER_FORMAT = STEP_FORMATS["marker"]
 
 
 def solution_text(kept_texts: Sequence[str]) -> str:
-    """The kept steps as the model sees them: `Step{k}: text`, joined by newlines."""
-    return "\n".join(f"{marker(k)} {text}" for k, text in enumerate(kept_texts, start=1))
+    """The kept steps as the verifier, critic and thinking prompts show them: numbered
+    `Step{k}: text` lines, whatever format the backbone writes in."""
+    return MARKER_FORMAT.solution(kept_texts)
 
 
-def step_prefix(kept_texts: Sequence[str], index: int) -> str:
-    """The assistant text to continue for step `index`: the kept steps, then its marker."""
-    solution = solution_text(kept_texts)
-    return f"{solution}\n{marker(index)}" if solution else marker(index)
+def user_turn(question: str, fmt: StepFormat = MARKER_FORMAT) -> str:
+    return USER_TURN.format(question=question, instruction=fmt.instruction)
 
 
-def user_turn(question: str) -> str:
-    return USER_TURN.format(question=question, instruction=STEP_INSTRUCTION)
-
-
-def conversation(question: str, system_prompt: str | None) -> list[BaseMessage]:
+def conversation(
+    question: str, system_prompt: str | None, fmt: StepFormat = MARKER_FORMAT
+) -> list[BaseMessage]:
     """The system prompt (if any) and the user turn every backbone request starts with."""
     messages: list[BaseMessage] = [SystemMessage(system_prompt)] if system_prompt else []
-    messages.append(HumanMessage(user_turn(question)))
+    messages.append(HumanMessage(user_turn(question, fmt)))
     return messages
 
 
 def step_messages(
-    question: str, system_prompt: str | None, kept_texts: Sequence[str], index: int
+    question: str,
+    system_prompt: str | None,
+    kept_texts: Sequence[str],
+    index: int,
+    fmt: StepFormat = MARKER_FORMAT,
 ) -> list[BaseMessage]:
-    return [*conversation(question, system_prompt), AIMessage(step_prefix(kept_texts, index))]
+    return [
+        *conversation(question, system_prompt, fmt),
+        AIMessage(fmt.prefix(kept_texts, index)),
+    ]
 
 
 def to_candidate(choice: Generation) -> StepCandidate:
@@ -108,8 +165,9 @@ def to_candidate(choice: Generation) -> StepCandidate:
 
 
 def contains_answer(text: str) -> bool:
-    """A kept step that states the answer ends the solution."""
-    return ANSWER_PATTERN.search(text) is not None
+    """A kept step that states the answer ends the solution (an echo of the instruction's
+    'the answer is' does not)."""
+    return states_answer(text)
 
 
 async def sample_steps(
@@ -119,6 +177,7 @@ async def sample_steps(
     index: int,
     n: int,
     max_tokens: int,
+    fmt: StepFormat = MARKER_FORMAT,
     extra_body: dict[str, Any] | None = None,
 ) -> tuple[list[StepCandidate], Reply]:
     """n samples of step `index` continuing `messages` (the last one the assistant prefix)."""
@@ -127,7 +186,7 @@ async def sample_steps(
         Request(
             messages=messages,
             max_tokens=max_tokens,
-            stop=step_stops(index),
+            stop=fmt.stops(index),
             n=n,
             extra_body={**NON_THINKING, **(extra_body or {})},
         ),
@@ -142,17 +201,19 @@ async def answer_fallback(
     kept_texts: Sequence[str],
     *,
     max_tokens: int,
+    fmt: StepFormat = MARKER_FORMAT,
 ) -> tuple[str, int, Reply]:
     """After max_steps: one unconstrained continuation that asks for the answer.
 
     Returns the text (starting with the answer phrase, so extraction finds it), its tokens and
     the reply for accounting.
     """
-    prefix = f"{solution_text(kept_texts)}\n{FALLBACK_PREFIX}"
+    separator = PARAGRAPH_SEPARATOR if fmt.name == "paragraph" else "\n"
+    prefix = f"{fmt.solution(kept_texts)}{separator}{FALLBACK_PREFIX}"
     reply = await generate(
         backbone,
         Request(
-            messages=[*conversation(question, system_prompt), AIMessage(prefix)],
+            messages=[*conversation(question, system_prompt, fmt), AIMessage(prefix)],
             max_tokens=max_tokens,
             extra_body=NON_THINKING,
         ),

@@ -11,10 +11,12 @@ import math
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Literal, get_args
 
 from nodes.uncertainty import check_alpha, corrected_momentum, update_momentum
 
-GATES: tuple[str, ...] = ("mur", "always", "never", "average", "smart", "random")
+GateName = Literal["mur", "always", "never", "average", "smart", "random"]
+GATES: tuple[str, ...] = get_args(GateName)
 
 
 @dataclass(frozen=True)

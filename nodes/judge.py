@@ -1,4 +1,28 @@
-"""The external model as a verifier (best-of-N) and as a critic: prompt, verdict, P(Yes)."""
+"""The external model as a verifier (best-of-N) and as a critic: prompt, verdict, P(Yes).
+
+The paper's verifier, GenPRM-1.5B, answers in its own trained format: an analysis, often a
+code check, then the verdict in an output section, and nothing after it:
+
+    <analyze>
+    Let's analyze the Paragraph 2 step by step: ...
+    </analyze>
+    <verify>
+    Let's use python code to find any potential error:
+    ```python
+    ...
+    ```
+    [Code Output]
+    ...
+    </verify>
+    <output>
+    **Judgement**: $\\boxed{Yes}$
+    </output>
+
+Its own inference code stops at `</output>`; so does the judge request here. The analysis may
+hold boxed math and the words Yes/No: the verdict is the last boxed Yes/No only, and a reply
+without one (cut by the token cap) has no verdict. A bare Yes/No counts only as the reply's
+last word (a verifier that answers in one word).
+"""
 
 from __future__ import annotations
 
@@ -14,7 +38,17 @@ from nodes.draft import NON_THINKING, solution_text
 from nodes.llm import Generation, Reply, Request, generate
 from prompts.mur import VERIFIER_PROMPT
 
-VERDICT_PATTERN = re.compile(r"\\boxed\{\s*(yes|no)\s*\}", re.IGNORECASE)
+# \boxed{Yes}, also written \boxed{\text{Yes}}; group 1 is the verdict word.
+_VERDICT = r"\\boxed\{\s*(?:\\text\{\s*)?(yes|no)\s*\}(?:\s*\})?"
+VERDICT_PATTERN = re.compile(_VERDICT, re.IGNORECASE)
+# The end of GenPRM's output section: nothing after it belongs to this judgement.
+JUDGEMENT_END = "</output>"
+_OUTPUT_SECTION = re.compile(r"<output>.*?(?:</output>|$)", re.IGNORECASE | re.DOTALL)
+_BOXED_VERDICT = re.compile(rf"\$?{_VERDICT}\$?", re.IGNORECASE)
+_VERDICT_WORD = re.compile(r"(yes|no)\b")
+_SECTION_TAG = re.compile(r"</?(?:analyze|verify)>", re.IGNORECASE)
+_VERDICT_LABEL = re.compile(r"\**judge?ment\**\s*:?\s*$", re.IGNORECASE)
+_SPECIAL_TOKEN = re.compile(r"^<[|｜].*[|｜]>$")
 # Alternatives the verifier may put in the judgement token; 5 is plenty for a Yes/No choice.
 JUDGE_TOP_LOGPROBS = 5
 
@@ -45,31 +79,45 @@ def parse_verdict(text: str) -> bool | None:
 
 
 def analysis_of(text: str) -> str:
-    """The judgement without its verdict: what the critic feeds back to the backbone."""
-    return VERDICT_PATTERN.sub("", text).strip()
+    """The judgement without its verdict: what the critic feeds back to the backbone (for
+    GenPRM: its analysis and code check, without the section tags and the output section)."""
+    text = _BOXED_VERDICT.sub("", _OUTPUT_SECTION.sub("", text))
+    text = _VERDICT_LABEL.sub("", _SECTION_TAG.sub("", text).strip())
+    return re.sub(r"\n{3,}", "\n\n", text).strip()
 
 
 def _word(token: str) -> str:
     return token.strip().lstrip("{").strip().lower()
 
 
+def _is_word(token: str) -> bool:
+    """A token with letters or digits that is not a special token such as <|im_end|>."""
+    stripped = token.strip()
+    return any(c.isalnum() for c in stripped) and not _SPECIAL_TOKEN.match(stripped)
+
+
 def verdict_token_index(tokens: Sequence[str]) -> int | None:
-    """The position of the Yes/No token: the first word token after the last `boxed{`, else
-    the last token that is itself Yes or No."""
+    """The position of the Yes/No token: in the last complete boxed Yes/No (the verdict
+    `parse_verdict` reads); else the first word after a last `boxed{` cut short; else the
+    reply's last word when it is Yes or No. None when there is no verdict."""
     offsets, text = [], ""
     for token in tokens:
         offsets.append(len(text))
         text += token
+    verdicts = list(VERDICT_PATTERN.finditer(text))
     opening = text.rfind("boxed{")
-    if opening >= 0:
+    if verdicts:
+        start = verdicts[-1].start(1)
+    elif opening >= 0 and not text[opening:].count("}"):
         start = opening + len("boxed{")
-        for i, token in enumerate(tokens):
-            if offsets[i] + len(token) > start and _word(token):
-                return i if _word(token).startswith(("yes", "no")) else None
+    else:
+        for i in range(len(tokens) - 1, -1, -1):
+            if _is_word(tokens[i]):
+                return i if _word(tokens[i]) in ("yes", "no") else None
         return None
-    for i in range(len(tokens) - 1, -1, -1):
-        if _word(tokens[i]) in ("yes", "no"):
-            return i
+    for i, token in enumerate(tokens):
+        if offsets[i] + len(token) > start and _is_word(token):
+            return i if _VERDICT_WORD.match(_word(token)) else None
     return None
 
 
@@ -105,9 +153,11 @@ async def judge_step(
         Request(
             messages=[HumanMessage(judge_prompt(question, kept_texts, index, paragraph))],
             max_tokens=max_tokens,
+            stop=[JUDGEMENT_END],
             continue_final_message=False,
             top_logprobs=JUDGE_TOP_LOGPROBS,
             extra_body=NON_THINKING,
+            role="external",
         ),
     )
     choice = reply.choices[0]

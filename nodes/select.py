@@ -8,8 +8,6 @@ from collections import Counter
 from collections.abc import Sequence
 
 import numpy as np
-from sklearn.cluster import KMeans
-from sklearn.feature_extraction.text import TfidfVectorizer
 
 
 def argmax_first(scores: Sequence[float]) -> int:
@@ -51,6 +49,11 @@ def cluster_labels(texts: Sequence[str], *, k: int = 2, seed: int = 0) -> list[i
     k = min(k, distinct)
     if k <= 1:
         return [0] * len(texts)
+    # Imported here: scikit-learn (with scipy) takes about a second to import, and only the
+    # foresight strategy clusters; every command line would otherwise pay it before starting.
+    from sklearn.cluster import KMeans
+    from sklearn.feature_extraction.text import TfidfVectorizer
+
     try:
         vectors = TfidfVectorizer().fit_transform(texts)
     except ValueError:  # empty vocabulary: nothing for TF-IDF to weigh

@@ -9,10 +9,9 @@ from typing import Literal
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
-from nodes.draft import solution_text
+from nodes.draft import MARKER_FORMAT, StepFormat, solution_text
 from nodes.llm import Reply, Request, generate
 from prompts.mur import (
-    STEP_INSTRUCTION,
     THINKING_CLOSE,
     THINKING_END,
     THINKING_PREFIX,
@@ -34,12 +33,16 @@ def cap_thinking(text: str, hit_cap: bool) -> str:
 
 
 def thinking_conversation(
-    question: str, system_prompt: str | None, kept_texts: Sequence[str], index: int
+    question: str,
+    system_prompt: str | None,
+    kept_texts: Sequence[str],
+    index: int,
+    fmt: StepFormat = MARKER_FORMAT,
 ) -> list[BaseMessage]:
     """The user turn for thinking sees the steps so far: the thinking is about step `index`."""
     solution = solution_text(kept_texts) or "(no steps yet)"
     turn = THINKING_USER_TURN.format(
-        question=question, instruction=STEP_INSTRUCTION, solution=solution, index=index
+        question=question, instruction=fmt.instruction, solution=solution, index=index
     )
     messages: list[BaseMessage] = [SystemMessage(system_prompt)] if system_prompt else []
     messages.append(HumanMessage(turn))
@@ -51,7 +54,8 @@ def thinking_request(
 ) -> Request:
     """`prefix`: continue the paper's assistant prefix (any chat template that leaves the
     assistant text alone). `qwen3`: a fresh turn with enable_thinking, since Qwen3's template
-    wraps a continued assistant message in an empty think block of its own."""
+    puts a closed empty think block before a continued assistant message whatever
+    enable_thinking says (vLLM issue 28089; tests/integration/test_qwen3_template.py)."""
     if style == "prefix":
         return Request(
             messages=[*conversation, AIMessage(THINKING_PREFIX)],

@@ -5,6 +5,12 @@ STEP_INSTRUCTION = (
     "Start your solution with 'Step1:'"
 )
 
+# The same request for models that do not write `StepN:` markers: steps are paragraphs.
+PARAGRAPH_INSTRUCTION = (
+    "Always end your solution with the phrase 'the answer is' followed by your final answer. "
+    "Write your solution step by step, one step per paragraph, separated by blank lines."
+)
+
 # A question followed by the instruction: the user turn of every backbone request.
 USER_TURN = "{question}\n{instruction}"
 

@@ -3,21 +3,21 @@
 Knows nothing of reasoning or benchmarks; everything hardware-specific (the CPU build, the
 embedded PyPI model) stays here. Typical use:
 
-    from servers import up, make_chat_model
-    server = up("cpu-tiny")                      # reuse or start, wait for /health
-    llm = make_chat_model(server.base_url, server.model, max_tokens=256)
-    with session("run-1/question-7"):            # X-Session-ID: sticky behind vllm-router
+    from servers.connect import connect
+    clients = connect(start=True)    # from flags, MUR_BASE_URL..., or the embedded server
+    clients.backbone, clients.verifier               # LangChain chat models for the graph
+    with session("run-1/question-7"):  # X-Session-ID: sticky behind vllm-router
         ...
 """
 
 from servers.clients import (
     SAMPLING_DEFAULTS,
-    Endpoint,
+    RequestTimeout,
     VLLMChatOpenAI,
-    default_endpoints,
     make_chat_model,
     resolve_model,
 )
+from servers.connect import Connection
 from servers.errors import ModelError, ServerError, ServerUnavailable
 from servers.launcher import (
     RunningServer,
@@ -47,9 +47,10 @@ __all__ = [
     "EMBEDDED_MODEL",
     "SAMPLING_DEFAULTS",
     "SESSION_HEADER",
-    "Endpoint",
+    "Connection",
     "ModelError",
     "Profile",
+    "RequestTimeout",
     "RunningServer",
     "ServerError",
     "ServerUnavailable",
@@ -57,7 +58,6 @@ __all__ = [
     "check_endpoint",
     "check_single_url",
     "command_line",
-    "default_endpoints",
     "default_model_dir",
     "down",
     "ensure_default_model",

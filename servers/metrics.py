@@ -13,7 +13,11 @@ The counter is server-wide: other clients of the same server during the window a
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import httpx
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.samples import Sample
 
 from servers.errors import ServerUnavailable
 from servers.launcher import normalize_base_url, root_url
@@ -27,22 +31,20 @@ PREFIX_CACHE_HITS = "vllm:prefix_cache_hits_total"
 REQUESTS_DONE = "vllm:request_success_total"
 
 
-def parse_counter(text: str, name: str) -> float | None:
-    """Sum of all samples of metric `name` (over every label set) in Prometheus text format.
+def samples(text: str) -> Iterator[Sample]:
+    """Every sample of a Prometheus text exposition (`/metrics`), parsed by prometheus_client."""
+    for family in text_string_to_metric_families(text):
+        yield from family.samples
 
+
+def parse_counter(text: str, name: str) -> float | None:
+    """Sum of all samples named `name` (over every label set) in Prometheus text format.
+
+    `name` is the sample's full name (`vllm:generation_tokens_total`, `..._sum`, `..._count`).
     Returns None when the metric is absent.
     """
-    total, seen = 0.0, False
-    for line in text.splitlines():
-        if not line.startswith(name):
-            continue
-        head, _, value = line.rpartition(" ")
-        metric = head.split("{", 1)[0].strip()
-        if metric != name:
-            continue
-        total += float(value)
-        seen = True
-    return total if seen else None
+    values = [sample.value for sample in samples(text) if sample.name == name]
+    return sum(values) if values else None
 
 
 def read_counter(base_url: str, name: str, timeout: float = 5) -> float:

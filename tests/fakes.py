@@ -22,11 +22,11 @@ class Scripted:
     finish_reason: str = "stop"
     tokens: Sequence[str] | None = None
     top_logprobs: Sequence[Sequence[tuple[str, float]]] | None = None
+    reasoning: str | None = None  # text a server's reasoning parser filed apart from `text`
 
     def entries(self) -> list[dict[str, Any]]:
-        tokens = (
-            list(self.tokens) if self.tokens is not None else _split(self.text, len(self.logprobs))
-        )
+        whole = (self.reasoning or "") + self.text
+        tokens = list(self.tokens) if self.tokens is not None else _split(whole, len(self.logprobs))
         tops = self.top_logprobs or [[] for _ in self.logprobs]
         return [
             {
@@ -88,6 +88,9 @@ class FakeLogprobChat(BaseChatModel):
         for choice in choices:
             message = AIMessage(
                 content=choice.text,
+                additional_kwargs=(
+                    {"reasoning_content": choice.reasoning} if choice.reasoning else {}
+                ),
                 usage_metadata=usage,
                 response_metadata={
                     "finish_reason": choice.finish_reason,
@@ -97,19 +100,3 @@ class FakeLogprobChat(BaseChatModel):
             )
             generations.append(ChatGeneration(message=message))
         return ChatResult(generations=generations)
-
-
-async def solve_streaming(graph: Any, question: str, context: Any) -> tuple[dict, list[dict]]:
-    """Run a MUR graph as a streaming client does: the output contract and the step events."""
-    from graphs.state import output_of
-
-    events: list[dict] = []
-    final: dict = {}
-    async for mode, chunk in graph.astream(
-        {"question": question}, context=context, stream_mode=["custom", "values"]
-    ):
-        if mode == "custom":
-            events.append(chunk)
-        else:
-            final = chunk
-    return output_of(final), events

@@ -7,12 +7,13 @@ from typing import Any
 
 import pytest
 
-from fakes import solve_streaming
+from graphs import STRATEGIES, Context
 from graphs.mur import build_graph
-from graphs.state import STRATEGIES, Context
+from graphs.solve import solve
 from nodes.gates import replay_decisions
 from nodes.uncertainty import step_uncertainty
-from servers import generation_tokens, make_chat_model
+from servers import generation_tokens
+from servers.connect import connect
 
 pytestmark = pytest.mark.integration
 
@@ -27,11 +28,12 @@ TINY = {"max_steps": 4, "max_step_tokens": 48, "judge_max_tokens": 32, "thinking
 
 @pytest.fixture(scope="module")
 def backbone(cpu_server):
-    return make_chat_model(cpu_server.base_url, cpu_server.model)
+    return connect(base_url=cpu_server.base_url, model=cpu_server.model).backbone
 
 
 async def solve_all(graph, context: Context) -> list[tuple[dict, list[dict]]]:
-    return list(await asyncio.gather(*(solve_streaming(graph, q, context) for q in QUESTIONS)))
+    solutions = await asyncio.gather(*(solve(graph, q, context=context) for q in QUESTIONS))
+    return [(solution.output, solution.steps) for solution in solutions]
 
 
 def check_trace(result: dict[str, Any], events: list[dict[str, Any]], context: Context) -> None:

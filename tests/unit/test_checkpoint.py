@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
-import run
 from fakes import FakeLogprobChat, Scripted
 from faulty_server import faulty_server
 from graphs import Context, build_graph
+from graphs.solve import solve
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -40,16 +40,20 @@ async def test_a_checkpointed_run_resumes_where_it_stopped(tmp_path: Path) -> No
     db = str(tmp_path / "run.sqlite")
     config = {"configurable": {"thread_id": "t1"}}
     context = Context(gate="never")
-    printer = run.Printer(enabled=False)
     crashing = FakeLogprobChat(responder=script(crash_at=3))
     async with AsyncSqliteSaver.from_conn_string(db) as saver:
         graph = build_graph("critic", backbone=crashing, checkpointer=saver)
         with pytest.raises(Crash):
-            await run.solve(graph, "q", None, context, printer, config)
+            await solve(graph, "q", context=context, config=config)
     healthy = FakeLogprobChat(responder=script(crash_at=None))
     async with AsyncSqliteSaver.from_conn_string(db) as saver:
         graph = build_graph("critic", backbone=healthy, checkpointer=saver)
-        result = await run.solve(graph, "q", None, context, printer, config)
+        resumed: list[bool] = []
+        solution = await solve(
+            graph, "q", context=context, config=config, on_resume=lambda: resumed.append(True)
+        )
+    result = solution.output
+    assert solution.resumed and resumed == [True]
     assert [s["text"] for s in result["steps"]] == [
         "step 1",
         "step 2",
@@ -62,7 +66,7 @@ async def test_a_checkpointed_run_resumes_where_it_stopped(tmp_path: Path) -> No
     assert result["usage"]["backbone_tokens"] == 16
 
 
-def test_ctrl_c_on_a_benchmark_says_how_to_resume(tmp_path: Path) -> None:
+def test_ctrl_c_on_a_benchmark_says_how_to_resume(tmp_path: Path, test_data: Path) -> None:
     with faulty_server(["delay:0.5"]) as server:
         proc = subprocess.Popen(
             [
@@ -74,6 +78,8 @@ def test_ctrl_c_on_a_benchmark_says_how_to_resume(tmp_path: Path) -> None:
                 "never",
                 "--dataset",
                 "math500",
+                "--data-dir",
+                str(test_data),
                 "--limit",
                 "20",
                 "--concurrency",

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 import run
+from graphs import Context
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -18,8 +19,17 @@ BAD = {
     "gamma zero": (["--strategy", "critic", "--gamma", "0"], "gamma must be"),
     "gamma negative": (["--strategy", "critic", "--gamma", "-1"], "gamma must be"),
     "gamma not a number": (["--strategy", "critic", "--gamma", "abc"], "not a list of float"),
-    "alpha one": (["--strategy", "critic", "--alpha", "1"], "alpha must lie"),
-    "unknown gate": (["--strategy", "critic", "--gate", "sometimes"], "unknown gate"),
+    "alpha one": (["--strategy", "critic", "--alpha", "1"], "alpha must be less than 1, got 1"),
+    "unknown gate": (["--strategy", "critic", "--gate", "sometimes"], "gate must be 'mur'"),
+    "unknown gate in a list": (
+        ["--strategy", "critic", "--dataset", "math500", "--gate", "mur,sometimes"],
+        "got 'sometimes'",
+    ),
+    "bad choice": (["--strategy", "critic", "--thinking-style", "deep"], "invalid choice"),
+    "rate out of range": (
+        ["--strategy", "critic", "--target-scale-rate", "0.5,1.5"],
+        "target_scale_rate must be less than or equal to 1, got 1.5",
+    ),
     "limit zero": (["--strategy", "critic", "--dataset", "math500", "--limit", "0"], "--limit"),
     "unknown dataset": (["--strategy", "critic", "--dataset", "mathx"], "unknown dataset"),
     "unreadable data dir": (
@@ -31,6 +41,7 @@ BAD = {
     "huge question": (["--strategy", "critic", "--question", "x" * 200_001], "characters"),
     "max steps zero": (["--strategy", "critic", "--max-steps", "0"], "max_steps"),
     "gate list without dataset": (["--strategy", "critic", "--gate", "mur,never"], "--dataset"),
+    "bad gate label": (["--strategy", "critic", "--gate", "mur@0.5"], "only random takes a rate"),
     "model without url": (["--strategy", "critic", "--model", "m"], "--base-url"),
     "replicas as a url list": (
         ["--strategy", "critic", "--base-url", "http://a:8000/v1,http://b:8000/v1"],
@@ -72,3 +83,69 @@ def test_non_utf8_question_from_the_shell() -> None:
     )
     assert done.returncode == 2
     assert b"UTF-8" in done.stderr and b"Traceback" not in done.stderr
+
+
+def test_every_context_field_has_a_flag_of_its_name() -> None:
+    parser = run.build_parser()
+    dests = {action.dest: action for action in parser._actions}
+    for name in Context.field_names():
+        assert name in dests, f"Context.{name} has no run.py flag"
+        assert f"--{name.replace('_', '-')}" in dests[name].option_strings
+    args = parser.parse_args(["--strategy", "critic"])
+    assert run.flag_settings(args) == {}  # unset flags leave the defaults to Context
+    assert run.single_context(args, {}) == Context()
+
+
+def test_flags_reach_the_context_and_sweeps_take_lists() -> None:
+    argv = [
+        "--strategy=critic",
+        "--scale-cost-factor=2.5",
+        "--bias-correction",
+        "--foresight-selection=argmax",
+        "--max-steps=3",
+        "--seed=7",
+    ]
+    args = run.build_parser().parse_args(argv)
+    profile = {"max_steps": 8, "max_step_tokens": 256, "not_a_setting": 1}
+    context = run.single_context(args, profile)
+    assert context == Context(
+        scale_cost_factor=2.5,
+        bias_correction=True,
+        foresight_selection="argmax",
+        max_steps=3,
+        max_step_tokens=256,
+        seed=7,
+    )
+    sweep = ["--strategy=critic", "--dataset=math500", "--gate=mur,never", "--gamma=0.5,0.9"]
+    args = run.build_parser().parse_args([*sweep, "--budget-tokens=300,600"])
+    assert run.gates(args) == ["mur", "never"] and run.gammas(args) == [0.5, 0.9]
+    assert run.budget_settings(args) == [("budget_tokens", 300), ("budget_tokens", 600)]
+    plan = run.benchmark_plan(args, [], run.Connection(None, None, profile, ""), "cmd")
+    assert plan.gates == ("mur", "never") and plan.gammas == (0.5, 0.9)
+    assert plan.settings == {"max_steps": 8, "max_step_tokens": 256}
+    assert plan.command == "cmd"
+
+
+def test_a_gate_label_brings_its_settings_to_a_single_solve() -> None:
+    args = run.build_parser().parse_args(["--strategy=critic", "--gate=mur+bc"])
+    run.validate(args)
+    assert run.single_context(args, {}) == Context(gate="mur", bias_correction=True)
+    args = run.build_parser().parse_args(["--strategy=critic", "--gate=random@0.2"])
+    assert run.single_context(args, {}) == Context(gate="random", random_rate=0.2)
+
+
+def test_the_recorded_command_is_the_one_typed() -> None:
+    command = run.command_line(["--strategy", "critic", "--question", "a b"])
+    assert command.endswith("run.py --strategy critic --question 'a b'")
+
+
+def test_absent_gpqa_exits_2_saying_where_to_put_it(tmp_path, capsys, monkeypatch) -> None:
+    from evals import datasets
+
+    monkeypatch.delenv(datasets.DATA_DIR_ENV, raising=False)
+    monkeypatch.setattr(datasets, "_SHARED_DATA_DIR", tmp_path / "absent")
+    monkeypatch.setattr(run, "connect", lambda *a, **k: pytest.fail("no server for bad input"))
+    status = run.main(["--strategy", "critic", "--dataset", "gpqa_diamond", "--limit", "1"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert status == 2 and len(err) == 1
+    assert "not shipped" in err[0] and "MUR_DATA_DIR" in err[0] and "--data-dir" in err[0]

@@ -1,4 +1,4 @@
-"""Benchmark loaders, on the real offline copies and on small broken files.
+"""Benchmark loaders, on the shipped copies, GPQA where it is found, and small broken files.
 
 GPQA rule: no GPQA question or choice text may appear in this file or in any test output, so
 every GPQA check below compares inside the test and asserts on booleans, letters or record ids.
@@ -7,6 +7,7 @@ every GPQA check below compares inside the test and asserts on booleans, letters
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
 import os
 import pickle
@@ -24,6 +25,7 @@ from evals.datasets import (
     DatasetError,
     MalformedRecordError,
     Problem,
+    dataset_file,
     load_dataset,
     resolve_data_dir,
 )
@@ -33,14 +35,27 @@ AIME_SYSTEM = "You are a helpful math assistant."
 GPQA_SYSTEM = 'You are a helpful assistant. Please answer "A", "B", "C", or "D".'
 
 
+# What the shipped copies must be: byte-identical to their upstream files (evals/data/README.md).
+SHIPPED = {
+    "math500.jsonl": ("35dc41080a3680858b27fa7e0533d2d547825316fc5dafe5d316f4ccc5a06132", 500),
+    "aime24.jsonl": ("af2b8bd2aa911b6333ad0df32f3ca05c7ae8ed10f1731f4372c8ae26990bf7ac", 30),
+    "aime25.jsonl": ("b4e273c02d3e7fe1b74b59eae768fc8230bfb0f79539890cb56f4361caac0331", 30),
+}
+
+
 @pytest.fixture(scope="module")
 def data_dir() -> Path:
-    """The offline benchmark copies; tests that need them skip where they are absent."""
-    env = os.environ.get(ds.DATA_DIR_ENV)
-    candidate = Path(env) if env and env != ds.HF_SOURCE else ds._DEFAULT_DATA_DIR
-    if not (candidate / "math500.jsonl").is_file():
-        pytest.skip(f"benchmark data not found at {candidate}")
-    return candidate
+    """The public benchmarks, shipped inside the project: present in every clone."""
+    return ds.SHIPPED_DATA_DIR
+
+
+@pytest.fixture(scope="module")
+def gpqa_dir() -> Path:
+    """The folder holding GPQA-diamond, which is never shipped; skips saying where to put it."""
+    try:
+        return dataset_file("gpqa_diamond").parent
+    except DatasetError as exc:
+        pytest.skip(f"GPQA-diamond not available: {exc}")
 
 
 def _write_jsonl(path: Path, lines: list[str]) -> Path:
@@ -71,16 +86,44 @@ def _fake_gpqa_record(record_id: str = "recFAKE1", **overrides: str) -> dict[str
 # --------------------------------------------------------------------------- real files
 
 
-@pytest.mark.parametrize(
-    ("name", "count"), [("math500", 500), ("aime24", 30), ("aime25", 30), ("gpqa_diamond", 198)]
-)
-def test_counts_and_fields(data_dir: Path, name: str, count: int) -> None:
-    problems = load_dataset(name, data_dir)
+def _check_counts_and_fields(problems: list[Problem], name: str, count: int) -> None:
     assert len(problems) == count
     assert all(isinstance(p, Problem) and p.dataset == name for p in problems)
     assert len({p.id for p in problems}) == count
     assert all(p.question.strip() and p.answer for p in problems)
     assert {p.system_prompt for p in problems} == {ds.SYSTEM_PROMPTS[name]}
+
+
+@pytest.mark.parametrize(("name", "count"), [("math500", 500), ("aime24", 30), ("aime25", 30)])
+def test_counts_and_fields(data_dir: Path, name: str, count: int) -> None:
+    _check_counts_and_fields(load_dataset(name, data_dir), name, count)
+
+
+def test_gpqa_counts_and_fields(gpqa_dir: Path) -> None:
+    _check_counts_and_fields(load_dataset("gpqa_diamond", gpqa_dir), "gpqa_diamond", 198)
+
+
+@pytest.mark.parametrize("file_name", SHIPPED)
+def test_shipped_copies_match_their_pinned_hash_and_count(file_name: str) -> None:
+    raw = (ds.SHIPPED_DATA_DIR / file_name).read_bytes()
+    digest, count = SHIPPED[file_name]
+    assert hashlib.sha256(raw).hexdigest() == digest
+    assert raw.count(b"\n") == count and raw.endswith(b"\n")
+    readme = (ds.SHIPPED_DATA_DIR / "README.md").read_text()
+    assert digest in readme and f"`{file_name}` | {count} |" in readme
+
+
+def test_gpqa_is_never_in_the_repository() -> None:
+    """Its authors ask that it never appear in plain text online, nor compressed here."""
+    files = subprocess.run(
+        ["git", "ls-files"], cwd=PROJECT_ROOT, capture_output=True, text=True, check=False
+    )
+    if files.returncode != 0:
+        pytest.skip(f"not a git checkout ({files.stderr.strip()[:200]})")
+    tracked = files.stdout.splitlines()
+    assert tracked, "git ls-files listed nothing"
+    assert [f for f in tracked if "gpqa" in Path(f).name.lower()] == []
+    assert not any((ds.SHIPPED_DATA_DIR / name).exists() for name in ds._FILES["gpqa_diamond"])
 
 
 def test_system_prompts_follow_the_contract() -> None:
@@ -93,12 +136,55 @@ def test_system_prompts_follow_the_contract() -> None:
     assert DATASETS == ("math500", "aime24", "aime25", "gpqa_diamond")
 
 
-def test_default_data_dir_is_shared_data(monkeypatch: pytest.MonkeyPatch, data_dir: Path) -> None:
+def test_public_sets_default_to_the_shipped_copies(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A fresh clone: no data folder given, nothing beside the project.
     monkeypatch.delenv(ds.DATA_DIR_ENV, raising=False)
-    if not ds._DEFAULT_DATA_DIR.is_dir():
-        pytest.skip("no ../shared/data next to the project")
-    assert resolve_data_dir() == ds._DEFAULT_DATA_DIR
+    monkeypatch.setattr(ds, "_SHARED_DATA_DIR", tmp_path / "absent")
+    assert resolve_data_dir() == ds.SHIPPED_DATA_DIR
+    for name in ds.PUBLIC_DATASETS:
+        assert resolve_data_dir(name=name) == ds.SHIPPED_DATA_DIR
     assert len(load_dataset("aime25")) == 30
+    assert dataset_file("math500") == ds.SHIPPED_DATA_DIR / "math500.jsonl"
+
+
+def test_gpqa_defaults_to_shared_data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(ds.DATA_DIR_ENV, raising=False)
+    shared = tmp_path / "shared" / "data"
+    shared.mkdir(parents=True)
+    with gzip.open(shared / "gpqa_diamond.jsonl.gz", "wt", encoding="utf-8") as handle:
+        handle.write(json.dumps(_fake_gpqa_record("recS")) + "\n")
+    monkeypatch.setattr(ds, "_SHARED_DATA_DIR", shared)
+    assert resolve_data_dir(name="gpqa_diamond") == shared
+    assert [p.id for p in load_dataset("gpqa_diamond")] == ["recS"]
+    # The public sets still come from the shipped copies, not from that folder.
+    assert len(load_dataset("math500", limit=2)) == 2
+
+
+def test_absent_gpqa_says_why_and_where_to_point(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(ds.DATA_DIR_ENV, raising=False)
+    absent = tmp_path / "absent"
+    monkeypatch.setattr(ds, "_SHARED_DATA_DIR", absent)
+    for call in (lambda: load_dataset("gpqa_diamond"), lambda: dataset_file("gpqa_diamond")):
+        with pytest.raises(DataNotFoundError) as info:
+            call()
+        message = str(info.value)
+        assert "not shipped" in message and str(absent) in message
+        assert "--data-dir" in message and "MUR_DATA_DIR" in message and "hf" in message
+    # A shared folder without the file: the same explanation, naming the file looked for.
+    absent.mkdir()
+    with pytest.raises(DataNotFoundError, match="not shipped") as info:
+        load_dataset("gpqa_diamond")
+    assert str(absent / "gpqa_diamond.jsonl.gz") in str(info.value)
+
+
+def test_dataset_file_from_the_hub_is_not_a_file(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(ds.DATA_DIR_ENV, "hf")
+    with pytest.raises(DatasetError, match="Hugging Face hub"):
+        dataset_file("math500")
 
 
 def test_math500_keeps_answer_and_metadata(data_dir: Path) -> None:
@@ -129,15 +215,15 @@ def test_aime_metadata(data_dir: Path) -> None:
     assert [p.metadata["number"] for p in aime25] == list(range(1, 16)) * 2
 
 
-def _raw_gpqa_correct(data_dir: Path) -> dict[str, str]:
-    with gzip.open(data_dir / "gpqa_diamond.jsonl.gz", "rt", encoding="utf-8") as handle:
+def _raw_gpqa_correct(gpqa_dir: Path) -> dict[str, str]:
+    with gzip.open(gpqa_dir / "gpqa_diamond.jsonl.gz", "rt", encoding="utf-8") as handle:
         records = [json.loads(line) for line in handle if line.strip()]
     return {r["Record ID"]: r["Correct Answer"].strip() for r in records}
 
 
-def test_gpqa_correct_letter_maps_to_correct_answer(data_dir: Path) -> None:
-    correct = _raw_gpqa_correct(data_dir)
-    problems = load_dataset("gpqa_diamond", data_dir)
+def test_gpqa_correct_letter_maps_to_correct_answer(gpqa_dir: Path) -> None:
+    correct = _raw_gpqa_correct(gpqa_dir)
+    problems = load_dataset("gpqa_diamond", gpqa_dir)
     mismatched = [
         p.id
         for p in problems
@@ -148,9 +234,9 @@ def test_gpqa_correct_letter_maps_to_correct_answer(data_dir: Path) -> None:
     assert mismatched == []
 
 
-def test_gpqa_question_lists_the_four_lettered_choices(data_dir: Path) -> None:
+def test_gpqa_question_lists_the_four_lettered_choices(gpqa_dir: Path) -> None:
     bad = []
-    for p in load_dataset("gpqa_diamond", data_dir):
+    for p in load_dataset("gpqa_diamond", gpqa_dir):
         choices = p.metadata["choices"]
         tail = "\n".join(f"{letter}) {choices[letter]}" for letter in "ABCD")
         if list(choices) != list("ABCD") or not p.question.endswith("\n\n" + tail):
@@ -158,9 +244,9 @@ def test_gpqa_question_lists_the_four_lettered_choices(data_dir: Path) -> None:
     assert bad == []
 
 
-def test_gpqa_shuffle_is_stable_and_balanced(data_dir: Path) -> None:
-    first = load_dataset("gpqa_diamond", data_dir)
-    second = load_dataset("gpqa_diamond", data_dir)
+def test_gpqa_shuffle_is_stable_and_balanced(gpqa_dir: Path) -> None:
+    first = load_dataset("gpqa_diamond", gpqa_dir)
+    second = load_dataset("gpqa_diamond", gpqa_dir)
     same_text = all(a.question == b.question for a, b in zip(first, second, strict=True))
     assert same_text
     letters = "".join(p.answer for p in first)
@@ -170,16 +256,16 @@ def test_gpqa_shuffle_is_stable_and_balanced(data_dir: Path) -> None:
     assert all(30 <= letters.count(letter) <= 70 for letter in "ABCD")
 
 
-def test_gpqa_shuffle_is_stable_across_python_processes(data_dir: Path) -> None:
+def test_gpqa_shuffle_is_stable_across_python_processes(gpqa_dir: Path) -> None:
     code = (
         "from evals.datasets import load_dataset; import sys; "
         "print(''.join(p.answer for p in load_dataset('gpqa_diamond', sys.argv[1])))"
     )
-    here = "".join(p.answer for p in load_dataset("gpqa_diamond", data_dir))
+    here = "".join(p.answer for p in load_dataset("gpqa_diamond", gpqa_dir))
     for hash_seed in ("1", "12345"):
         env = {**os.environ, "PYTHONHASHSEED": hash_seed, "PYTHONPATH": str(PROJECT_ROOT)}
         out = subprocess.run(
-            [sys.executable, "-c", code, str(data_dir)],
+            [sys.executable, "-c", code, str(gpqa_dir)],
             capture_output=True,
             text=True,
             env=env,
@@ -189,8 +275,8 @@ def test_gpqa_shuffle_is_stable_across_python_processes(data_dir: Path) -> None:
         assert out.stdout.strip() == here
 
 
-def test_repr_never_shows_question_text(data_dir: Path) -> None:
-    problem = load_dataset("gpqa_diamond", data_dir, limit=1)[0]
+def test_repr_never_shows_question_text(gpqa_dir: Path) -> None:
+    problem = load_dataset("gpqa_diamond", gpqa_dir, limit=1)[0]
     text = repr(problem)
     leaked = problem.question in text or any(
         c in text for c in problem.metadata["choices"].values()
@@ -203,7 +289,7 @@ def test_limit(data_dir: Path) -> None:
     assert [p.id for p in load_dataset("math500", data_dir, limit=3)] == [
         p.id for p in load_dataset("math500", data_dir)[:3]
     ]
-    assert load_dataset("gpqa_diamond", data_dir, limit=0) == []
+    assert load_dataset("aime24", data_dir, limit=0) == []
     with pytest.raises(ValueError, match="limit"):
         load_dataset("math500", data_dir, limit=-1)
 
@@ -236,11 +322,11 @@ def test_missing_dir_from_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
         load_dataset("aime24")
 
 
-def test_no_default_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(ds.DATA_DIR_ENV, raising=False)
-    monkeypatch.setattr(ds, "_DEFAULT_DATA_DIR", tmp_path / "absent")
-    with pytest.raises(DataNotFoundError, match="--data-dir"):
-        resolve_data_dir()
+def test_explicit_dir_is_used_for_every_benchmark(tmp_path: Path) -> None:
+    # No silent fallback to the shipped copy: an explicit folder must hold the file.
+    with pytest.raises(DataNotFoundError, match="shipped") as info:
+        load_dataset("math500", tmp_path)
+    assert str(tmp_path / "math500.jsonl") in str(info.value)
 
 
 def test_missing_file_names_it(tmp_path: Path) -> None:

@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
-from fakes import FakeLogprobChat, Scripted, solve_streaming
+from fakes import FakeLogprobChat, Scripted
 from graphs.mur import build_graph
+from graphs.solve import solve as solve_graph
 from graphs.state import OUTPUT_KEYS, Context
 from nodes.gates import replay_decisions
 
@@ -48,7 +49,8 @@ def scripted_backbone(verdict: str = "No", answer_at: int = 5):
 
 
 async def solve(graph, context: Context, question: str = "What is 6 * 7?") -> tuple[dict, list]:
-    return await solve_streaming(graph, question, context)
+    solution = await solve_graph(graph, question, context=context)
+    return solution.output, solution.steps
 
 
 async def test_mur_gate_scales_exactly_the_uncertain_steps() -> None:
@@ -88,6 +90,7 @@ async def test_token_accounting_counts_every_generated_token() -> None:
         "backbone_prompt_tokens": 7 * 10,
         "external_prompt_tokens": 2 * 10,
         "llm_calls": 9,
+        "failed_calls": 0,
     }
     assert result["usage"]["llm_calls"] == len(model.calls)
 
@@ -176,7 +179,7 @@ async def test_missing_logprobs_is_a_clear_error() -> None:
 def test_invalid_settings_fail_before_any_call() -> None:
     with pytest.raises(ValueError, match="gamma"):
         Context(gamma=0)
-    with pytest.raises(ValueError, match="unknown gate"):
+    with pytest.raises(ValueError, match=r"gate must be 'mur', .* got 'sometimes'"):
         Context(gate="sometimes")
     with pytest.raises(ValueError, match="unknown strategy"):
         build_graph("beam", backbone=FakeLogprobChat(responder=scripted_backbone()))

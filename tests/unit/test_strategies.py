@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from typing import Any
@@ -11,6 +12,8 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
 from fakes import FakeLogprobChat, Scripted
 from graphs.mur import build_graph
+from graphs.refine import REGISTRY, STRATEGIES, RefineRecord, check_strategy, summarise
+from graphs.refine.critic import CriticRecord
 from graphs.state import Context
 
 YES_P = {"right": 0.9, "wrong": 0.2}
@@ -135,7 +138,10 @@ async def test_thinking_caps_then_writes_the_step_after_the_block() -> None:
     assert step_request["messages"][-1].content.endswith(
         "add the numbers. Then check.\n</think>\n\nStep1:"
     )
-    assert step_request["kwargs"]["extra_body"]["chat_template_kwargs"] == {"enable_thinking": True}
+    # The step itself is written with thinking off (the block is already in the message).
+    assert step_request["kwargs"]["extra_body"]["chat_template_kwargs"] == {
+        "enable_thinking": False
+    }
     think_request = next(k for k in seen if k.get("stop") == ["</think>"])
     assert think_request["max_tokens"] == 9
     # Thinking tokens are backbone tokens.
@@ -157,3 +163,58 @@ async def test_reuse_draft_keeps_the_draft_as_candidate_zero() -> None:
     assert [k.get("n") for k in seen[:2]] == [None, 3]
     # The draft's tokens are not spent twice: 3 + 3 new candidates of 3 tokens for step 1.
     assert result["usage"]["backbone_tokens"] == 3 + 9 + 5 + 15
+
+
+# The refine records as records.jsonl and the JSON output hold them: keys and their order.
+RECORD_KEYS = {
+    "critic": ["strategy", "draft", "rounds", "revised"],
+    "best_of_n": ["strategy", "draft", "candidates", "chosen", "reused_draft"],
+    "foresight": ["strategy", "draft", "candidates", "chosen", "selection", "reused_draft"],
+    "thinking": ["strategy", "draft", "thinking", "thinking_tokens", "capped"],
+}
+CANDIDATE_KEYS = {
+    "best_of_n": ["text", "uncertainty", "num_tokens", "score", "verdict", "judgement"],
+    "foresight": [
+        *("text", "uncertainty", "num_tokens", "rollout", "rollout_tokens"),
+        *("score", "cluster", "weight"),
+    ],
+}
+SUMMARIES = {
+    "critic": "judged correct",
+    "best_of_n": "chose 2 of 4",
+    "foresight": "chose 1 of 4",
+    "thinking": "thought 9 tokens",
+}
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+async def test_refine_records_keep_their_shape_and_summarise_themselves(strategy: str) -> None:
+    result, _, _ = await run(strategy, foresight_selection="argmax")
+    refine = result["steps"][0]["refine"]
+    assert list(refine) == RECORD_KEYS[strategy]
+    assert list(refine["draft"]) == ["text", "uncertainty", "num_tokens"]
+    for candidate in refine.get("candidates", []):
+        assert list(candidate) == CANDIDATE_KEYS[strategy]
+    assert summarise(refine) == SUMMARIES[strategy]
+    assert summarise(None) == ""
+    json.dumps(result)  # plain data all the way down
+
+
+def test_critic_rounds_carry_a_revision_only_when_revised() -> None:
+    draft = {"text": "d", "uncertainty": 0.5, "num_tokens": 3}
+    rounds = [
+        {"step": "d", "critique": "no", "verdict": False, "num_tokens": 2, "revised": True},
+        {"step": "e", "critique": "yes", "verdict": True, "num_tokens": 2, "revised": False},
+    ]
+    rounds[0]["revision"] = "e"
+    record = {"strategy": "critic", "draft": draft, "rounds": rounds, "revised": True}
+    assert CriticRecord.model_validate(record).as_dict() == record
+    assert summarise(record) == "revised"
+
+
+def test_the_registry_is_the_list_of_strategies() -> None:
+    assert tuple(REGISTRY) == STRATEGIES == ("critic", "best_of_n", "foresight", "thinking")
+    for name, entry in REGISTRY.items():
+        assert entry.name == name and issubclass(entry.record, RefineRecord)
+    with pytest.raises(ValueError, match="unknown strategy 'beam': choose one of critic"):
+        check_strategy("beam")

@@ -1,4 +1,4 @@
-"""The benchmark's pure parts: counters, request recording and replay planning, tables."""
+"""benchmarks/: counters, request recording and replay planning, analyses, tables, report."""
 
 from __future__ import annotations
 
@@ -10,32 +10,31 @@ from typing import Any, ClassVar
 
 import pytest
 
-from evals import bench
-from evals.bench import (
-    NOTES_MARKER,
+from benchmarks import bench, measure
+from benchmarks.analysis import (
     ClientTime,
-    Counters,
-    GraphRun,
-    RawRun,
-    RecordedRequest,
-    ReplayRun,
-    add_counters,
     client_time,
-    economy_table,
-    forced_length,
-    markdown_table,
-    merge_notes,
-    overhead_table,
-    parse_block_size,
-    parse_counters,
-    plan_waves,
-    ratio,
-    recorded_request,
-    replay_body,
-    scaling_table,
+    max_cache_hit,
     speed_normalized,
     step_of,
     step_prompt_rows,
+)
+from benchmarks.counters import Counters, add_counters, parse_block_size, parse_counters, ratio
+from benchmarks.recording import (
+    RecordedRequest,
+    forced_length,
+    plan_waves,
+    recorded_request,
+    replay_bodies,
+    replay_body,
+)
+from benchmarks.report import NOTES_MARKER, merge_notes, render
+from benchmarks.results import GraphRun, NChoiceRun, RawRun, ReplayRun
+from benchmarks.tables import (
+    economy_table,
+    markdown_table,
+    overhead_table,
+    scaling_table,
     verdict,
 )
 
@@ -335,7 +334,7 @@ async def test_replay_keeps_each_questions_order_and_the_concurrency(monkeypatch
     for q in range(3):  # per question: a draft, two concurrent judges, a draft
         requests += [req(q, 0, 1, 2), req(q, 1.1, 2, 1), req(q, 1.1, 2, 3), req(q, 2.1, 3, 1)]
     run = GraphRun("x", "critic", "mur", 2, 3, requests=requests)
-    b = bench.Bench(FakeServer(), bench.Settings(), [])  # type: ignore[arg-type]
+    b = measure.Bench(FakeServer(), measure.Settings(), [])  # type: ignore[arg-type]
     b.server.base_url = "http://fake/v1"  # type: ignore[attr-defined]
     replay = await b.replay(run)
     assert replay.requests == 12 and len(FakeAsyncOpenAI.log) == 12
@@ -359,10 +358,10 @@ def test_bad_arguments_exit_2_before_any_server(capsys) -> None:
 
 
 def test_max_cache_hit_is_whole_blocks_short_of_the_last_token() -> None:
-    assert bench.max_cache_hit(300, 128) == 256
-    assert bench.max_cache_hit(256, 128) == 128  # the last token is always computed
-    assert bench.max_cache_hit(100, 128) == 0
-    assert bench.max_cache_hit(100, None) is None
+    assert max_cache_hit(300, 128) == 256
+    assert max_cache_hit(256, 128) == 128  # the last token is always computed
+    assert max_cache_hit(100, 128) == 0
+    assert max_cache_hit(100, None) is None
     rows = step_prompt_rows([request(0, 0, 1, prompt=300, payload=draft_body(1), hits=256)], 128)
     assert rows[0].max_hits == 256
 
@@ -370,7 +369,7 @@ def test_max_cache_hit_is_whole_blocks_short_of_the_last_token() -> None:
 def test_replay_bodies_send_each_choice_of_n_at_its_own_length() -> None:
     candidates = {**draft_body(2, "Step1: a"), "n": 3}
     r = request(0, 0, 1, tokens=(5, 9, 2), payload=candidates)
-    sent = bench.replay_bodies(r, "s")
+    sent = replay_bodies(r, "s")
     assert [(b["max_tokens"], b["min_tokens"], "n" in b) for b in sent] == [
         (5, 5, False),
         (9, 9, False),
@@ -378,15 +377,14 @@ def test_replay_bodies_send_each_choice_of_n_at_its_own_length() -> None:
     ]
     assert all(b["messages"] == candidates["messages"] for b in sent)
     single = request(0, 0, 1, tokens=(7,), payload=draft_body(1))
-    assert [b["max_tokens"] for b in bench.replay_bodies(single, "s")] == [7]
+    assert [b["max_tokens"] for b in replay_bodies(single, "s")] == [7]
 
 
-def test_gate_specs_add_bias_correction() -> None:
-    assert bench.parse_gate("mur") == ("mur", False)
-    assert bench.parse_gate("mur+bc") == ("mur", True)
-    ctx = bench.Settings().context("mur+bc")
+def test_gate_labels_add_their_settings() -> None:
+    assert measure.Settings().context("random@0.2").random_rate == 0.2
+    ctx = measure.Settings().context("mur+bc")
     assert ctx.gate == "mur" and ctx.bias_correction is True
-    assert bench.Settings().context("always").bias_correction is False
+    assert measure.Settings().context("always").bias_correction is False
     assert bench.main(["--gates", "nope+bc"]) == 2
 
 
@@ -407,3 +405,37 @@ def test_scaling_batch_fill_is_sequences_per_engine_step() -> None:
     table, goals = scaling_table([(g, raw)])
     assert "6.00 / 8.00 | 0.75x" in table
     assert "Batch fill, graph / raw = 0.75x (**missed**)" in goals[0]
+
+
+def test_merge_notes_keeps_the_notes_under_the_old_marker() -> None:
+    old = "<!-- notes: everything below this line is kept when evals.bench rewrites the file -->"
+    merged = merge_notes("# T\nv2", f"# T\nv1\n\n{old}\n\nMy analysis.\n")
+    assert merged == f"# T\nv2\n\n{NOTES_MARKER}\n\nMy analysis.\n"
+
+
+def test_render_has_every_table_and_goal_and_no_prose() -> None:
+    mur = graph_run("mur", 400, steps_scaled=2, steps_total=10)
+    mur.wall_s, mur.spans, mur.requests = 11.0, {0: (0.0, 11.0)}, [request(0, 0.5, 10.5)]
+    runs = [mur, graph_run("always", 1000), graph_run("never", 200)]
+    replay = ReplayRun("critic/mur", 10.0, 0.1, Counters(itl_sum=1.0, itl_count=10), 1)
+    scaled = graph_run("mur", 0)
+    scaled.concurrency, scaled.wall_s, scaled.window_s = 8, 10.0, 5.0
+    scaled.window = Counters(generation_tokens=450, steps=60)
+    sequential = graph_run("mur", 100)
+    sequential.requests = [request(0, 0, 1, prompt=140, payload=draft_body(1), hits=0)]
+    out = {
+        "economy": runs,
+        "overhead": [(mur, replay)],
+        "scaling": [(scaled, RawRun(8, 10.0, Counters(generation_tokens=1000, steps=125), 9))],
+        "n_choices": [NChoiceRun("one request: n=4", 1.5, Counters(generation_tokens=384))],
+        "sequential": sequential,
+        "block_size": 128,
+    }
+    text = render(out, measure.Settings(), "python -m benchmarks.bench", {"Machine": "m"})
+    headings = [line for line in text.splitlines() if line.startswith("#")]
+    assert len(headings) == 8 and headings[1].startswith("## 1. Token economy (8 MATH-500")
+    assert "- Command: `python -m benchmarks.bench`" in text and "- Machine: m" in text
+    assert "MUR / always = 0.40x" in text and "Pooled graph / replay" in text
+    assert "8 questions in flight: graph / raw" in text and "| one request: n=4 |" in text
+    longest = max(len(line) for line in text.splitlines() if not line.startswith("|"))
+    assert longest < 400  # explanations live in BENCHMARKS.md's notes, not in the code

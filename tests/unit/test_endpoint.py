@@ -17,11 +17,12 @@ import pytest
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 from langchain_openai import ChatOpenAI
 
+from asgi_server import running
+from endpoint import MODELS, create_app, model_name
 from fakes import FakeLogprobChat, Scripted
-from graphs.state import STRATEGIES
+from graphs import STRATEGIES
 from nodes.gates import GATES
 from servers.clients import make_chat_model
-from servers.mur_endpoint import MODELS, create_app, model_name, running
 
 DRAFT_M = {1: 1.0, 2: 1.3, 3: 0.15}  # step 3 states the answer
 REVISED_M = 0.1
@@ -251,3 +252,13 @@ def test_stream_failing_after_a_step_reports_the_error_in_stream() -> None:
             for chunk in ask(client, model="mur-critic-never", stream=True):
                 received.append(chunk)
     assert [c.choices[0].delta.content for c in received] == ["Step1: draft step 1\n"]
+
+
+def test_content_keeps_the_format_the_backbone_wrote() -> None:
+    from endpoint.replies import content_of
+
+    steps = [{"index": 1, "text": "First."}, {"index": 2, "text": "So the answer is 2."}]
+    marker = {"steps": steps, "fallback": None, "config": {"step_format": "marker"}}
+    paragraph = {**marker, "config": {"step_format": "paragraph"}}
+    assert content_of(marker) == "Step1: First.\nStep2: So the answer is 2.\n"
+    assert content_of(paragraph) == "First.\n\nSo the answer is 2.\n\n"

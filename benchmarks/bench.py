@@ -1,0 +1,310 @@
+"""`python -m benchmarks.bench`: MUR's token economy and the orchestration's speed, side by
+side, against one vLLM server; writes the tables to BENCHMARKS.md (its notes are kept).
+
+1. Token economy: every strategy under the gates `mur`, `mur+bc`, `always` and `never`.
+2. Orchestration overhead: each graph run against a direct replay of its exact requests.
+3. Concurrency scaling: graph tok/s against the server's raw batched tok/s, per level.
+4. Request efficiency: n candidates in one request vs n requests, prefix-cache hits, and the
+   prompt tokens each step re-sends.
+
+How each is measured, and what the last run's numbers mean, is in BENCHMARKS.md's notes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as dt
+import shlex
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+
+from benchmarks.counters import parse_block_size
+from benchmarks.measure import (
+    DEFAULT_GATES,
+    DEFAULT_LEVELS,
+    DEFAULT_STRATEGIES,
+    SMALL_SETTINGS,
+    Bench,
+    Server,
+    Settings,
+)
+from benchmarks.report import load_line, machine_line, merge_notes, render
+from benchmarks.results import GraphRun, RawRun, ReplayRun
+from benchmarks.tables import fmt
+from evals.datasets import load_dataset
+from evals.runner import parse_gate_label
+from graphs.refine import check_strategy
+from graphs.state import Context
+from nodes.gates import check_gate
+from servers.clients import resolve_model
+from servers.launcher import up
+from servers.profiles import get_profile
+
+
+def _csv(kind: type) -> Callable[[str], tuple[Any, ...]]:
+    def parse(text: str) -> tuple[Any, ...]:
+        values = tuple(kind(part.strip()) for part in text.split(",") if part.strip())
+        if not values:
+            raise argparse.ArgumentTypeError("expected a comma-separated list")
+        return values
+
+    return parse
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.bench",
+        description="MUR's token economy and the orchestration's speed, side by side; "
+        "writes the four tables to --out.",
+    )
+    parser.add_argument("--questions", type=int, default=8, help="MATH-500 questions (first N)")
+    parser.add_argument(
+        "--strategies",
+        type=_csv(str),
+        default=DEFAULT_STRATEGIES,
+        help=f"refine strategies (default {','.join(DEFAULT_STRATEGIES)})",
+    )
+    parser.add_argument(
+        "--gates",
+        type=_csv(str),
+        default=DEFAULT_GATES,
+        help=f"gates to compare (default {','.join(DEFAULT_GATES)})",
+    )
+    parser.add_argument(
+        "--concurrency", type=int, default=8, help="questions in flight in tables 1 and 2"
+    )
+    parser.add_argument(
+        "--concurrency-levels",
+        type=_csv(int),
+        default=DEFAULT_LEVELS,
+        help="questions in flight in table 3 (default 1,2,4,8,16)",
+    )
+    parser.add_argument(
+        "--scaling-strategy",
+        default=None,
+        help="strategy of table 3 (default: critic if benchmarked, else the first)",
+    )
+    parser.add_argument(
+        "--window-seconds",
+        type=float,
+        default=20.0,
+        help="table 3: seconds during which new questions start at each level",
+    )
+    parser.add_argument(
+        "--raw-seconds",
+        type=float,
+        default=12.0,
+        help="table 3: seconds of raw completions per level (half before, half after the graph)",
+    )
+    parser.add_argument("--gamma", type=float, default=0.9)
+    for name, default in SMALL_SETTINGS.items():
+        parser.add_argument(
+            f"--{name.replace('_', '-')}", type=int, default=default, help=f"(default {default})"
+        )
+    parser.add_argument("--data-dir", help="benchmark data folder (default: ../shared/data)")
+    parser.add_argument(
+        "--base-url", help="a running vLLM server (default: start/reuse the embedded one)"
+    )
+    parser.add_argument("--model", help="model name at --base-url (default: what it serves)")
+    parser.add_argument("--profile", default="cpu-tiny", help="server profile to start/reuse")
+    parser.add_argument(
+        "--profile-port",
+        type=int,
+        help="start/reuse the profile's server on this port (profile name <profile>-bench)",
+    )
+    parser.add_argument("--eager", action="store_true", help="start the server eager (slower)")
+    parser.add_argument("--out", default="BENCHMARKS.md", help="markdown file to write")
+    parser.add_argument(
+        "--profile-graph",
+        metavar="HTML",
+        help="after the tables, run the first strategy's MUR graph once more under "
+        "pyinstrument (pip install pyinstrument) and write its profile here",
+    )
+    return parser
+
+
+def connect(args: argparse.Namespace) -> tuple[str, str, str]:
+    """(base_url, model, description) of the server under test, started if needed."""
+    if args.base_url:
+        return args.base_url, args.model or resolve_model(args.base_url), "given by --base-url"
+    profile = get_profile(args.profile)
+    if args.profile_port:
+        profile = replace(profile, name=f"{profile.name}-bench", port=args.profile_port)
+    server = up(profile, eager=args.eager)
+    how = "eager" if args.eager else "compiled"
+    state = f"started here, {how}" if server.started else "reused"
+    return server.base_url, server.model, f"profile {args.profile}, {state}"
+
+
+async def run_all(bench: Bench, pool: Sequence[Any]) -> dict[str, Any]:
+    """Every measurement, each comparison's two sides back to back."""
+    s, log = bench.settings, bench.log
+    problems = bench.problems
+    out: dict[str, Any] = {"version": await bench.server.version()}
+    # Warm-up (not reported): the first requests after a start pay for compilation.
+    await bench.run_graph("warm-up", s.strategies[0], "never", 2, problems[:2])
+
+    log("1. token economy (2. each MUR run is replayed right after it)")
+    economy: list[GraphRun] = []
+    overhead: list[tuple[GraphRun, ReplayRun]] = []
+    for strategy in s.strategies:
+        for gate in s.gates:
+            run = await bench.run_graph(
+                f"{strategy}/{gate}", strategy, gate, s.concurrency, problems
+            )
+            economy.append(run)
+            if gate == "mur":
+                overhead.append((run, await bench.replay(run)))
+    out["economy"] = economy
+
+    log("3. concurrency scaling")
+    scaling: list[tuple[GraphRun, RawRun]] = []
+    strategy = s.scaling_strategy
+    source = next(
+        (r for r in economy if r.strategy == strategy and r.gate == "mur"), economy[0]
+    ).requests
+    for level in s.levels:
+        before = await bench.raw(source, level, s.raw_seconds / 2, f"c{level}a")
+        run = await bench.run_graph(
+            f"{strategy}/mur x{level}", strategy, "mur", level, pool, window_s=s.window_s
+        )
+        after = await bench.raw(source, level, s.raw_seconds / 2, f"c{level}b")
+        raw = before + after
+        log(f"  raw x{level}: {raw.requests_done} requests, {fmt(raw.tokens_per_s)} tok/s")
+        scaling.append((run, raw))
+        if level == 1:
+            overhead.append((run, await bench.replay(run)))
+    out["scaling"], out["overhead"] = scaling, overhead
+
+    log("4. request efficiency")
+    mur_runs = [r for r in economy if r.gate == "mur"] or economy
+    out["n_choices"] = await bench.n_choices(mur_runs[0])
+    out["sequential"] = await bench.run_graph(
+        f"{strategy}/mur one at a time",
+        strategy,
+        "mur",
+        1,
+        problems[:2],
+        per_request_counters=True,
+    )
+    out["block_size"] = parse_block_size(await bench.server.metrics_text())
+    if s.profile_graph:
+        out["profile"] = await profile_graph(bench, s.profile_graph)
+    return out
+
+
+async def profile_graph(bench: Bench, path: str) -> str:
+    """One more MUR run of the first strategy under pyinstrument; returns a summary line."""
+    # Local: pyinstrument is an optional tool (pip install pyinstrument), needed only here.
+    from pyinstrument import Profiler
+
+    s = bench.settings
+    profiler = Profiler(interval=0.001)
+    profiler.start()
+    run = await bench.run_graph(
+        f"{s.strategies[0]}/mur profiled", s.strategies[0], "mur", s.concurrency, bench.problems
+    )
+    session = profiler.stop()
+    Path(path).write_text(profiler.output_html())
+    busy = session.cpu_time
+    return (
+        f"{run.label}: client CPU {busy:.2f} s over {run.wall_s:.1f} s wall "
+        f"({100 * busy / run.wall_s:.1f}% of a core), {1000 * busy / max(len(run.requests), 1):.1f}"
+        f" ms per request; pyinstrument profile: {path}"
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+
+    try:
+        for strategy in args.strategies:
+            check_strategy(strategy)
+        for spec in args.gates:
+            check_gate(parse_gate_label(spec)[0])
+        if args.scaling_strategy:
+            check_strategy(args.scaling_strategy)
+        if args.questions < 2:
+            raise ValueError(f"--questions must be >= 2, got {args.questions}")
+        if args.concurrency < 1 or min(args.concurrency_levels) < 1:
+            raise ValueError("concurrency must be >= 1")
+        if args.window_seconds <= 0 or args.raw_seconds <= 0:
+            raise ValueError("--window-seconds and --raw-seconds must be > 0")
+        graph = {name: getattr(args, name) for name in SMALL_SETTINGS}
+        Context(gamma=args.gamma, **graph)  # validates the settings
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    scaling_strategy = args.scaling_strategy or (
+        "critic" if "critic" in args.strategies else args.strategies[0]
+    )
+    settings = Settings(
+        questions=args.questions,
+        strategies=tuple(args.strategies),
+        gates=tuple(args.gates),
+        concurrency=args.concurrency,
+        levels=tuple(args.concurrency_levels),
+        scaling_strategy=scaling_strategy,
+        window_s=args.window_seconds,
+        raw_seconds=args.raw_seconds,
+        gamma=args.gamma,
+        graph=graph,
+        profile_graph=args.profile_graph,
+    )
+    # Table 3 keeps every slot busy: enough distinct questions for the highest level.
+    pool = load_dataset(
+        "math500", args.data_dir, limit=max(args.questions, 4 * max(settings.levels))
+    )
+    problems = pool[: args.questions]
+    base_url, model, how = connect(args)
+    given = sys.argv[1:] if argv is None else list(argv)
+    command = shlex.join(["python", "-m", "benchmarks.bench", *given])
+    started = dt.datetime.now(dt.UTC)
+    load_before = load_line()
+    t0 = time.monotonic()
+
+    async def go() -> dict[str, Any]:
+        server = Server(base_url, model)
+        try:
+            return await run_all(Bench(server, settings, problems), pool)
+        finally:
+            await server.aclose()
+
+    try:
+        out = asyncio.run(go())
+    except KeyboardInterrupt:
+        print("interrupted: nothing written", file=sys.stderr)
+        return 130
+    except (httpx.HTTPError, openai.APIConnectionError) as exc:
+        print(
+            f"error: the server at {base_url} stopped answering ({type(exc).__name__}: {exc}); "
+            "nothing written",
+            file=sys.stderr,
+        )
+        return 1
+    header = {
+        "Date": started.strftime("%Y-%m-%d %H:%M UTC"),
+        "Machine": machine_line(),
+        "Server": f"vLLM {out['version']}, {model} at {base_url} ({how})",
+        "Load average (1, 5, 15 min)": f"{load_before} before; {load_line()} after",
+        "Duration": f"{time.monotonic() - t0:.0f} s",
+    }
+    text = render(out, settings, command.strip(), header)
+    print(text)
+    path = Path(args.out)
+    previous = path.read_text() if path.exists() else None
+    path.write_text(merge_notes(text, previous))
+    print(f"written: {path}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

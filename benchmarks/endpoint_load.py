@@ -1,0 +1,435 @@
+"""Load test of the OpenAI-compatible endpoint: C concurrent clients send a fixed number of
+requests, a share of them streamed, and every reply is checked. It passes only with zero lost,
+zero duplicated and zero 5xx that were not injected; it prints latency p50/p99 and requests/s.
+
+    python -m benchmarks.endpoint_load --backbone fake [--clients 64] [--requests 1024]
+    flock /tmp/mur-integration.lock \\
+        python -m benchmarks.endpoint_load --backbone cpu [--clients 64] [--requests 128]
+
+`fake`: the endpoint over the scripted backbone (benchmarks/fake_endpoint.py), in a process of
+its own; every reply's content is known, and a share of requests carry an injected backbone
+fault (a 502, or an error event in the stream). It measures the endpoint itself: HTTP, graph
+and streaming overhead. `cpu`: `python -m endpoint` over the real CPU vLLM server (cpu-tiny,
+small settings); replies are checked for consistency, and the tokens they report must equal
+what the server's counter says it generated (run it under the integration lock).
+
+Lost = no complete reply (connection error, timeout, a stream without its end); duplicated =
+a completion id seen twice, or a step streamed twice; a 429 is retried after its Retry-After,
+as the OpenAI SDK does, and counted. Exit status 0 when every check passes, 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+
+from benchmarks.fake_endpoint import expected_content
+from servers.metrics import generation_tokens
+
+ROOT = Path(__file__).resolve().parents[1]
+CPU_BASE_URL = "http://127.0.0.1:8011/v1"
+CPU_SETTINGS = {"max_steps": 2, "max_step_tokens": 16, "judge_max_tokens": 16}
+MAX_THROTTLES = 50
+
+
+@dataclass(frozen=True)
+class Ask:
+    """One planned request."""
+
+    number: int
+    model: str
+    stream: bool
+    fault_step: int | None  # the step whose backbone call fails (injected), None: no fault
+
+    def question(self, backbone: str) -> str:
+        if backbone == "cpu":
+            return f"What is {self.number} + {self.number + 3}?"
+        fault = f" [fault at step {self.fault_step}]" if self.fault_step else ""
+        return f"Load request {self.number}: what is {self.number} + {self.number}?{fault}"
+
+
+def plan(requests: int, stream_share: float, fault_share: float) -> list[Ask]:
+    """Requests spread evenly: every k-th streamed, every m-th with a fault (fake only), half
+    on the gamma-gate (step 2 scaled) and half on gate never."""
+    asks = []
+    stream_every = round(1 / stream_share) if stream_share > 0 else 0
+    fault_every = round(1 / fault_share) if fault_share > 0 else 0
+    for number in range(requests):
+        stream = stream_every > 0 and number % stream_every == 0
+        faulty = fault_every > 0 and number % fault_every == fault_every - 1
+        # A fault at step 2 of a stream comes after the first step was sent: an in-stream error.
+        fault_step = (2 if stream and number % 2 else 1) if faulty else None
+        model = "mur-critic" if number % 2 == 0 else "mur-critic-never"
+        asks.append(Ask(number, model, stream, fault_step))
+    return asks
+
+
+@dataclass
+class Outcome:
+    ask: Ask
+    status: int = 0
+    latency: float = 0.0
+    first_step: float | None = None
+    ids: list[str] = field(default_factory=list)
+    content: str = ""
+    trace: dict[str, Any] | None = None
+    error: str = ""
+    throttled: int = 0
+    done_events: int = 0
+    step_indexes: list[int] = field(default_factory=list)
+
+
+async def send(client: httpx.AsyncClient, url: str, ask: Ask, backbone: str) -> Outcome:
+    """One request (retried after a 429's Retry-After), its reply read whole."""
+    body: dict[str, Any] = {
+        "model": ask.model,
+        "messages": [{"role": "user", "content": ask.question(backbone)}],
+        "stream": ask.stream,
+    }
+    if backbone == "cpu":
+        body["mur"] = CPU_SETTINGS
+    outcome = Outcome(ask)
+    start = time.perf_counter()
+    try:
+        while True:
+            async with client.stream("POST", f"{url}/chat/completions", json=body) as reply:
+                outcome.status = reply.status_code
+                if reply.status_code == 429 and outcome.throttled < MAX_THROTTLES:
+                    outcome.throttled += 1
+                    await asyncio.sleep(float(reply.headers.get("retry-after", "1")))
+                    continue
+                if reply.status_code == 200 and ask.stream:
+                    await read_stream(reply, outcome, start)
+                else:
+                    data = json.loads(await reply.aread())
+                    if reply.status_code == 200:
+                        outcome.ids.append(data["id"])
+                        outcome.content = data["choices"][0]["message"]["content"]
+                        outcome.trace = data["mur"]
+                    else:
+                        outcome.error = data["error"]["message"]
+                break
+    except (httpx.HTTPError, ValueError, KeyError) as exc:
+        outcome.status = 0
+        outcome.error = f"{type(exc).__name__}: {exc}"
+    outcome.latency = time.perf_counter() - start
+    return outcome
+
+
+async def read_stream(reply: httpx.Response, outcome: Outcome, start: float) -> None:
+    """Read an SSE stream: step chunks, the final chunk, [DONE]; or an error event."""
+    async for line in reply.aiter_lines():
+        if not line.startswith("data: "):
+            continue  # blank separators and pings
+        data = line.removeprefix("data: ")
+        if data == "[DONE]":
+            outcome.done_events += 1
+            continue
+        event = json.loads(data)
+        if "error" in event:
+            outcome.error = event["error"]["message"]
+            continue
+        outcome.ids.append(event["id"])
+        for choice in event["choices"]:
+            outcome.content += choice["delta"].get("content") or ""
+        if "mur_step" in event:
+            outcome.first_step = outcome.first_step or time.perf_counter() - start
+            outcome.step_indexes.append(event["mur_step"]["index"])
+        if "mur" in event:
+            outcome.trace = event["mur"]
+
+
+def problems_of(outcome: Outcome, backbone: str) -> list[str]:
+    """What is wrong with one reply, given what was asked."""
+    ask, found = outcome.ask, []
+    if outcome.status == 0:
+        return [f"lost: {outcome.error}"]
+    injected = ask.fault_step is not None
+    if injected and (not ask.stream or ask.fault_step == 1):
+        if outcome.status != 502 or "injected fault" not in outcome.error:
+            found.append(f"expected the injected 502, got {outcome.status} {outcome.error!r}")
+        return found
+    if outcome.status != 200:
+        return [f"HTTP {outcome.status}: {outcome.error}"]
+    if ask.stream and len(set(outcome.ids)) != 1:
+        found.append(f"{len(set(outcome.ids))} ids in one stream")
+    if injected:  # a fault after the first step: the error in the stream, no [DONE]
+        if "injected fault" not in outcome.error or outcome.done_events:
+            found.append(f"expected an in-stream injected error, got {outcome.error!r}")
+        if outcome.step_indexes != [1]:
+            found.append(f"steps streamed before the fault: {outcome.step_indexes}")
+        return found
+    if outcome.error or outcome.trace is None:
+        return [f"no complete reply: {outcome.error or 'no trace'}"]
+    steps = outcome.trace["steps"]
+    lines = "".join(f"Step{s['index']}: {s['text']}\n" for s in steps)
+    fallback = outcome.trace.get("fallback")
+    if outcome.content != lines + (fallback["text"] if fallback else ""):
+        found.append("content differs from the trace's steps")
+    if [s["index"] for s in steps] != list(range(1, len(steps) + 1)):
+        found.append(f"step indexes {[s['index'] for s in steps]}")
+    if ask.stream:
+        if outcome.done_events != 1:
+            found.append(f"{outcome.done_events} [DONE] events")
+        if outcome.step_indexes != [s["index"] for s in steps]:
+            found.append(f"streamed steps {outcome.step_indexes}, kept {len(steps)}")
+    if backbone == "fake":
+        expected = expected_content(ask.number, scaled=ask.model == "mur-critic")
+        if outcome.content != expected:
+            found.append(f"content {outcome.content[:60]!r} is not request {ask.number}'s")
+    return found
+
+
+@dataclass
+class Report:
+    backbone: str
+    clients: int
+    requests: int
+    streamed: int
+    injected: int
+    ok: int
+    lost: int
+    duplicated: int
+    unexpected_5xx: int
+    wrong: int
+    throttled: int
+    wall_s: float
+    requests_per_s: float
+    p50_ms: float
+    p99_ms: float
+    stream_first_step_p50_ms: float | None
+    reply_tokens: int
+    server_tokens: int | None
+    problems: list[str]
+
+    @property
+    def passed(self) -> bool:
+        tokens_agree = self.server_tokens is None or self.server_tokens == self.reply_tokens
+        failures = self.lost + self.duplicated + self.unexpected_5xx + self.wrong
+        return failures == 0 and tokens_agree
+
+
+async def load(url: str, asks: list[Ask], clients: int, backbone: str) -> tuple[list, float]:
+    """Send every request with `clients` concurrent clients; (outcomes, wall seconds)."""
+    queue: asyncio.Queue[Ask] = asyncio.Queue()
+    for ask in asks:
+        queue.put_nowait(ask)
+    outcomes: list[Outcome] = []
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    async with httpx.AsyncClient(timeout=httpx.Timeout(600, connect=30), limits=limits) as client:
+
+        async def worker() -> None:
+            while not queue.empty():
+                outcomes.append(await send(client, url, queue.get_nowait(), backbone))
+
+        start = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(clients)))
+        return outcomes, time.perf_counter() - start
+
+
+def summarize(
+    backbone: str, clients: int, outcomes: list[Outcome], wall: float, server_tokens: int | None
+) -> Report:
+    problems: list[str] = []
+    seen_ids: set[str] = set()
+    duplicated = lost = unexpected_5xx = wrong = 0
+    for outcome in sorted(outcomes, key=lambda o: o.ask.number):
+        ids = set(outcome.ids)
+        if ids & seen_ids or len(outcome.step_indexes) != len(set(outcome.step_indexes)):
+            duplicated += 1
+            problems.append(f"request {outcome.ask.number}: duplicated id or step")
+        seen_ids |= ids
+        found = problems_of(outcome, backbone)
+        if found and outcome.status == 0:
+            lost += 1
+        elif found and outcome.status >= 500:
+            unexpected_5xx += 1
+        elif found:
+            wrong += 1
+        problems += [f"request {outcome.ask.number}: {p}" for p in found]
+    fine = [o for o in outcomes if o.status == 200 and o.trace is not None]
+    latencies = np.array([o.latency for o in fine]) * 1000
+    first_steps = [o.first_step * 1000 for o in fine if o.first_step is not None]
+    reply_tokens = sum(
+        o.trace["usage"]["backbone_tokens"] + o.trace["usage"]["external_tokens"] for o in fine
+    )
+    return Report(
+        backbone=backbone,
+        clients=clients,
+        requests=len(outcomes),
+        streamed=sum(o.ask.stream for o in outcomes),
+        injected=sum(o.ask.fault_step is not None for o in outcomes),
+        ok=len(fine),
+        lost=lost,
+        duplicated=duplicated,
+        unexpected_5xx=unexpected_5xx,
+        wrong=wrong,
+        throttled=sum(o.throttled for o in outcomes),
+        wall_s=round(wall, 2),
+        requests_per_s=round(len(outcomes) / wall, 1),
+        p50_ms=round(float(np.percentile(latencies, 50)), 1) if len(fine) else float("nan"),
+        p99_ms=round(float(np.percentile(latencies, 99)), 1) if len(fine) else float("nan"),
+        stream_first_step_p50_ms=round(float(np.median(first_steps)), 1) if first_steps else None,
+        reply_tokens=reply_tokens,
+        server_tokens=server_tokens,
+        problems=problems,
+    )
+
+
+@contextmanager
+def serving(command: list[str], port: int, log_path: Path, timeout: float = 300) -> Iterator[str]:
+    """Run an endpoint process listening on `port`; yields its base URL once /health answers."""
+    root = f"http://127.0.0.1:{port}"
+    if answers(root):
+        raise RuntimeError(f"something already answers on {root}: pass another --port")
+    with open(log_path, "w") as log:
+        process = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + timeout
+        while not answers(root):
+            if process.poll() is not None or time.monotonic() > deadline:
+                tail = "\n".join(log_path.read_text().splitlines()[-20:])
+                raise RuntimeError(f"{' '.join(command)} did not start on {root}:\n{tail}")
+            time.sleep(0.2)
+        yield f"{root}/v1"
+    finally:
+        process.terminate()
+        try:
+            process.wait(30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def answers(root: str) -> bool:
+    try:
+        return httpx.get(f"{root}/health", timeout=1).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def cpu_name() -> str:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return f"{line.split(':', 1)[1].strip()} x {os.cpu_count()}"
+    return "unknown CPU"
+
+
+def run(args: argparse.Namespace) -> Report:
+    """Start the endpoint for `args.backbone`, send the load, check every reply."""
+    asks = plan(
+        args.requests, args.stream_share, args.fault_share if args.backbone == "fake" else 0
+    )
+    max_runs = str(args.max_runs or args.clients)
+    if args.backbone == "fake":
+        command = [sys.executable, "-m", "benchmarks.fake_endpoint", "--max-runs", max_runs]
+    else:
+        command = [sys.executable, "-m", "endpoint", "--base-url", args.base_url]
+        command += ["--max-runs", max_runs, "--log-level", "warning"]
+    command += ["--port", str(args.port)]
+    with tempfile.TemporaryDirectory() as folder:
+        log = Path(folder) / "endpoint.log"
+        with serving(command, args.port, log) as url:
+            before = generation_tokens(args.base_url) if args.backbone == "cpu" else None
+            outcomes, wall = asyncio.run(load(url, asks, args.clients, args.backbone))
+            server = generation_tokens(args.base_url) - before if before is not None else None
+        report = summarize(args.backbone, args.clients, outcomes, wall, server)
+        if not report.passed:  # what the endpoint said, to find out why
+            report.problems += [f"endpoint log: {line}" for line in log.read_text().splitlines()]
+    return report
+
+
+HEADER = (
+    "| backbone | clients | requests | streamed | injected faults | ok | lost | duplicated "
+    "| 5xx not injected | wrong | 429 retried | p50 ms | p99 ms | first step p50 ms (stream) "
+    "| req/s |"
+)
+
+
+def table_row(report: Report) -> str:
+    first = report.stream_first_step_p50_ms
+    cells = [
+        report.backbone,
+        report.clients,
+        report.requests,
+        report.streamed,
+        report.injected,
+        report.ok,
+        report.lost,
+        report.duplicated,
+        report.unexpected_5xx,
+        report.wrong,
+        report.throttled,
+        report.p50_ms,
+        report.p99_ms,
+        "-" if first is None else first,
+        report.requests_per_s,
+    ]
+    return "| " + " | ".join(str(c) for c in cells) + " |"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.endpoint_load",
+        description="Load-test the MUR endpoint and check every reply.",
+    )
+    parser.add_argument("--backbone", choices=("fake", "cpu"), default="fake")
+    parser.add_argument("--clients", type=int, default=64, help="concurrent clients (64)")
+    parser.add_argument("--requests", type=int, help="requests in all (fake 1024, cpu 128)")
+    parser.add_argument("--stream-share", type=float, default=0.5, help="share streamed (0.5)")
+    parser.add_argument(
+        "--fault-share", type=float, default=0.05, help="fake: share with injected faults (0.05)"
+    )
+    parser.add_argument("--max-runs", type=int, help="the endpoint's run limit (default: clients)")
+    parser.add_argument("--port", type=int, help="the endpoint's port (fake 8051, cpu 8052)")
+    parser.add_argument(
+        "--base-url", default=CPU_BASE_URL, help=f"cpu: the vLLM server ({CPU_BASE_URL})"
+    )
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    args.requests = args.requests or (1024 if args.backbone == "fake" else 128)
+    args.port = args.port or (8051 if args.backbone == "fake" else 8052)
+    if args.clients < 1 or args.requests < 1 or (args.max_runs is not None and args.max_runs < 1):
+        parser.error("--clients, --requests and --max-runs must be >= 1")
+    if not (0 <= args.stream_share <= 1 and 0 <= args.fault_share <= 1):
+        parser.error("--stream-share and --fault-share lie in [0, 1]")
+    try:
+        report = run(args)
+    except RuntimeError as exc:
+        print(f"endpoint_load: {exc}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(asdict(report)))
+    else:
+        print(f"CPU: {cpu_name()}")
+        print(HEADER)
+        print("|" + "---|" * HEADER.count(" | ") + "---|")
+        print(table_row(report))
+        if report.server_tokens is not None:
+            print(f"tokens: replies {report.reply_tokens}, server counter {report.server_tokens}")
+        for problem in report.problems[:20] + report.problems[-40:] * (len(report.problems) > 20):
+            print(f"  {problem}")
+    return 0 if report.passed else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,7 @@
+"""`python -m endpoint`: see endpoint/cli.py."""
+
+import sys
+
+from endpoint.cli import main
+
+sys.exit(main())

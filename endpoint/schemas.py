@@ -1,0 +1,188 @@
+"""The request: its pydantic model, the served model names, and `parse_job`, which turns a
+validated body into one `Job` (strategy, gate, question, system prompt, graph Context).
+
+Graph settings are validated by `graphs.Context` itself (the one source of settings), from the
+request's JSON with strict types, so JSON `true` is no integer and `"0.8"` no number.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+)
+
+from endpoint.errors import APIError, bad_request, describe_validation
+from graphs import STRATEGIES, Context
+from graphs.state import ContextError
+from nodes.draft import check_question
+from nodes.gates import GATES
+
+MODEL_PREFIX = "mur"
+
+
+def model_name(strategy: str, gate: str) -> str:
+    """`mur-<strategy>` for the gamma-gate (the method itself), `mur-<strategy>-<gate>` else."""
+    return f"{MODEL_PREFIX}-{strategy}" if gate == "mur" else f"{MODEL_PREFIX}-{strategy}-{gate}"
+
+
+MODELS: dict[str, tuple[str, str]] = {
+    model_name(strategy, gate): (strategy, gate) for strategy in STRATEGIES for gate in GATES
+}
+"""Served model name -> (strategy, gate)."""
+
+
+class Message(BaseModel):
+    """One chat message; only its role and text content matter here."""
+
+    model_config = ConfigDict(extra="allow")
+
+    role: Literal["system", "developer", "user", "assistant", "tool", "function"]
+    content: str | list[dict[str, Any] | str] | None = None
+
+
+class StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    include_usage: StrictBool = False
+
+
+class ChatCompletionRequest(BaseModel):
+    """A chat-completions body. OpenAI's sampling fields (`temperature`, `max_tokens`, ...) are
+    accepted and ignored: sampling is the backbone client's (the paper's), the step cap is
+    `mur.max_step_tokens`."""
+
+    model_config = ConfigDict(extra="allow")
+
+    model: str = Field(min_length=1)
+    messages: list[Message] = Field(min_length=1)
+    stream: StrictBool | None = False
+    stream_options: StreamOptions | None = None
+    n: int | None = None
+    seed: StrictInt | None = Field(default=None, description="The run's Context.seed.")
+    mur: Any = Field(
+        default=None,
+        description="Graph settings: any graphs.Context field but `gate` (the model picks it).",
+    )
+
+
+@dataclass(frozen=True)
+class Job:
+    """One validated request: what to solve and how."""
+
+    model: str
+    strategy: str
+    gate: str
+    question: str
+    system_prompt: str | None
+    context: Context
+    stream: bool
+    include_usage: bool
+
+
+def make_context(
+    gate: str, mur: Any = None, seed: int | None = None, defaults: Mapping[str, Any] | None = None
+) -> Context:
+    """The run's Context: `defaults`, then the top-level `seed`, then the `mur` field.
+
+    Unknown names and a `mur.gate` other than the model's are 400s; values are checked by
+    Context with strict JSON types (pydantic's ValidationError is a ValueError).
+    """
+    settings: dict[str, Any] = {k: v for k, v in (defaults or {}).items() if k != "gate"}
+    if seed is not None:
+        settings["seed"] = seed
+    if mur is not None:
+        if not isinstance(mur, Mapping):
+            raise bad_request("mur must be an object of graph settings", "mur")
+        names = set(Context.field_names())
+        for key, value in mur.items():
+            if key == "gate":
+                if value != gate:
+                    raise bad_request(
+                        f"mur.gate {value!r} contradicts the model's gate {gate!r}: pick the "
+                        f"gate with the model name ({model_name('critic', 'always')}, ...)",
+                        "mur.gate",
+                    )
+                continue
+            if key not in names:
+                known = ", ".join(sorted(names - {"gate"}))
+                raise bad_request(f"unknown setting mur.{key}: choose among {known}", f"mur.{key}")
+            settings[key] = value
+    try:
+        return Context(**{**settings, "gate": gate})  # strict: no type coercion
+    except ContextError as exc:
+        if not exc.errors:
+            raise bad_request(f"invalid graph settings: {exc}", "mur") from None
+        message, param = describe_validation(exc.errors, prefix="mur")
+        what = "invalid graph settings:" if param == "mur" else "invalid graph setting"
+        raise bad_request(f"{what} {message}", param) from None
+
+
+def _text(content: str | list[dict[str, Any] | str] | None, where: str) -> str:
+    """Message content as text: a string, or the text parts of a content list."""
+    if content is None or isinstance(content, str):
+        return content or ""
+    parts = []
+    for part in content:
+        if isinstance(part, str):
+            parts.append(part)
+        elif part.get("type") == "text" and isinstance(part.get("text"), str):
+            parts.append(part["text"])
+        else:
+            raise bad_request(f"{where}: only text content is supported", where)
+    return "".join(parts)
+
+
+def question_of(messages: list[Message]) -> tuple[str, str | None]:
+    """(question, system prompt): the last user message and the last system message."""
+    question: str | None = None
+    system: str | None = None
+    for i, message in enumerate(messages):
+        if message.role == "user":
+            question = _text(message.content, f"messages[{i}].content")
+        elif message.role in ("system", "developer"):
+            system = _text(message.content, f"messages[{i}].content")
+    if question is None:
+        raise bad_request(
+            "the messages hold no user message: the last one is the question", "messages"
+        )
+    try:
+        check_question(question)  # the graph's own check, answered as 400 instead of 502
+    except ValueError as exc:
+        raise bad_request(f"{exc} (the last user message is the question)", "messages") from None
+    return question, system or None
+
+
+def parse_job(request: ChatCompletionRequest, defaults: Mapping[str, Any] | None = None) -> Job:
+    """The Job of a schema-valid body; APIError (400, or 404 for an unknown model) else."""
+    if request.model not in MODELS:
+        raise APIError(
+            404,
+            f"The model {request.model!r} does not exist: GET /v1/models lists the "
+            f"{len(MODELS)} served ones (e.g. mur-critic, mur-best_of_n-always).",
+            code="model_not_found",
+            param="model",
+        )
+    strategy, gate = MODELS[request.model]
+    if request.n is not None and request.n != 1:
+        raise bad_request("n must be 1: one request runs one solution", "n")
+    question, system = question_of(request.messages)
+    context = make_context(gate, request.mur, request.seed, defaults)
+    options = request.stream_options or StreamOptions()
+    return Job(
+        model=request.model,
+        strategy=strategy,
+        gate=gate,
+        question=question,
+        system_prompt=system,
+        context=context,
+        stream=bool(request.stream),
+        include_usage=options.include_usage,
+    )

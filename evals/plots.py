@@ -1,0 +1,197 @@
+"""The report's figures: accuracy against tokens (the paper's trade-off) and the gamma sweep.
+
+Built on matplotlib's object API (``Figure``), so no global pyplot state or GUI backend is
+touched. Accuracy axes stay within [0, 100] % and are never degenerate: a table where every
+setting scores 0% still gets a readable 0-5% axis, never a negative one.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from matplotlib.figure import Figure
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+
+    from evals.report import Row
+
+_MIN_SPAN = 5.0  # percentage points: the smallest accuracy range an axis shows
+
+
+def accuracy_limits(lows: Sequence[float], highs: Sequence[float]) -> tuple[float, float]:
+    """A y range in percent holding every interval, padded, clipped to [0, 100], never empty."""
+    low, high = min(lows, default=0.0), max(highs, default=0.0)
+    pad = max(_MIN_SPAN, 0.1 * (high - low))
+    bottom, top = max(0.0, low - pad), min(100.0, high + pad)
+    if top - bottom < _MIN_SPAN:  # pinned at 0 or 100
+        bottom, top = (0.0, _MIN_SPAN) if bottom == 0.0 else (100.0 - _MIN_SPAN, 100.0)
+    return bottom, top
+
+
+def token_limits(tokens: Sequence[float]) -> tuple[float, float]:
+    """An x range around the token counts (never below 0), padded so labels fit."""
+    low, high = min(tokens, default=0.0), max(tokens, default=1.0)
+    pad = max(0.08 * (high - low), 0.05 * high, 1.0)
+    return max(0.0, low - pad), high + 2 * pad  # room on the right for the gamma labels
+
+
+def _bounds(row: Row) -> tuple[float, float]:
+    """The row's interval in percent (its point when it has none)."""
+    low = row.accuracy if row.accuracy_low is None else row.accuracy_low
+    high = row.accuracy if row.accuracy_high is None else row.accuracy_high
+    return 100 * low, 100 * high
+
+
+def _error(rows: Sequence[Row]) -> list[list[float]]:
+    """Asymmetric error bars (below, above) in percent, never negative."""
+    below, above = [], []
+    for row in rows:
+        low, high = _bounds(row)
+        below.append(max(0.0, 100 * row.accuracy - low))
+        above.append(max(0.0, high - 100 * row.accuracy))
+    return [below, above]
+
+
+def _panels(rows: Sequence[Row]) -> dict[tuple[str, str], list[Row]]:
+    panels: dict[tuple[str, str], list[Row]] = defaultdict(list)
+    for row in rows:
+        if row.dataset != "average":
+            panels[(row.dataset, row.strategy)].append(row)
+    return dict(sorted(panels.items()))
+
+
+def _sweeps(rows: Sequence[Row]) -> dict[str, list[Row]]:
+    """Gate labels run at two gammas or more, their rows by gamma."""
+    by_gate: dict[str, list[Row]] = defaultdict(list)
+    for row in rows:
+        if row.gamma is not None:
+            by_gate[row.gate].append(row)
+    return {
+        gate: sorted(group, key=lambda r: r.gamma)
+        for gate, group in sorted(by_gate.items())
+        if len({r.gamma for r in group}) >= 2
+    }
+
+
+def _grid(count: int, width: float = 9.0, height: float = 5.5) -> tuple[Figure, list[Axes]]:
+    cols = min(2, count)
+    rows = math.ceil(count / cols)
+    fig = Figure(figsize=(width * cols, height * rows), layout="constrained")
+    axes = fig.subplots(rows, cols, squeeze=False).ravel().tolist()
+    for extra in axes[count:]:
+        extra.set_visible(False)
+    return fig, axes[:count]
+
+
+def accuracy_figure(rows: Sequence[Row]) -> Figure | None:
+    """Accuracy (95% CI bars) against total tokens per question, one point per setting, each
+    gamma sweep joined as a line; one panel per dataset and strategy. None without rows."""
+    panels = _panels(rows)
+    if not panels:
+        return None
+    gates = sorted({r.gate for group in panels.values() for r in group})
+    colors = {gate: f"C{i % 10}" for i, gate in enumerate(gates)}
+    fig, axes = _grid(len(panels))
+    for ax, ((dataset, strategy), group) in zip(axes, panels.items(), strict=True):
+        sweeps = _sweeps(group)
+        for index, (gate, series) in enumerate(sweeps.items()):
+            ax.errorbar(
+                [r.total_tokens for r in series],
+                [100 * r.accuracy for r in series],
+                yerr=_error(series),
+                fmt="-o",
+                color=colors[gate],
+                capsize=3,
+                clip_on=False,
+                label=f"{gate} (gamma sweep)",
+            )
+            for r in series:
+                ax.annotate(
+                    f"γ={r.gamma:g}",
+                    (r.total_tokens, 100 * r.accuracy),
+                    textcoords="offset points",
+                    xytext=(6, 6) if index % 2 == 0 else (6, -13),  # two sweeps: above, below
+                    fontsize=8,
+                    color=colors[gate],
+                )
+        for r in group:
+            if r.gate in sweeps:
+                continue
+            label = r.gate if r.gamma is None else f"{r.gate} (gamma {r.gamma:g})"
+            ax.errorbar(
+                [r.total_tokens],
+                [100 * r.accuracy],
+                yerr=_error([r]),
+                fmt="s" if r.gate in ("always", "never") else "D",
+                color=colors[r.gate],
+                capsize=3,
+                clip_on=False,
+                label=label,
+            )
+        bounds = [_bounds(r) for r in group]
+        ax.set_ylim(*accuracy_limits([b[0] for b in bounds], [b[1] for b in bounds]))
+        ax.set_xlim(*token_limits([r.total_tokens for r in group]))
+        ax.set_title(f"{dataset} / {strategy}: accuracy against tokens", fontsize=11)
+        ax.set_xlabel("total tokens per question (backbone + external)")
+        ax.set_ylabel("accuracy (%), bars: 95% bootstrap CI")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+    return fig
+
+
+def gamma_figure(rows: Sequence[Row]) -> Figure | None:
+    """Accuracy and tokens against gamma for every gate run at several gammas (the paper's
+    Figure 3); None when there is no such sweep."""
+    lines = [
+        (dataset, strategy, gate, series)
+        for (dataset, strategy), group in _panels(rows).items()
+        for gate, series in _sweeps(group).items()
+    ]
+    if not lines:
+        return None
+    fig = Figure(figsize=(12, 4.8), layout="constrained")
+    acc_ax, tok_ax = fig.subplots(1, 2)
+    lows, highs = [], []
+    for dataset, strategy, gate, series in lines:
+        gammas = [r.gamma for r in series]
+        label = f"{dataset} / {strategy} / {gate}"
+        acc_ax.errorbar(
+            gammas,
+            [100 * r.accuracy for r in series],
+            yerr=_error(series),
+            fmt="-o",
+            capsize=3,
+            clip_on=False,
+            label=label,
+        )
+        tok_ax.plot(gammas, [r.total_tokens for r in series], "-o", label=label)
+        lows += [_bounds(r)[0] for r in series]
+        highs += [_bounds(r)[1] for r in series]
+    acc_ax.set_ylim(*accuracy_limits(lows, highs))
+    tok_ax.set_ylim(bottom=0)
+    acc_ax.set(xlabel="gamma", ylabel="accuracy (%), bars: 95% CI", title="Accuracy vs gamma")
+    tok_ax.set(xlabel="gamma", ylabel="total tokens per question", title="Tokens vs gamma")
+    for ax in (acc_ax, tok_ax):
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    return fig
+
+
+def _save(fig: Figure | None, path: Path) -> Path | None:
+    if fig is None:
+        return None
+    fig.savefig(path, dpi=130)
+    return path
+
+
+def plot_accuracy_vs_tokens(rows: Sequence[Row], path: Path) -> Path | None:
+    return _save(accuracy_figure(rows), path)
+
+
+def plot_gamma_sweep(rows: Sequence[Row], path: Path) -> Path | None:
+    return _save(gamma_figure(rows), path)

@@ -1,0 +1,155 @@
+"""Progress of a benchmark run: a rich bar on a terminal, plain lines everywhere else.
+
+A run of hours usually writes to a log file, nohup.out or a CI console, where a live bar shows
+nothing until the end. There a line every few questions (and at least every minute) says how
+far the run is, how fast it goes and when it should end:
+
+    progress: 15/400 questions (3.8%), 0 failed, 2.1 q/min, 34 tok/s, elapsed 7m08s, ETA 3h03m
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sys
+import time
+from collections.abc import Callable
+from types import TracebackType
+from typing import TextIO
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+
+EVERY = 5  # questions between two plain lines
+INTERVAL = 60.0  # seconds: the longest silence without a line
+
+
+def duration(seconds: float) -> str:
+    """45s, 7m08s, 3h03m."""
+    seconds = max(0, round(seconds))
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+
+
+class RunProgress:
+    """Counts questions as they finish or fail and shows it: the rich bar when ``stream`` is a
+    terminal, plain lines (every ``every`` questions, and after ``interval`` seconds without
+    one) when it is not, nothing when ``enabled`` is false. Use as ``async with``."""
+
+    def __init__(
+        self,
+        total: int,
+        *,
+        enabled: bool = True,
+        stream: TextIO | None = None,
+        every: int = EVERY,
+        interval: float = INTERVAL,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.total, self.every, self.interval, self.clock = total, every, interval, clock
+        self.stream = stream if stream is not None else sys.stderr
+        console = Console(file=self.stream)
+        # rich's own test: isatty, unless TTY_COMPATIBLE / FORCE_COLOR say otherwise.
+        self.plain = enabled and (not console.is_terminal or console.is_dumb_terminal)
+        self.finished = self.failed = self.tokens = 0
+        self.started = self.last_line = clock()
+        self.shown = -1  # the count of questions the last plain line reported
+        self._heartbeat: asyncio.Task[None] | None = None
+        self.bar = Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[rate]}"),
+            TimeElapsedColumn(),
+            TextColumn("ETA"),
+            TimeRemainingColumn(),
+            console=console,
+            disable=not enabled or self.plain,
+            transient=False,
+        )
+        self.task = self.bar.add_task("questions", total=total, rate="")
+
+    @property
+    def done(self) -> int:
+        return self.finished + self.failed
+
+    def _rates(self) -> tuple[float, float, float]:
+        elapsed = max(self.clock() - self.started, 1e-9)
+        return elapsed, self.finished / elapsed * 60, self.tokens / elapsed
+
+    def line(self) -> str:
+        """The plain progress line for the counts so far."""
+        elapsed, per_minute, tokens_per_s = self._rates()
+        share = self.done / self.total * 100 if self.total else 100.0
+        remaining = self.total - self.done
+        if remaining <= 0:
+            eta = "done"
+        elif self.done:
+            eta = f"ETA {duration(remaining * elapsed / self.done)}"
+        else:
+            eta = "ETA unknown"
+        return (
+            f"progress: {self.done}/{self.total} questions ({share:.1f}%), {self.failed} failed, "
+            f"{per_minute:.1f} q/min, {tokens_per_s:.0f} tok/s, elapsed {duration(elapsed)}, "
+            f"{eta}"
+        )
+
+    def _emit(self) -> None:
+        print(self.line(), file=self.stream, flush=True)
+        self.last_line, self.shown = self.clock(), self.done
+
+    def update(self, *, finished: int, failed: int, tokens: int) -> None:
+        """Record the new counts after a question finished (or failed), and show them."""
+        step = finished + failed - self.done
+        self.finished, self.failed, self.tokens = finished, failed, tokens
+        _, per_minute, tokens_per_s = self._rates()
+        self.bar.update(
+            self.task, advance=step, rate=f"{per_minute:.1f} q/min  {tokens_per_s:.0f} tok/s"
+        )
+        if not self.plain:
+            return
+        due = self.done % self.every == 0 or self.done == self.total
+        if due or self.clock() - self.last_line >= self.interval:
+            self._emit()
+
+    async def _beat(self) -> None:
+        """A line after ``interval`` seconds without one, even when no question finishes."""
+        while True:
+            await asyncio.sleep(max(self.interval - (self.clock() - self.last_line), 0.01))
+            if self.clock() - self.last_line >= self.interval:
+                self._emit()
+
+    async def __aenter__(self) -> RunProgress:
+        self.started = self.last_line = self.clock()
+        if self.plain:
+            self._emit()
+            self._heartbeat = asyncio.create_task(self._beat())
+        else:
+            self.bar.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        if self._heartbeat is not None:
+            self._heartbeat.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._heartbeat
+        if self.plain:
+            if self.done != self.shown:  # the final count, unless the last line showed it
+                self._emit()
+        else:
+            self.bar.stop()

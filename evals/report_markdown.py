@@ -1,0 +1,237 @@
+"""report.md: the benchmark rows as Markdown tables, the MUR headline and how it is computed.
+
+Kept apart from the numbers (evals/report.py) so that the table layout can change without
+touching the statistics. Accuracies arrive as fractions and print as percent.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from evals.report import Headline, Row
+
+
+def _num(value: float | None, digits: int = 0) -> str:
+    if value is None or math.isnan(value):
+        return "-"
+    return f"{value:,.{digits}f}"
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.1f}"
+
+
+def _points(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:+.1f}"
+
+
+def _interval(low: float | None, high: float | None, fmt=_pct) -> str:
+    return "" if low is None or high is None else f" [{fmt(low)}, {fmt(high)}]"
+
+
+def _p(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return "<0.001" if value < 0.001 else f"{value:.3f}"
+
+
+def _gamma(value: float | None) -> str:
+    return "-" if value is None else f"{value:g}"
+
+
+def _ratio(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}x"
+
+
+def _table(header: Sequence[str], lines: list[Sequence[str]]) -> list[str]:
+    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    out += ["| " + " | ".join(cells) + " |" for cells in lines]
+    return out
+
+
+def _accuracy_table(rows: Sequence[Row], paired: bool) -> list[str]:
+    header = ["gate", "gamma", "questions", "accuracy % [95% CI]"]
+    if paired:
+        header += ["paired n", "vs always, points [95% CI]", "better / worse", "exact p"]
+    lines = []
+    for r in rows:
+        accuracy = _pct(r.accuracy) + (
+            _interval(r.accuracy_low, r.accuracy_high) or (" (n=1: no interval)")
+        )
+        cells = [r.gate, _gamma(r.gamma), str(r.questions), accuracy]
+        if paired and r.gate == "always":
+            cells += [str(r.paired_questions), "reference", "-", "-"]
+        elif paired:
+            cells += [
+                _num(r.paired_questions),
+                _points(r.accuracy_diff)
+                + _interval(r.accuracy_diff_low, r.accuracy_diff_high, _points),
+                "-" if r.better is None else f"{r.better} / {r.worse}",
+                _p(r.p_value),
+            ]
+        lines.append(cells)
+    return _table(header, lines)
+
+
+def _cost_table(rows: Sequence[Row], paired: bool) -> list[str]:
+    header = ["gate", "gamma", "backbone tok/q", "external tok/q", "total tok/q"]
+    header += ["vs always"] if paired else []
+    header += ["steps/q", "scaled/q", "scaled %", "wall s/q mean", "p50", "p95"]
+    lines = []
+    for r in rows:
+        cells = [
+            r.gate,
+            _gamma(r.gamma),
+            _num(r.backbone_tokens),
+            _num(r.external_tokens),
+            _num(r.total_tokens),
+        ]
+        cells += [_ratio(r.tokens_vs_always)] if paired else []
+        cells += [
+            _num(r.steps_total, 2),
+            _num(r.steps_scaled, 2),
+            _pct(r.scaled_share),
+            _num(r.wall_mean, 1),
+            _num(r.wall_p50, 1),
+            _num(r.wall_p95, 1),
+        ]
+        lines.append(cells)
+    return _table(header, lines)
+
+
+def _average_table(rows: Sequence[Row]) -> list[str]:
+    header = ["strategy", "gate", "gamma", "questions", "accuracy %", "total tok/q", "vs always"]
+    header += ["steps/q", "scaled %"]
+    lines = [
+        [
+            r.strategy,
+            r.gate,
+            _gamma(r.gamma),
+            str(r.questions),
+            _pct(r.accuracy),
+            _num(r.total_tokens),
+            _ratio(r.tokens_vs_always),
+            _num(r.steps_total, 2),
+            _pct(r.scaled_share),
+        ]
+        for r in rows
+    ]
+    return _table(header, lines)
+
+
+def headline_sentence(h: Headline) -> str:
+    c = h.comparison
+    interval = (
+        f" (95% paired bootstrap interval {_points(c.interval.low)} to {_points(c.interval.high)})"
+        if c.interval
+        else " (one question: no interval)"
+    )
+    name = "MUR" if h.gate == "mur" else "MUR with bias correction"
+    plural = "" if c.better == 1 else "s"
+    test = "exact McNemar" if h.one_sample else "exact sign test (samples averaged per question)"
+    return (
+        f"**{h.dataset} / {h.strategy}, {name} (`{h.gate}`, gamma {h.gamma:g})**: "
+        f"{_ratio(h.tokens_ratio)} the tokens of always ({h.tokens:,.0f} vs "
+        f"{h.always_tokens:,.0f} per question); accuracy {_pct(h.accuracy)}% vs "
+        f"{_pct(h.always_accuracy)}%, a difference of {_points(c.difference)} points"
+        f"{interval}; {test} p = {_p(c.p_value)} ({c.better} question{plural} better, "
+        f"{c.worse} worse), on the {c.n} questions both ran."
+    )
+
+
+def _missing_headline(rows: Sequence[Row], gamma: float) -> list[str]:
+    """Why there is no headline, per dataset and strategy."""
+    out = []
+    for (dataset, strategy), group in _sections(rows).items():
+        if not any(r.gate == "always" for r in group):
+            out.append(f"- {dataset} / {strategy}: no `always` runs, so no comparison.")
+            continue
+        gammas = sorted({r.gamma for r in group if r.gate == "mur" and r.gamma is not None})
+        if not any(math.isclose(g, gamma) for g in gammas):
+            available = ", ".join(f"{g:g}" for g in gammas) or "none"
+            out.append(
+                f"- {dataset} / {strategy}: no `mur` runs at gamma {gamma:g} (mur gammas here: "
+                f"{available}); choose one with --headline-gamma."
+            )
+    return out
+
+
+def _sections(rows: Sequence[Row]) -> dict[tuple[str, str], list[Row]]:
+    sections: dict[tuple[str, str], list[Row]] = defaultdict(list)
+    for row in rows:
+        if row.dataset != "average":
+            sections[(row.dataset, row.strategy)].append(row)
+    return sections
+
+
+def to_markdown(
+    rows: Sequence[Row],
+    headlines: Sequence[Headline] = (),
+    *,
+    source: Path | str = "records.jsonl",
+    headline_gamma: float = 0.9,
+    resamples: int = 10_000,
+    seed: int = 0,
+    plots: Sequence[str] = (),
+) -> str:
+    runs = sum(r.runs for r in rows if r.dataset != "average")
+    lines = [
+        "# Benchmark report",
+        "",
+        f"From `{source}`: {runs} runs, {len(_sections(rows))} dataset/strategy table(s). "
+        "Recompute with `python -m evals.report DIR`.",
+        "",
+        f"## Headline: MUR against always (gamma {headline_gamma:g})",
+        "",
+    ]
+    lines += [f"- {headline_sentence(h)}" for h in headlines]
+    lines += _missing_headline(rows, headline_gamma)
+    if not headlines and lines[-1] == "":
+        lines.append("- No MUR setting shares questions with always yet.")
+    if plots:
+        lines += [""] + [f"![{name}]({name})" for name in plots]
+    for (dataset, strategy), group in _sections(rows).items():
+        paired = any(r.gate == "always" for r in group)
+        questions = max(r.questions for r in group)
+        lines += ["", f"## {dataset} / {strategy} (up to {questions} questions)", ""]
+        if not paired:
+            lines += [
+                "No `always` runs for this dataset and strategy: no paired comparison and no "
+                "token ratio against always.",
+                "",
+            ]
+        lines += [*_accuracy_table(group, paired), "", *_cost_table(group, paired)]
+    averages = [r for r in rows if r.dataset == "average"]
+    if averages:
+        lines += ["", "## Average over datasets (unweighted, point estimates)", ""]
+        lines += _average_table(averages)
+    lines += ["", "## How these numbers are computed", ""] + [
+        f"- {note}" for note in _method_notes(resamples, seed)
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _method_notes(resamples: int, seed: int) -> list[str]:
+    return [
+        "A question's score is the mean correctness of its samples; accuracy is the mean over "
+        "questions, so extra samples never count as extra questions.",
+        f"95% CI: percentile bootstrap over questions ({resamples:,} resamples, seed {seed}); "
+        "none for a single question, zero width when every question scored the same.",
+        "vs always: only the questions both this setting and `always` ran (paired n). The "
+        "difference is the mean paired score difference in percentage points with its paired "
+        "bootstrap interval; better / worse count the questions where this setting scored "
+        "higher / lower; exact p is the two-sided binomial test of better against worse at 1/2 "
+        "(McNemar's exact test when each question has one sample).",
+        "Tokens: completion tokens per question; backbone = everything the solving model "
+        "generated (drafts, candidates, rollouts, thinking, revisions), external = the "
+        "critic/verifier model's. vs always: total tokens on the paired questions relative to "
+        "always.",
+        "Steps: kept steps per question and those the gate scaled; scaled % = scaled / total.",
+        "Wall time: each run's latency while it shared the server with the other runs in "
+        "flight (run.py --concurrency), not the time of a question alone.",
+    ]

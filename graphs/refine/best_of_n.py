@@ -1,0 +1,111 @@
+"""Guided search (best-of-N with a verifier): N candidates for the step, each judged in
+context by the external model; the one with the highest P(Yes) is kept."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from langchain_core.language_models import BaseChatModel
+from langgraph.graph import END, START
+from langgraph.runtime import Runtime
+
+from graphs.refine.base import (
+    CandidateSummary,
+    ContextOf,
+    RefineRecord,
+    Strategy,
+    Update,
+    kept_texts,
+    new_graph,
+    sample_candidates_node,
+    step_index,
+)
+from graphs.state import Context, RefineInput, RefineOutput
+from nodes.draft import StepCandidate
+from nodes.judge import Judgement, judge_step
+from nodes.llm import Usage, add_usage, gather_all
+from nodes.select import argmax_first
+
+
+class JudgedCandidate(CandidateSummary):
+    score: float  # P(Yes) of the judgement token
+    verdict: bool | None
+    judgement: str
+
+
+class BestOfNRecord(RefineRecord):
+    strategy: Literal["best_of_n"]
+    candidates: list[JudgedCandidate]
+    chosen: int
+    reused_draft: bool
+
+    def summary(self) -> str:
+        return f"chose {self.chosen + 1} of {len(self.candidates)}"
+
+
+class BestOfNState(RefineInput, RefineOutput):
+    """Scratch space; only `kept`, `refine` and `usage` go back to the loop."""
+
+    usage: Annotated[dict[str, int], add_usage]
+    candidates: list[StepCandidate]
+    judgements: list[Judgement]
+
+
+def build(backbone: BaseChatModel, verifier: BaseChatModel, context_of: ContextOf):
+    async def verify_candidates(state: BestOfNState, runtime: Runtime[Context]) -> Update:
+        """The external model judges every candidate in context, concurrently."""
+        ctx = context_of(runtime)
+        texts, index = kept_texts(state), step_index(state)
+        results = await gather_all(
+            *(
+                judge_step(
+                    verifier,
+                    question=state["question"],
+                    kept_texts=texts,
+                    index=index,
+                    paragraph=candidate["text"],
+                    max_tokens=ctx.judge_max_tokens,
+                )
+                for candidate in state["candidates"]
+            )
+        )
+        usage = sum((reply.usage("external") for _, reply in results), Usage())
+        return {
+            "judgements": [judgement for judgement, _ in results],
+            "usage": usage.as_dict(),
+        }
+
+    def choose(state: BestOfNState, runtime: Runtime[Context]) -> Update:
+        """Keep the candidate with the highest P(Yes); ties go to the first."""
+        candidates, judgements = state["candidates"], state["judgements"]
+        scores = [judgement["p_yes"] for judgement in judgements]
+        chosen = argmax_first(scores)
+        record = BestOfNRecord(
+            strategy="best_of_n",
+            draft=CandidateSummary.of(state["draft"]),
+            candidates=[
+                JudgedCandidate(
+                    **CandidateSummary.of(c).model_dump(),
+                    score=s,
+                    verdict=j["verdict"],
+                    judgement=j["text"],
+                )
+                for c, s, j in zip(candidates, scores, judgements, strict=True)
+            ],
+            chosen=chosen,
+            reused_draft=context_of(runtime).reuse_draft,
+        )
+        return {"kept": candidates[chosen], "refine": record.as_dict()}
+
+    graph = new_graph(BestOfNState)
+    graph.add_node("sample_candidates", sample_candidates_node(backbone, context_of))
+    graph.add_node("verify_candidates", verify_candidates)
+    graph.add_node("choose", choose)
+    graph.add_edge(START, "sample_candidates")
+    graph.add_edge("sample_candidates", "verify_candidates")
+    graph.add_edge("verify_candidates", "choose")
+    graph.add_edge("choose", END)
+    return graph.compile(name="refine_best_of_n")
+
+
+STRATEGY = Strategy("best_of_n", build, BestOfNRecord)

@@ -1,0 +1,103 @@
+"""The MUR endpoint over the real CPU vLLM server: one short completion end to end, and a
+client that disconnects mid-stream.
+
+Kept to small requests: the server is shared and slow (2 CPU cores). The token checks compare
+with the server's own counter, so run these under the integration lock (no other client).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+
+import httpx
+import openai
+import pytest
+
+from asgi_server import running
+from endpoint import create_app
+from servers.clients import make_chat_model
+from servers.launcher import RunningServer
+from servers.metrics import generation_tokens, read_counter
+
+pytestmark = pytest.mark.integration
+
+SMALL = {"max_steps": 2, "max_step_tokens": 48, "judge_max_tokens": 32}
+
+
+def test_one_real_completion_through_the_endpoint(cpu_server, generated_tokens) -> None:
+    app = create_app(make_chat_model(cpu_server.base_url, cpu_server.model))
+    with running(app) as url:
+        client = openai.OpenAI(base_url=url, api_key="unused", max_retries=0, timeout=300)
+        reply = client.chat.completions.create(
+            model="mur-critic",
+            messages=[
+                {"role": "system", "content": "You are a helpful math assistant."},
+                {"role": "user", "content": "If 2x + 3 = 11, what is x?"},
+            ],
+            extra_body={"mur": SMALL},
+        )
+    trace = reply.model_extra["mur"]
+    steps = trace["steps"]
+    assert 1 <= len(steps) <= 2
+    assert [s["index"] for s in steps] == list(range(1, len(steps) + 1))
+    assert not steps[0]["scaled"]  # the gamma-gate never scales step 1
+    assert all(s["num_tokens"] > 0 and s["uncertainty"] > 0 for s in steps)
+    assert trace["config"]["strategy"] == "critic" and trace["config"]["gate"] == "mur"
+    assert {k: trace["config"][k] for k in SMALL} == SMALL
+    content = reply.choices[0].message.content
+    assert content.startswith("Step1: ") and reply.choices[0].finish_reason == "stop"
+    usage = trace["usage"]
+    completion = usage["backbone_tokens"] + usage["external_tokens"]
+    assert reply.usage.completion_tokens == completion > 0
+    # Every token the server generated is in the reply's usage (no other client, no retry).
+    assert generated_tokens() == completion
+
+
+# One number per step: the small model keeps writing steps of a few tokens each, so a run that
+# is not cancelled goes on generating for about a minute.
+ENDLESS = "Count from 1 to 100, writing one number per step. Do not stop early."
+STEP_TOKENS = 32
+
+
+def settled(read: Callable[[], int], quiet: float, timeout: float) -> int:
+    """The value of `read()` once it has not moved for `quiet` seconds."""
+    value, since, deadline = read(), time.monotonic(), time.monotonic() + timeout
+    while time.monotonic() - since < quiet:
+        assert time.monotonic() < deadline, f"still moving after {timeout} s"
+        time.sleep(0.25)
+        now = read()
+        if now != value:
+            value, since = now, time.monotonic()
+    return value
+
+
+def test_disconnect_mid_stream_stops_the_server_within_one_step(
+    cpu_server: RunningServer,
+) -> None:
+    app = create_app(make_chat_model(cpu_server.base_url, cpu_server.model))
+    body = {
+        "model": "mur-critic-never",
+        "messages": [{"role": "user", "content": ENDLESS}],
+        "stream": True,
+        "mur": {"max_steps": 40, "max_step_tokens": STEP_TOKENS},
+    }
+    counter = lambda: generation_tokens(cpu_server.base_url)  # noqa: E731
+    with running(app) as url, httpx.Client(timeout=300) as client:
+        with client.stream("POST", f"{url}/chat/completions", json=body) as reply:
+            assert reply.status_code == 200
+            events = (line for line in reply.iter_lines() if line.startswith("data: "))
+            steps = [json.loads(next(events).removeprefix("data: ")) for _ in range(2)]
+        at_disconnect = counter()
+        assert [s["mur_step"]["index"] for s in steps] == [1, 2]
+        # The run is cancelled at once; its request in flight, if any, is aborted by vLLM.
+        deadline = time.monotonic() + 10
+        while app.state.service.in_flight and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert app.state.service.in_flight == 0, "the graph run goes on after the disconnect"
+        after = settled(counter, quiet=3, timeout=60)
+    grown = after - at_disconnect
+    assert grown <= STEP_TOKENS, f"the server generated {grown} tokens after the disconnect"
+    running_now = read_counter(cpu_server.base_url, "vllm:num_requests_running")
+    assert running_now == 0

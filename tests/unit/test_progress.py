@@ -1,0 +1,136 @@
+"""Run progress: plain lines with rate and ETA when stderr is not a terminal, the bar when it is."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import re
+
+import pytest
+
+from evals.datasets import load_dataset
+from evals.progress import RunProgress, duration
+from evals.records import RecordStore
+from evals.runner import BenchmarkPlan, run_jobs
+from fakes import FakeLogprobChat, Scripted
+from graphs import build_graph
+
+
+@pytest.fixture(autouse=True)
+def _no_terminal_overrides(monkeypatch: pytest.MonkeyPatch) -> None:
+    # rich reads these before isatty(); a CI that sets them must not change what is tested.
+    for name in ("FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE", "FORCE_TERMINAL"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("TERM", "xterm-256color")
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_duration() -> None:
+    assert [duration(s) for s in (0, 45.4, 60, 428, 3600, 11_000)] == [
+        "0s",
+        "45s",
+        "1m00s",
+        "7m08s",
+        "1h00m",
+        "3h03m",
+    ]
+
+
+async def test_plain_lines_every_few_questions_with_rate_and_eta() -> None:
+    stream, clock = io.StringIO(), Clock()
+    progress = RunProgress(12, stream=stream, every=5, interval=600, clock=clock)
+    assert progress.plain
+    async with progress:
+        for done in range(1, 13):
+            clock.now += 30  # one question every 30 s: 2 q/min
+            progress.update(finished=done, failed=0, tokens=done * 600)
+    lines = stream.getvalue().splitlines()
+    assert [re.match(r"progress: (\d+)/12", line).group(1) for line in lines] == [
+        "0",
+        "5",
+        "10",
+        "12",
+    ]
+    assert lines[0].endswith("ETA unknown")
+    assert lines[1] == (
+        "progress: 5/12 questions (41.7%), 0 failed, 2.0 q/min, 20 tok/s, elapsed 2m30s, ETA 3m30s"
+    )
+    assert lines[-1].endswith("elapsed 6m00s, done")
+
+
+async def test_a_slow_question_still_prints_after_the_interval() -> None:
+    stream, clock = io.StringIO(), Clock()
+    async with RunProgress(100, stream=stream, every=5, interval=60, clock=clock) as progress:
+        clock.now += 61
+        progress.update(finished=0, failed=1, tokens=0)  # not a multiple of 5, but a minute on
+        clock.now += 10
+        progress.update(finished=1, failed=1, tokens=50)  # too soon for another
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == 3  # start, after the minute, the final count at the end
+    assert "1/100 questions (1.0%), 1 failed" in lines[1]
+    assert "2/100 questions" in lines[2]
+
+
+async def test_heartbeat_when_nothing_finishes() -> None:
+    stream = io.StringIO()
+    async with RunProgress(3, stream=stream, every=5, interval=0.05):
+        await asyncio.sleep(0.3)
+    lines = stream.getvalue().splitlines()
+    assert len(lines) >= 3 and all(line.startswith("progress: 0/3 questions") for line in lines)
+
+
+async def test_terminal_gets_the_bar_not_lines() -> None:
+    stream = Terminal()
+    progress = RunProgress(4, stream=stream, every=1)
+    assert not progress.plain
+    async with progress:
+        for done in range(1, 5):
+            progress.update(finished=done, failed=0, tokens=10 * done)
+    assert "progress:" not in stream.getvalue()
+    assert "4/4" in stream.getvalue()  # rich's bar, drawn on the terminal
+
+
+async def test_disabled_shows_nothing() -> None:
+    stream = io.StringIO()
+    async with RunProgress(2, enabled=False, stream=stream) as progress:
+        progress.update(finished=2, failed=0, tokens=5)
+    assert stream.getvalue() == ""
+
+
+def respond(messages, kwargs):
+    if "You are a teacher" in str(messages[0].content):
+        return Scripted("\\boxed{No}", [-0.1] * 3, stop_reason=None)
+    return Scripted(" So the answer is 5.", [-0.9] * 5, stop_reason=None)
+
+
+async def test_run_jobs_prints_progress_lines_to_a_non_terminal_stderr(
+    tmp_path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    problems = load_dataset("math500", limit=6)
+    plan = BenchmarkPlan(
+        dataset="math500",
+        strategy="critic",
+        problems=tuple(problems),
+        gates=("never",),
+        settings={"max_steps": 2},
+    )
+    jobs = plan.jobs()
+    graph = build_graph("critic", backbone=FakeLogprobChat(responder=respond))
+    outcome = await run_jobs(graph, jobs, RecordStore(tmp_path), concurrency=2)
+    assert outcome.finished == 6
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("progress: ")]
+    assert [line.split()[1] for line in lines] == ["0/6", "5/6", "6/6"]
+    assert "q/min" in lines[-1] and "tok/s" in lines[-1] and lines[-1].endswith("done")
