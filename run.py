@@ -27,6 +27,7 @@ import openai
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 from pydantic.fields import FieldInfo
 from rich.console import Console
+from rich.text import Text
 
 from evals.datasets import Problem, load_dataset
 from evals.runner import BenchmarkPlan, parse_gate_label, run_benchmark
@@ -36,9 +37,10 @@ from graphs.solve import solve
 from graphs.state import Context
 from nodes.draft import check_question
 from nodes.llm import MissingLogprobsError
-from servers import ServerError, check_single_url, new_session_id, session
+from servers import ServerError, check_single_url
 from servers.connect import Connection
 from servers.connect import connect as connect_servers
+from servers.sessions import new_session_id, session
 
 SAMPLE_QUESTION = (
     "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips "
@@ -286,7 +288,7 @@ class Printer:
         usage = result["usage"]
         scaled = sum(step["scaled"] for step in result["steps"])
         if result.get("fallback"):
-            self.console.print(f"[dim]fallback:[/dim] {result['fallback']['text']}", markup=False)
+            self.console.print(Text.assemble(("fallback: ", "dim"), result["fallback"]["text"]))
         self.console.print(
             f"\n[bold]Answer:[/bold] {result['answer']}   "
             f"[dim](finish: {result['finish_reason']}, {len(result['steps'])} steps, "

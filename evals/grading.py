@@ -178,12 +178,18 @@ def _squash(answer: str) -> str:
 
 
 def _start_worker(extra_memory: int) -> None:
-    """Runs once in each worker: silent (math-verify logs and prints whole inputs, e.g. on a
-    timeout), and a cap on the memory it may add. Verdicts travel through pebble's pipes."""
+    """Runs once in each worker, before its first comparison: silent (math-verify logs and
+    prints whole inputs, e.g. on a timeout; verdicts travel through pebble's pipes), with
+    math-verify loaded, and a cap on the memory it may add after that."""
     logging.disable(logging.CRITICAL)
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 1)
     os.dup2(devnull, 2)
+    # New stream objects: a thread of the parent may have held the old ones' locks at the fork.
+    sys.stdout = sys.stderr = open(os.devnull, "w")  # noqa: SIM115 (the worker's lifetime)
+    # Local: only the workers load math-verify (and sympy), and before any time limit runs.
+    import math_verify  # noqa: F401
+
     if extra_memory > 0 and sys.platform.startswith("linux"):
         import resource  # Local: Unix-only module, needed in the workers alone.
 
@@ -195,7 +201,7 @@ def _start_worker(extra_memory: int) -> None:
 def _verify(gold: str, pred: str, seconds: int) -> bool:
     """In a worker: math-verify's verdict, its own (signal-based) timeouts as the first guard;
     the pool's timeout and kill are the second, for what signals cannot interrupt."""
-    # Local: only the workers load math-verify (and sympy); the parent never needs them.
+    # Local: the parent never loads math-verify; _start_worker did, in this worker.
     from math_verify import parse, verify
     from math_verify.errors import TimeoutException
 
@@ -210,8 +216,10 @@ def _verify(gold: str, pred: str, seconds: int) -> bool:
 class _Verifier:
     """The worker pool shared by all threads: up to ``size`` comparisons run at once.
 
-    Workers come from a fork server that has math-verify loaded, so a worker killed for its
-    time is replaced at once. A forked child of this process builds a pool of its own.
+    Workers are forked: a spawned or fork-server worker would run the caller's main module
+    again (all of run.py's imports, or a script without a main guard), where a forked one
+    starts in milliseconds and only loads math-verify. A forked child of this process builds a
+    pool of its own.
     """
 
     def __init__(self, size: int) -> None:
@@ -228,13 +236,11 @@ class _Verifier:
                         "math-verify is not installed; install it with `pip install math-verify` "
                         "(it is a dependency of this project: `pip install -e .`)"
                     )
-                context = multiprocessing.get_context("forkserver")
-                context.set_forkserver_preload(["math_verify", __name__])
                 self._pool = ProcessPool(
                     max_workers=self._size,
                     initializer=_start_worker,
                     initargs=(_WORKER_EXTRA_MEMORY,),
-                    context=context,
+                    context=multiprocessing.get_context("fork"),
                 )
                 self._owner_pid = os.getpid()
             return self._pool

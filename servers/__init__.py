@@ -6,7 +6,7 @@ embedded PyPI model) stays here. Typical use:
     from servers.connect import connect
     clients = connect(start=True)    # from flags, MUR_BASE_URL..., or the embedded server
     clients.backbone, clients.verifier               # LangChain chat models for the graph
-    with session("run-1/question-7"):  # X-Session-ID: sticky behind vllm-router
+    with session("run-1/question-7"):            # X-Session-ID: sticky behind vllm-router
         ...
 """
 

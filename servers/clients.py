@@ -149,12 +149,12 @@ class VLLMChatOpenAI(ChatOpenAI):
         payload = super()._get_request_payload(input_, stop=stop, **kwargs)
         if call_extra:
             payload["extra_body"] = {**(self.extra_body or {}), **call_extra}
-        headers = session_headers()
-        if headers:
-            payload["extra_headers"] = {**(payload.get("extra_headers") or {}), **headers}
         if self.request_timeout is None and "timeout" not in payload:
             max_tokens = payload.get("max_completion_tokens", payload.get("max_tokens"))
             payload["timeout"] = self.timeouts.for_request(max_tokens)
+        headers = session_headers()
+        if headers:
+            payload["extra_headers"] = {**(payload.get("extra_headers") or {}), **headers}
         return payload
 
     def _create_chat_result(

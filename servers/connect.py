@@ -21,13 +21,7 @@ from typing import Any
 
 from servers.clients import make_chat_model
 from servers.errors import ServerUnavailable
-from servers.launcher import (
-    EMBEDDED_HINT,
-    check_endpoint,
-    check_single_url,
-    normalize_base_url,
-    up,
-)
+from servers.launcher import EMBEDDED_HINT, check_endpoint, check_single_url, normalize_base_url, up
 from servers.profiles import DEFAULT_PROFILE, get_profile
 
 PROBE_TIMEOUT_S = 3.0
@@ -58,12 +52,6 @@ class _Source:
     hint: str
 
 
-def _single(url: str, origin: str) -> list[str]:
-    """One URL per role: replicas sit behind a router (`python -m servers up --replicas N`)."""
-    check_single_url(url, origin)
-    return [url.strip()]
-
-
 def _hint(origin: str) -> str:
     if origin == "embedded":
         return EMBEDDED_HINT
@@ -83,10 +71,10 @@ def _sources(
     env_url = env.get("MUR_BASE_URL", "").strip()
     env_model = env.get("MUR_MODEL", "").strip() or None
     if base_url:
-        backbone = _Source(_single(base_url, "--base-url"), model, _hint("--base-url"))
+        backbone = _Source(_urls(base_url, "--base-url"), model, _hint("--base-url"))
     elif env_url:
         backbone = _Source(
-            _single(env_url, "MUR_BASE_URL"), model or env_model, _hint("MUR_BASE_URL")
+            _urls(env_url, "MUR_BASE_URL"), model or env_model, _hint("MUR_BASE_URL")
         )
     else:
         default = get_profile(DEFAULT_PROFILE)
@@ -99,9 +87,7 @@ def _sources(
             return (
                 backbone,
                 _Source(
-                    _single(verifier_url, "--verifier-url"),
-                    verifier_model,
-                    _hint("--verifier-url"),
+                    _urls(verifier_url, "--verifier-url"), verifier_model, _hint("--verifier-url")
                 ),
                 embedded,
             )
@@ -112,7 +98,7 @@ def _sources(
         return backbone, None, embedded
     if env_verifier_url:
         verifier = _Source(
-            _single(env_verifier_url, "MUR_VERIFIER_URL"),
+            _urls(env_verifier_url, "MUR_VERIFIER_URL"),
             env_verifier_model,
             _hint("MUR_VERIFIER_URL"),
         )
@@ -136,8 +122,14 @@ def _probe(source: _Source, timeout: float) -> _Source:
 
 
 def _describe(model: Any) -> str:
-    """`NAME at URL` (a vLLM server, or a vllm-router in front of replicas)."""
     return f"{model.model_name} at {model.openai_api_base}"
+
+
+def _urls(url: str, what: str) -> list[str]:
+    """One URL (a server, or a vllm-router in front of replicas); a comma list is refused
+    with how to start a router."""
+    check_single_url(url, what)
+    return [normalize_base_url(url)]
 
 
 def connect(

@@ -95,8 +95,8 @@ def overflow_message(prompt_tokens: int, max_tokens: int) -> str:
 
 
 class FaultyServer:
-    """Serves on 127.0.0.1 (a free port) in a thread; counts what it did with each request
-    and keeps each one's `X-Session-ID` header in `sessions`."""
+    """Serves on 127.0.0.1 (a free port) in a thread; counts what it did with each request,
+    and `sessions` holds each one's `X-Session-ID` header."""
 
     def __init__(self, script: Sequence[str]) -> None:
         self.script = list(script)
@@ -105,8 +105,8 @@ class FaultyServer:
         self.completion_tokens = 0
         self.faults = 0
         self.bodies: list[dict[str, Any]] = []
-        self.sessions: list[str | None] = []
         self.closing = threading.Event()
+        self.sessions: list[str | None] = []
         self._lock = threading.Lock()
         server = self
 

@@ -66,6 +66,10 @@ async def test_a_checkpointed_run_resumes_where_it_stopped(tmp_path: Path) -> No
     assert result["usage"]["backbone_tokens"] == 16
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_on_a_benchmark_says_how_to_resume(tmp_path: Path, test_data: Path) -> None:
     with faulty_server(["delay:0.5"]) as server:
         proc = subprocess.Popen(
@@ -93,6 +97,9 @@ def test_ctrl_c_on_a_benchmark_says_how_to_resume(tmp_path: Path, test_data: Pat
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
+            # As from a terminal: a shell's background job inherits SIGINT ignored, and a
+            # Python started that way never raises KeyboardInterrupt.
+            preexec_fn=_default_sigint,
         )
         records = tmp_path / "records.jsonl"
         deadline = time.monotonic() + 60

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import io
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 
 import run
 from graphs import Context
@@ -149,3 +151,22 @@ def test_absent_gpqa_exits_2_saying_where_to_put_it(tmp_path, capsys, monkeypatc
     err = capsys.readouterr().err.strip().splitlines()
     assert status == 2 and len(err) == 1
     assert "not shipped" in err[0] and "MUR_DATA_DIR" in err[0] and "--data-dir" in err[0]
+
+
+def test_the_fallback_prints_as_text_without_markup_tags() -> None:
+    printer = run.Printer(enabled=True)
+    printer.console = Console(file=io.StringIO(), highlight=False, width=200)
+    usage = dict.fromkeys(
+        ("backbone_tokens", "external_tokens", "backbone_prompt_tokens", "llm_calls"), 1
+    )
+    printer.result(
+        {
+            "usage": {**usage, "external_prompt_tokens": 0},
+            "steps": [],
+            "fallback": {"text": "so [b]the answer[/b] is 4."},
+            "answer": "4",
+            "finish_reason": "max_steps",
+        }
+    )
+    shown = printer.console.file.getvalue()
+    assert "fallback: so [b]the answer[/b] is 4." in shown and "[dim]" not in shown

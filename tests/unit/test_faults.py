@@ -233,9 +233,9 @@ def test_without_model_the_servers_own_is_asked_for() -> None:
     assert result["answer"] == "4" and server.bodies[0]["model"] == MODEL
 
 
-def test_one_session_id_on_every_request_of_the_question() -> None:
-    with faulty_server(["step", "ok"]) as server:
-        status, result, stderr = solve(server.base_url)
-    assert status == 0, stderr
-    assert len(result["steps"]) == 2 and server.requests == 2  # two steps of one question
-    assert len(set(server.sessions)) == 1 and str(server.sessions[0]).startswith("run.py/")
+def test_cli_sends_one_session_id_on_every_request_of_the_question() -> None:
+    with faulty_server(["ok"]) as server:
+        done = run_cli("--gate", "always", "--json", "--base-url", server.base_url)
+    assert done.returncode == 0, done.stderr
+    assert len(server.sessions) >= 2  # a draft and its judge at least
+    assert len(set(server.sessions)) == 1 and server.sessions[0].startswith("run.py/")

@@ -9,6 +9,8 @@ from __future__ import annotations
 import ast
 import importlib.util
 import json
+import subprocess
+import sys
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
@@ -202,6 +204,21 @@ def test_timeout_kills_and_recovers() -> None:
     # Shorter than math-verify's own 1 s minimum: only the process kill can stop it in time.
     assert math_equal("10^{10^{10^{10}}}", "7", timeout=0.3) is False
     assert math_equal("1/2", "0.5")
+
+
+def test_grading_from_a_script_without_a_main_guard(tmp_path: Path) -> None:
+    # Workers must not run the caller's main module again (spawn / fork-server workers do).
+    script = tmp_path / "grade_it.py"
+    script.write_text(
+        f"import sys\nsys.path.insert(0, {str(Path(grading.__file__).parents[1])!r})\n"
+        "from evals.grading import math_equal\n"
+        "print('verdict', math_equal('\\\\frac{1}{2}', '0.5'))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["verdict True"]
 
 
 def test_overlong_answers_compare_as_strings_only() -> None:

@@ -221,25 +221,27 @@ async def test_every_request_of_a_job_carries_that_jobs_session(tmp_path: Path) 
     """One session id per job (run id + job key) on every backbone and verifier request."""
     from servers.sessions import current_session_id
 
-    seen: list[str | None] = []
+    seen: list[tuple[str | None, str]] = []
 
     def recording(messages, kwargs):
-        seen.append(current_session_id())
+        seen.append((current_session_id(), str(messages[-1].content)))
         return respond(messages, kwargs)
 
     problems = load_dataset("math500", TEST_DATA, limit=3)
-    jobs = BenchmarkPlan(
+    plan = BenchmarkPlan(
         dataset="math500",
         strategy="critic",
         problems=tuple(problems),
         gates=("always", "never"),
         settings={"max_steps": 3},
-    ).jobs()
+    )
+    jobs = plan.jobs()
     model = FakeLogprobChat(responder=recording)
     graph = build_graph("critic", backbone=model, verifier=model)
     store = RecordStore(tmp_path)
     await run_jobs(graph, jobs, store, concurrency=4, show_progress=False, run_id="run-7")
-    assert set(seen) == {f"run-7/{job.key.text}" for job in jobs}
+    sessions = {sid for sid, _ in seen}
+    assert sessions == {f"run-7/{job.key.text}" for job in jobs}
     for record in load_records(tmp_path):
-        calls = [sid for sid in seen if sid == f"run-7/{record['key']}"]
+        calls = [sid for sid, _ in seen if sid == f"run-7/{record['key']}"]
         assert len(calls) == record["usage"]["llm_calls"]  # judge calls included
