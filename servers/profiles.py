@@ -8,7 +8,7 @@ of the project lives here (and in `servers.model`), so graphs/ and nodes/ stay h
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -102,8 +102,11 @@ def cpu_list() -> str:
     Uses the scheduler affinity, so a container or `taskset` limit is respected.
     """
     cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
-    if not cpus:
-        cpus = list(range(os.cpu_count() or 1))
+    return format_cpus(cpus or list(range(os.cpu_count() or 1)))
+
+
+def format_cpus(cpus: Sequence[int]) -> str:
+    """`[0, 1, 4]` -> `"0-1,4"` (sorted CPU numbers as vLLM's bind list)."""
     ranges: list[str] = []
     start = prev = cpus[0]
     for cpu in [*cpus[1:], None]:

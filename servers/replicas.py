@@ -41,7 +41,7 @@ from servers.launcher import (
 )
 from servers.model import ensure_model
 from servers.paths import logs_dir
-from servers.profiles import Profile, cpu_list, get_profile
+from servers.profiles import Profile, cpu_list, format_cpus, get_profile
 
 ROUTER_DISTRIBUTION = "vllm-router"
 ROUTER_VERSION = "0.1.17"
@@ -114,20 +114,6 @@ def parse_cpus(spec: str) -> list[int]:
         first, _, last = part.partition("-")
         cpus.extend(range(int(first), int(last or first) + 1))
     return cpus
-
-
-def format_cpus(cpus: Sequence[int]) -> str:
-    """`[0, 1, 4]` -> `"0-1,4"`."""
-    ranges: list[str] = []
-    start = prev = cpus[0]
-    for cpu in [*cpus[1:], None]:
-        if cpu is not None and cpu == prev + 1:
-            prev = cpu
-            continue
-        ranges.append(f"{start}-{prev}" if prev != start else str(start))
-        if cpu is not None:
-            start = prev = cpu
-    return ",".join(ranges)
 
 
 def split_cpus(spec: str, count: int) -> list[str]:
