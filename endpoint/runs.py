@@ -21,6 +21,7 @@ from endpoint.errors import APIError, describe_failure
 from endpoint.replies import trace_of
 from endpoint.schemas import Job
 from graphs import build_graph
+from graphs.solve import solve
 
 log = logging.getLogger("endpoint")
 T = TypeVar("T")
@@ -105,20 +106,17 @@ class RunService:
         steps: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
 
         async def run() -> dict[str, Any]:
-            final: dict[str, Any] = {}
             try:
-                async for mode, chunk in graph.astream(
-                    {"question": job.question, "system_prompt": job.system_prompt},
+                solution = await solve(
+                    graph,
+                    job.question,
+                    system_prompt=job.system_prompt,
                     context=job.context,
-                    stream_mode=["custom", "values"],
-                ):
-                    if mode == "custom" and chunk.get("event") == "step":
-                        steps.put_nowait(chunk)
-                    elif mode == "values":
-                        final = chunk
+                    on_step=steps.put_nowait,
+                )
             finally:
                 steps.put_nowait(END)
-            return trace_of(final)
+            return trace_of(solution.output)
 
         task = asyncio.create_task(run(), name=job.model)
         self.in_flight += 1
