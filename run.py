@@ -4,7 +4,8 @@
     python run.py --strategy critic --question "..." --json
     python run.py --strategy critic --dataset math500 --limit 8 --gate mur,always,never --out DIR
 
-Without --base-url it uses the embedded CPU vLLM server (reused when healthy, started if not).
+Without --base-url (or MUR_BASE_URL) it uses the embedded CPU vLLM server (reused when
+healthy, started if not).
 """
 
 from __future__ import annotations
@@ -19,26 +20,24 @@ import types
 import typing
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import openai
-from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 from pydantic.fields import FieldInfo
 from rich.console import Console
 from rich.text import Text
 
-from evals.datasets import Problem, load_dataset
-from evals.runner import BenchmarkPlan, parse_gate_label, run_benchmark
-from graphs.mur import build_graph
+from graphs.mur import MODEL_RETRY, build_graph
 from graphs.refine import STRATEGIES, summarise
 from graphs.solve import solve
-from graphs.state import Context
+from graphs.state import Context, parse_gate_label
 from nodes.draft import check_question
 from nodes.llm import MissingLogprobsError
-from servers import DEFAULT_PROFILE, ServerError, get_profile, up
-from servers.router import make_routed_model, split_urls
+from servers import ServerError
+from servers.connect import Connection
+from servers.connect import connect as connect_servers
+from servers.sessions import new_session_id, session
 
 SAMPLE_QUESTION = (
     "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips "
@@ -47,7 +46,7 @@ SAMPLE_QUESTION = (
 
 # Context fields that take a comma-separated list with --dataset: the benchmark sweeps them.
 SWEEPS: tuple[str, ...] = ("gate", "gamma", "budget_tokens", "target_scale_rate")
-# What a flag takes beyond its Context field (evals.runner.parse_gate_label reads the labels).
+# What a flag takes beyond its Context field (graphs.state.parse_gate_label reads the labels).
 FLAG_NOTES: dict[str, str] = {
     "gate": "Labels: mur+bc = mur with bias correction, random@0.12 = random at that rate.",
 }
@@ -128,13 +127,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--system-prompt", default=None)
     parser.add_argument(
         "--base-url",
-        help="backbone OpenAI-compatible URL; several comma-separated replicas of the same model "
-        "are load-balanced (least requests in flight) (default: embedded)",
+        help="backbone OpenAI-compatible URL: one vLLM server, or a vllm-router in front of "
+        "replicas (`python -m servers up --replicas N`) (default: embedded)",
     )
     parser.add_argument("--model", help="backbone model name (default: what the server serves)")
     parser.add_argument(
         "--verifier-url",
-        help="verifier URL, or comma-separated replicas (default: the backbone's)",
+        help="verifier URL, a server or a router (default: the backbone's)",
     )
     parser.add_argument("--verifier-model", help="verifier model name")
     parser.add_argument(
@@ -159,47 +158,22 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-@dataclass
-class Connection:
-    backbone: Any
-    verifier: Any
-    recommended: dict[str, Any]
-    note: str
-
-
 def connect(args: argparse.Namespace, say: Callable[[str], None]) -> Connection:
-    """Clients for the requested endpoints, or the embedded CPU server (started if needed).
-
-    `--base-url`/`--verifier-url` may list several replicas (comma-separated): requests then go
-    to the least-loaded one (servers.router); one URL gives a plain client as before.
-    """
-
-    def describe(model: Any) -> str:
-        """`NAME at URL`, or `NAME at URL1,URL2 (2 replicas)` for a routed model."""
-        replicas = len(getattr(model, "replicas", None) or [model])
-        suffix = f" ({replicas} replicas)" if replicas > 1 else ""
-        return f"{model.model_name} at {model.openai_api_base}{suffix}"
-
-    recommended: dict[str, Any] = {}
-    if args.base_url:
-        base_urls = split_urls(args.base_url)
-        model = args.model
-    else:
-        say(f"Using the embedded CPU vLLM server ({DEFAULT_PROFILE}); --base-url to use another.")
-        server = up(DEFAULT_PROFILE, eager=args.eager, progress=not args.json)
-        say(f"{'Started' if server.started else 'Reusing'} {server.model} at {server.base_url}")
-        base_urls, model = [server.base_url], server.model
-        args.profile = args.profile or DEFAULT_PROFILE
-    if args.profile:
-        recommended = dict(get_profile(args.profile).recommended)
-    backbone = make_routed_model(base_urls, model)
-    note = f"{'backbone' if args.base_url else 'embedded'} {describe(backbone)}"
-    verifier = backbone
-    if args.verifier_url or args.verifier_model:
-        verifier_urls = split_urls(args.verifier_url) if args.verifier_url else base_urls
-        verifier = make_routed_model(verifier_urls, args.verifier_model)
-        note += f"; verifier {describe(verifier)}"
-    return Connection(backbone, verifier, recommended, note)
+    """Clients from the flags, else MUR_BASE_URL etc., else the embedded CPU server (started
+    if needed): `servers.connect`, probing every URL first so a wrong one fails in seconds."""
+    connection = connect_servers(
+        base_url=args.base_url,
+        model=args.model,
+        verifier_url=args.verifier_url,
+        verifier_model=args.verifier_model,
+        profile=args.profile,
+        start=True,
+        eager=args.eager,
+        progress=not args.json,
+        say=say,
+    )
+    args.profile = connection.profile
+    return connection
 
 
 def flag_settings(args: argparse.Namespace) -> dict[str, Any]:
@@ -265,6 +239,13 @@ def validate(args: argparse.Namespace) -> None:
         raise UsageError("--thread-id needs --checkpoint")
     if args.model and not args.base_url:
         raise UsageError("--model needs --base-url")
+    from servers import ServerError, check_single_url
+
+    for flag, url in (("--base-url", args.base_url), ("--verifier-url", args.verifier_url)):
+        try:
+            check_single_url(url, flag)
+        except ServerError as exc:
+            raise UsageError(str(exc)) from None
 
 
 class Printer:
@@ -335,38 +316,61 @@ async def solve_one(args: argparse.Namespace, connection: Connection, printer: P
         )
 
     if not args.checkpoint:
-        solution = await solve(
-            graph(),
-            question,
-            system_prompt=args.system_prompt,
-            context=context,
-            on_step=printer.step,
-        )
+        with session(new_session_id("run.py", uuid.uuid4().hex[:12])):
+            solution = await solve(
+                graph(),
+                question,
+                system_prompt=args.system_prompt,
+                context=context,
+                on_step=printer.step,
+            )
         return solution.output
+    # Here: only --checkpoint needs SQLite's saver (aiosqlite), so other runs skip its import.
+    from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+
     thread_id = args.thread_id or uuid.uuid4().hex[:12]
     async with AsyncSqliteSaver.from_conn_string(args.checkpoint) as saver:
         printer.say(
             f"Checkpointing thread {thread_id} in {args.checkpoint}: resume with "
             f"--checkpoint {args.checkpoint} --thread-id {thread_id}"
         )
-        solution = await solve(
-            graph(saver),
-            question,
-            system_prompt=args.system_prompt,
-            context=context,
-            config={"configurable": {"thread_id": thread_id}},
-            on_step=printer.step,
-            on_resume=lambda: printer.say(f"Resuming thread {thread_id}"),
-        )
+        with session(new_session_id("run.py", thread_id)):
+            solution = await solve(
+                graph(saver),
+                question,
+                system_prompt=args.system_prompt,
+                context=context,
+                config={"configurable": {"thread_id": thread_id}},
+                on_step=printer.step,
+                on_resume=lambda: printer.say(f"Resuming thread {thread_id}"),
+            )
         return solution.output
 
 
-def describe_failure(exc: BaseException) -> str:
-    """One line for the errors a user can meet while the graph runs."""
+def describe_failure(exc: BaseException, embedded: bool = False) -> str:
+    """One line for the errors a user can meet while the graph runs; the embedded server's
+    commands are suggested only when it is the one in use."""
+    attempts = MODEL_RETRY.max_attempts
     if isinstance(exc, openai.APIConnectionError):
-        return f"lost the model server ({exc}); is it still running? `python -m servers status`"
+        request = getattr(exc, "request", None)
+        where = f" at {request.url}" if request is not None else ""
+        if isinstance(exc, openai.APITimeoutError):
+            return (
+                f"the model server{where} did not answer in time, {attempts} attempts: is it "
+                "stalled or overloaded? For a slow server raise MUR_TIMEOUT_PER_TOKEN_S "
+                "(seconds allowed per requested token, default 1)"
+            )
+        hint = "`python -m servers status`" if embedded else "is it still running there?"
+        return f"lost the model server{where} ({exc}), {attempts} attempts: {hint}"
     if isinstance(exc, openai.APIStatusError):
-        return f"the model server refused a request (HTTP {exc.status_code}): {exc.message}"
+        body = exc.body if isinstance(exc.body, dict) else {}
+        said = body.get("message") or exc.message  # the server's words, without the SDK's
+        if exc.status_code >= 500:
+            return (
+                f"the model server failed the request (HTTP {exc.status_code}), {attempts} "
+                f"attempts: {said}"
+            )
+        return f"the model server refused a request (HTTP {exc.status_code}): {said}"
     if isinstance(exc, MissingLogprobsError | ValueError):
         return str(exc)
     return f"{type(exc).__name__}: {exc}"
@@ -381,9 +385,21 @@ def command_line(argv: Sequence[str] | None) -> str:
     return shlex.join([python, script, *(sys.argv[1:] if argv is None else argv)])
 
 
+def load_problems(args: argparse.Namespace) -> list[Any]:
+    # Here: datasets come with the evals package, whose grading imports take seconds.
+    from evals.datasets import load_dataset
+
+    return load_dataset(args.dataset, args.data_dir, limit=args.limit)
+
+
 def benchmark_plan(
-    args: argparse.Namespace, problems: Sequence[Problem], connection: Connection, command: str
-) -> BenchmarkPlan:
+    args: argparse.Namespace, problems: Sequence[Any], connection: Connection, command: str
+) -> Any:
+    """The runner's typed plan (evals.runner.BenchmarkPlan) from the flags."""
+    # Here: the runner brings grading (math-verify, sympy) and statistics (scipy), seconds of
+    # imports that a single question, or a wrong --base-url, must not wait for.
+    from evals.runner import BenchmarkPlan
+
     return BenchmarkPlan(
         dataset=args.dataset,
         strategy=args.strategy,
@@ -404,9 +420,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         validate(args)
-        problems = (
-            load_dataset(args.dataset, args.data_dir, limit=args.limit) if args.dataset else None
-        )
+        problems = load_problems(args) if args.dataset else None
     except (UsageError, ValueError, OSError) as exc:
         print(f"run.py: error: {exc}", file=sys.stderr)
         return 2
@@ -418,6 +432,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"run.py: {exc}", file=sys.stderr)
         return 1
     if problems is not None:
+        from evals.runner import run_benchmark  # loaded with the plan above
+
         plan = benchmark_plan(args, problems, connection, command_line(argv))
         return run_benchmark(plan, connection.backbone, connection.verifier)
     try:
@@ -429,7 +445,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"run.py: interrupted{hint}", file=sys.stderr)
         return 130
     except Exception as exc:  # one clear line instead of a traceback; exit status 1
-        print(f"run.py: {describe_failure(exc)}", file=sys.stderr)
+        print(f"run.py: {describe_failure(exc, connection.embedded)}", file=sys.stderr)
         return 1
     if args.json:
         print(json.dumps(result, ensure_ascii=False))

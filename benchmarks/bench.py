@@ -40,9 +40,8 @@ from benchmarks.report import load_line, machine_line, merge_notes, render
 from benchmarks.results import GraphRun, RawRun, ReplayRun
 from benchmarks.tables import fmt
 from evals.datasets import load_dataset
-from evals.runner import parse_gate_label
 from graphs.refine import check_strategy
-from graphs.state import Context
+from graphs.state import Context, parse_gate_label
 from nodes.gates import check_gate
 from servers.clients import resolve_model
 from servers.launcher import up

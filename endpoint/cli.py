@@ -22,15 +22,8 @@ import uvicorn
 
 from endpoint.app import DEFAULT_MAX_REQUEST_BYTES, DEFAULT_MAX_RUNS, create_app
 from endpoint.schemas import MODELS
-from servers import (
-    DEFAULT_PROFILE,
-    ServerError,
-    default_endpoints,
-    get_profile,
-    make_chat_model,
-    normalize_base_url,
-    resolve_model,
-)
+from servers import ServerError
+from servers.connect import connect as connect_servers
 
 PROG = "python -m endpoint"
 DEFAULT_HOST = "127.0.0.1"
@@ -104,36 +97,23 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def connect(args: argparse.Namespace) -> tuple[Any, Any, dict[str, Any], str]:
-    """(backbone, verifier, default settings, description) from flags, env or cpu-tiny.
-
-    Uses only the serving layer's public client factory.
-    """
+    """(backbone, verifier, default settings, description) from flags, env or the embedded
+    default server, through the serving layer's one `connect`: every URL is probed first, so
+    a wrong one fails at start in seconds, naming it."""
     if args.model and not args.base_url:
         raise ValueError("--model needs --base-url")
-    default_backbone, default_verifier = default_endpoints()
-    base_url = normalize_base_url(args.base_url) if args.base_url else default_backbone.base_url
-    model = (args.model if args.base_url else default_backbone.model) or resolve_model(base_url)
-    if args.verifier_url or args.verifier_model:
-        verifier_url = normalize_base_url(args.verifier_url) if args.verifier_url else base_url
-        verifier_model = args.verifier_model or resolve_model(verifier_url)
-    elif args.base_url or default_verifier == default_backbone:
-        verifier_url, verifier_model = base_url, model
-    else:
-        verifier_url = default_verifier.base_url
-        verifier_model = default_verifier.model or resolve_model(verifier_url)
-    backbone = make_chat_model(base_url, model)
-    same = (verifier_url, verifier_model) == (base_url, model)
-    verifier = backbone if same else make_chat_model(verifier_url, verifier_model)
-    profile = args.profile
-    if profile is None and backbone.openai_api_base == get_profile(DEFAULT_PROFILE).base_url:
-        profile = DEFAULT_PROFILE
-    defaults = dict(get_profile(profile).recommended) if profile else {}
-    note = f"backbone {model} at {backbone.openai_api_base}"
-    if not same:
-        note += f"; verifier {verifier_model} at {verifier.openai_api_base}"
-    if profile:
-        note += f"; defaults of profile {profile}: {defaults}"
-    return backbone, verifier, defaults, note
+    connection = connect_servers(
+        base_url=args.base_url,
+        model=args.model,
+        verifier_url=args.verifier_url,
+        verifier_model=args.verifier_model,
+        profile=args.profile,
+    )
+    defaults = dict(connection.recommended)
+    note = connection.note
+    if connection.profile:
+        note += f"; defaults of profile {connection.profile}: {defaults}"
+    return connection.backbone, connection.verifier, defaults, note
 
 
 def is_loopback(host: str) -> bool:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -22,6 +23,7 @@ from endpoint.replies import trace_of
 from endpoint.schemas import Job
 from graphs import build_graph
 from graphs.solve import solve
+from servers.sessions import new_session_id, session
 
 log = logging.getLogger("endpoint")
 T = TypeVar("T")
@@ -107,13 +109,15 @@ class RunService:
 
         async def run() -> dict[str, Any]:
             try:
-                solution = await solve(
-                    graph,
-                    job.question,
-                    system_prompt=job.system_prompt,
-                    context=job.context,
-                    on_step=steps.put_nowait,
-                )
+                # One session per completion: a router keeps this question on one replica.
+                with session(new_session_id("mur-endpoint", uuid.uuid4().hex[:12])):
+                    solution = await solve(
+                        graph,
+                        job.question,
+                        system_prompt=job.system_prompt,
+                        context=job.context,
+                        on_step=steps.put_nowait,
+                    )
             finally:
                 steps.put_nowait(END)
             return trace_of(solution.output)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,8 +20,9 @@ from evals.progress import RunProgress
 from evals.records import JobKey, RecordStore
 from evals.report import write_report
 from graphs.mur import build_graph
-from graphs.state import Context
+from graphs.state import Context, parse_gate_label
 from nodes.llm import is_transient
+from servers.sessions import new_session_id, session
 
 # Gates whose decisions depend on gamma; the others run once, whatever the gamma list.
 GAMMA_GATES = frozenset({"mur"})
@@ -44,25 +46,6 @@ class Job:
 Budget = tuple[str, float]  # ("budget_tokens" | "target_scale_rate", value)
 BUDGET_LABELS = {"budget_tokens": "budget", "target_scale_rate": "rate"}
 Overrides = dict[str, Any]  # Context fields a setting sets on top of the run's
-
-
-def parse_gate_label(label: str) -> tuple[str, Overrides]:
-    """A benchmark setting's gate label -> (gate, Context overrides), so that one results
-    folder holds every row of the paper's table:
-    `mur` -> ("mur", {}); `mur+bc` -> ("mur", {"bias_correction": True});
-    `random@0.12` -> ("random", {"random_rate": 0.12}) (e.g. at MUR's measured scaled rate).
-    Raises ValueError naming the label when it is none of these."""
-    if label.endswith("+bc"):
-        return label.removesuffix("+bc"), {"bias_correction": True}
-    gate, at, rate = label.partition("@")
-    if not at:
-        return label, {}
-    if gate != "random":
-        raise ValueError(f"gate label {label!r}: only random takes a rate (random@0.12)")
-    try:
-        return gate, {"random_rate": float(rate)}
-    except ValueError:
-        raise ValueError(f"gate label {label!r}: {rate!r} is not a number") from None
 
 
 def budget_label(budget: Budget) -> str:
@@ -162,13 +145,17 @@ async def run_jobs(
     concurrency: int,
     show_progress: bool = True,
     give_up_after: int | None = None,
+    run_id: str | None = None,
 ) -> RunOutcome:
     """Run the jobs (at most `concurrency` in flight), appending each record as it finishes.
 
     A question that fails is recorded in errors.jsonl and the run goes on, unless
     `give_up_after` questions in a row fail on the server itself (unreachable, 5xx after the
-    graph's retries): then the server is gone, and the rest is left for a rerun.
+    graph's retries): then the server is gone, and the rest is left for a rerun. Every request
+    of one job carries the session id `<run_id>/<job key>` (servers.sessions), so a router in
+    front of replicas keeps each job on one replica.
     """
+    run_id = run_id or uuid.uuid4().hex[:8]
     limit = asyncio.Semaphore(concurrency)
     give_up_after = give_up_after or concurrency + 2
     finished = failed = 0
@@ -185,10 +172,14 @@ async def run_jobs(
                 return
             begin = time.monotonic()
             try:
-                result = await graph.ainvoke(
-                    {"question": job.problem.question, "system_prompt": job.problem.system_prompt},
-                    context=job.context,
-                )
+                with session(new_session_id(run_id, job.key.text)):
+                    result = await graph.ainvoke(
+                        {
+                            "question": job.problem.question,
+                            "system_prompt": job.problem.system_prompt,
+                        },
+                        context=job.context,
+                    )
             except Exception as exc:  # recorded with its reason; the run goes on
                 failed += 1
                 store.append_error(

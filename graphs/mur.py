@@ -5,6 +5,10 @@
                                                                    |-> ask_answer (max_steps)
                                                                    '-> finalize
 
+A request that no longer fits the model's context ends the solution (finish_reason
+"context_length"): a draft that overflows goes to finalize (or to ask_answer when the server
+said enough room is left for a short answer), a refine that overflows keeps the draft.
+
 `build_graph(strategy, gate, backbone=..., verifier=...)` returns the compiled graph; models are
 injected (any LangChain chat model that returns OpenAI-format token logprobs), defaulting to
 clients of the servers configured in `servers/`.
@@ -20,6 +24,7 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.runtime import Runtime
 from langgraph.types import RetryPolicy
 
+from graphs.attempts import AttemptLedger
 from graphs.refine import check_strategy
 from graphs.state import Context, InputState, OutputState, State, StepRecord
 from nodes.answer import extract_answer
@@ -32,7 +37,7 @@ from nodes.draft import (
     step_messages,
 )
 from nodes.gates import GateHistory, decide
-from nodes.llm import is_transient
+from nodes.llm import ContextOverflowError, is_transient
 from nodes.uncertainty import step_confidence, step_uncertainty, update_momentum
 
 Update = dict[str, Any]
@@ -40,6 +45,7 @@ SPENT_KEYS = ("backbone_tokens", "external_tokens")
 
 # Transient server faults (connection resets, 5xx, timeouts) are retried on model-calling
 # nodes; anything else (bad request, missing logprobs) fails at once with its own message.
+# The only retry loop: the clients' own retries are off (servers.clients).
 MODEL_RETRY = RetryPolicy(
     max_attempts=3,
     initial_interval=1.0,
@@ -47,6 +53,20 @@ MODEL_RETRY = RetryPolicy(
     max_interval=30.0,
     retry_on=is_transient,
 )
+
+# After a draft overflowed: the answer request's prompt is the draft's with the answer cue in
+# place of the step marker (a few tokens longer), and fewer tokens than this answer nothing.
+FALLBACK_MARGIN_TOKENS = 16
+FALLBACK_MIN_TOKENS = 16
+
+
+def _context_full(overflow: ContextOverflowError) -> Update:
+    """End the solution: the context has no room for another step."""
+    room = overflow.room
+    answer_room = room - FALLBACK_MARGIN_TOKENS if room is not None else None
+    if answer_room is not None and answer_room < FALLBACK_MIN_TOKENS:
+        answer_room = None
+    return {"done": True, "finish_reason": "context_length", "answer_room": answer_room}
 
 
 def _kept_texts(state: State) -> list[str]:
@@ -86,9 +106,12 @@ def build_graph(
             check_question(state["question"])
         fmt = ctx.step_style
         messages = step_messages(state["question"], state.get("system_prompt"), kept, index, fmt)
-        (draft,), reply = await sample_steps(
-            backbone, messages, index=index, n=1, max_tokens=ctx.max_step_tokens, fmt=fmt
-        )
+        try:
+            (draft,), reply = await sample_steps(
+                backbone, messages, index=index, n=1, max_tokens=ctx.max_step_tokens, fmt=fmt
+            )
+        except ContextOverflowError as overflow:
+            return {**_context_full(overflow), "draft": None}
         return {
             "draft": draft,
             "kept": None,
@@ -139,6 +162,11 @@ def build_graph(
         )
         return {"gate": {**record, "threshold": decision.threshold, "scale": decision.scale}}
 
+    def route_draft(state: State) -> str:
+        if not state.get("done"):
+            return "score_uncertainty"
+        return "ask_answer" if state.get("answer_room") else "finalize"
+
     def route_score(state: State) -> str:
         return "finalize" if state.get("done") else "gamma_gate"
 
@@ -182,6 +210,10 @@ def build_graph(
             update.update(done=True, finish_reason="answer")
         elif kept["ended_by_model"]:
             update.update(done=True, finish_reason="end_of_sequence")
+        elif kept["finish_reason"] == "length" and kept["num_tokens"] < ctx.max_step_tokens:
+            # Cut before its cap: the server stopped at the end of the context (vLLM shortens
+            # max_tokens to the room left), so the next request could not fit.
+            update.update(done=True, finish_reason="context_length")
         return update
 
     def route_commit(state: State, runtime: Runtime[Context]) -> str:
@@ -192,19 +224,25 @@ def build_graph(
         return "draft_step"
 
     async def ask_answer(state: State, runtime: Runtime[Context]) -> Update:
-        """After max_steps: one unconstrained continuation that asks for the answer."""
+        """After max_steps, or a draft that overflowed the context with room left: one
+        continuation (capped by that room) that asks for the answer."""
         ctx = context_of(runtime)
-        text, num_tokens, reply = await answer_fallback(
-            backbone,
-            state["question"],
-            state.get("system_prompt"),
-            _kept_texts(state),
-            max_tokens=ctx.max_step_tokens,
-            fmt=ctx.step_style,
-        )
+        room = state.get("answer_room")
+        reason = "context_length" if room else "max_steps"
+        try:
+            text, num_tokens, reply = await answer_fallback(
+                backbone,
+                state["question"],
+                state.get("system_prompt"),
+                _kept_texts(state),
+                max_tokens=min(ctx.max_step_tokens, room) if room else ctx.max_step_tokens,
+                fmt=ctx.step_style,
+            )
+        except ContextOverflowError:
+            return {"fallback": None, "finish_reason": "context_length"}
         return {
             "fallback": {"text": text, "num_tokens": num_tokens},
-            "finish_reason": "max_steps",
+            "finish_reason": reason,
             "usage": reply.usage("backbone").as_dict(),
         }
 
@@ -219,21 +257,37 @@ def build_graph(
             "config": {"strategy": strategy, **context_of(runtime).as_dict()},
         }
 
-    refine = refine_strategy.build(backbone, verifier, context_of)
+    strategy_graph = refine_strategy.build(backbone, verifier, context_of)
 
+    async def refine(state: State, runtime: Runtime[Context]) -> Update:
+        """The strategy's subgraph; when one of its requests overflows the context, the draft
+        is kept as the step and the solution ends."""
+        try:
+            return await strategy_graph.ainvoke(state, context=runtime.context)
+        except ContextOverflowError as overflow:
+            return {
+                "kept": None,
+                "refine": {"strategy": strategy, "context_length": str(overflow)},
+                "done": True,
+                "finish_reason": "context_length",
+            }
+
+    counted = AttemptLedger(MODEL_RETRY).counted
     graph = StateGraph(
         State, context_schema=Context, input_schema=InputState, output_schema=OutputState
     )
-    graph.add_node("draft_step", draft_step, retry_policy=MODEL_RETRY)
+    graph.add_node("draft_step", counted(draft_step), retry_policy=MODEL_RETRY)
     graph.add_node("score_uncertainty", score_uncertainty)
     graph.add_node("gamma_gate", gamma_gate)
-    graph.add_node("refine", refine, retry_policy=MODEL_RETRY)
+    graph.add_node("refine", counted(refine), retry_policy=MODEL_RETRY)
     graph.add_node("commit_step", commit_step)
-    graph.add_node("ask_answer", ask_answer, retry_policy=MODEL_RETRY)
+    graph.add_node("ask_answer", counted(ask_answer), retry_policy=MODEL_RETRY)
     graph.add_node("finalize", finalize)
 
     graph.add_edge(START, "draft_step")
-    graph.add_edge("draft_step", "score_uncertainty")
+    graph.add_conditional_edges(
+        "draft_step", route_draft, ["score_uncertainty", "ask_answer", "finalize"]
+    )
     graph.add_conditional_edges("score_uncertainty", route_score, ["gamma_gate", "finalize"])
     graph.add_conditional_edges("gamma_gate", route_gate, ["refine", "commit_step"])
     graph.add_edge("refine", "commit_step")
@@ -246,15 +300,12 @@ def build_graph(
 
 
 def default_models() -> tuple[BaseChatModel, BaseChatModel]:
-    """Clients of the default endpoints (env MUR_BASE_URL etc., else the embedded CPU server)."""
-    # Local: langchain-openai takes seconds to import; a graph given its models never needs it.
-    from servers.clients import default_endpoints, make_chat_model
+    """Clients of the default endpoints (env MUR_BASE_URL etc., else the embedded CPU server).
 
-    backbone_endpoint, verifier_endpoint = default_endpoints()
-    backbone = make_chat_model(backbone_endpoint.base_url, backbone_endpoint.model)
-    verifier = (
-        backbone
-        if verifier_endpoint == backbone_endpoint
-        else make_chat_model(verifier_endpoint.base_url, verifier_endpoint.model)
-    )
-    return backbone, verifier
+    Nothing is started or probed when the model names are known: a graph compiled at import
+    (LangGraph Studio) must not need a running server.
+    """
+    from servers.connect import connect  # the serving layer, only when no model is injected
+
+    connection = connect(probe=False)
+    return connection.backbone, connection.verifier

@@ -13,7 +13,7 @@ from nodes.draft import STEP_FORMATS, StepCandidate, StepFormat
 from nodes.gates import GateName, GateParams
 from nodes.llm import add_usage
 
-FinishReason = Literal["answer", "end_of_sequence", "max_steps", "empty_step"]
+FinishReason = Literal["answer", "end_of_sequence", "max_steps", "empty_step", "context_length"]
 
 
 class ContextError(ValueError):
@@ -189,6 +189,25 @@ class Context(BaseModel):
         return tuple(cls.model_fields)
 
 
+def parse_gate_label(label: str) -> tuple[str, dict[str, Any]]:
+    """A gate label -> (gate, Context overrides), so that one benchmark folder holds every
+    row of the paper's table and a single run reads the same labels:
+    `mur` -> ("mur", {}); `mur+bc` -> ("mur", {"bias_correction": True});
+    `random@0.12` -> ("random", {"random_rate": 0.12}) (e.g. at MUR's measured scaled rate).
+    Raises ValueError naming the label when it is none of these."""
+    if label.endswith("+bc"):
+        return label.removesuffix("+bc"), {"bias_correction": True}
+    gate, at, rate = label.partition("@")
+    if not at:
+        return label, {}
+    if gate != "random":
+        raise ValueError(f"gate label {label!r}: only random takes a rate (random@0.12)")
+    try:
+        return gate, {"random_rate": float(rate)}
+    except ValueError:
+        raise ValueError(f"gate label {label!r}: {rate!r} is not a number") from None
+
+
 class StepRecord(TypedDict):
     """A kept step, as the output contract shows it."""
 
@@ -252,6 +271,8 @@ class State(InputState, OutputState):
     kept: StepCandidate | None
     refine: dict[str, Any] | None
     done: bool
+    answer_room: int | None
+    """Tokens the answer request may use when a draft overflowed the context (None: none)."""
 
 
 class RefineInput(TypedDict):

@@ -157,6 +157,7 @@ async def judge_step(
             continue_final_message=False,
             top_logprobs=JUDGE_TOP_LOGPROBS,
             extra_body=NON_THINKING,
+            role="external",
         ),
     )
     choice = reply.choices[0]

@@ -17,9 +17,12 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Mapping, Sequence
+import re
+from collections.abc import Awaitable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, TypeVar
 
 import httpx
 from langchain_core.language_models import BaseChatModel
@@ -29,10 +32,59 @@ from langchain_core.messages import AIMessage, BaseMessage
 # a new turn (its chat template must not add a generation prompt).
 CONTINUE_FINAL_MESSAGE = {"continue_final_message": True, "add_generation_prompt": False}
 LOGPROB_FLOOR = -1e4
+T = TypeVar("T")
 
 
 class MissingLogprobsError(RuntimeError):
     """The server answered without token logprobs, so no uncertainty can be measured."""
+
+
+class ContextOverflowError(RuntimeError):
+    """The request does not fit the model's context (the server answered HTTP 400).
+
+    `room` is how many tokens the server could still have generated after this prompt, when
+    its message says (vLLM states the prompt's size when prompt + max_tokens is too long); None
+    when unknown or when the prompt alone is too long.
+    """
+
+    def __init__(self, message: str, max_context: int | None, prompt_tokens: int | None) -> None:
+        super().__init__(message)
+        self.max_context = max_context
+        self.prompt_tokens = prompt_tokens
+
+    @property
+    def room(self) -> int | None:
+        if self.max_context is None or self.prompt_tokens is None:
+            return None
+        return max(self.max_context - self.prompt_tokens, 0)
+
+
+# vLLM's wording over the versions: "This model's maximum context length is 4096 tokens.
+# However, your prompt contains at least 4097 input tokens ..." (0.2x; also when prompt +
+# max_tokens is too long: "you requested 65535 output tokens and your prompt contains at
+# least 62466 input tokens"), "... your request has 8 input tokens plus 2045 'max_tokens'"
+# (0.15), "... you requested 5000 tokens (2952 in the messages, 2048 in the completion)"
+# (0.1x), and "Input length (5000) exceeds model's maximum context length (4096)".
+_MAX_CONTEXT = re.compile(r"maximum context length (?:is )?\(?(\d+)")
+_PROMPT_TOKENS = re.compile(
+    r"(?:contains (?:at least )?(\d+) input tokens|has (\d+) input tokens|(\d+) in the messages"
+    r"|Input length \((\d+)\))"
+)
+
+
+def context_overflow(exc: BaseException) -> ContextOverflowError | None:
+    """The overflow an HTTP 400 describes, or None when `exc` is something else."""
+    import openai
+
+    if not isinstance(exc, openai.BadRequestError):
+        return None
+    message = str(getattr(exc, "message", "") or exc)
+    found = _MAX_CONTEXT.search(message)
+    if found is None:
+        return None
+    prompt = _PROMPT_TOKENS.search(message)
+    prompt_tokens = next((int(g) for g in prompt.groups() if g), None) if prompt else None
+    return ContextOverflowError(message, int(found.group(1)), prompt_tokens)
 
 
 def is_transient(exc: BaseException) -> bool:
@@ -104,6 +156,9 @@ class Usage:
     backbone_prompt_tokens: int = 0
     external_prompt_tokens: int = 0
     llm_calls: int = 0
+    """Requests the server answered (each counted once, whatever its n)."""
+    failed_calls: int = 0
+    """Requests that got no usable answer: 5xx, timeouts, cut connections, refusals (4xx)."""
 
     def __add__(self, other: Usage) -> Usage:
         return Usage(*(a + b for a, b in zip(self.as_tuple(), other.as_tuple(), strict=True)))
@@ -115,6 +170,7 @@ class Usage:
             self.backbone_prompt_tokens,
             self.external_prompt_tokens,
             self.llm_calls,
+            self.failed_calls,
         )
 
     def as_dict(self) -> dict[str, int]:
@@ -127,6 +183,7 @@ USAGE_KEYS: tuple[str, ...] = (
     "backbone_prompt_tokens",
     "external_prompt_tokens",
     "llm_calls",
+    "failed_calls",
 )
 
 
@@ -153,6 +210,35 @@ class Reply:
         raise ValueError(f"role must be 'backbone' or 'external', got {role!r}")
 
 
+@dataclass
+class CallMeter:
+    """Every request made while it is active: what the answered ones cost, how many failed.
+
+    The graph runs each attempt of a model-calling node under a fresh meter (`metered`), so the
+    tokens of requests answered in an attempt that then fails are not lost with it.
+    """
+
+    answered: Usage = field(default_factory=Usage)
+    failed_calls: int = 0
+
+    def total(self) -> Usage:
+        return self.answered + Usage(failed_calls=self.failed_calls)
+
+
+_METER: ContextVar[CallMeter | None] = ContextVar("mur_call_meter", default=None)
+
+
+@contextmanager
+def metered() -> Iterator[CallMeter]:
+    """Count the requests made in this context (and in tasks started from it)."""
+    meter = CallMeter()
+    token = _METER.set(meter)
+    try:
+        yield meter
+    finally:
+        _METER.reset(token)
+
+
 @dataclass(frozen=True)
 class Request:
     """What to ask for, independent of the client library."""
@@ -164,6 +250,8 @@ class Request:
     continue_final_message: bool = True
     top_logprobs: int | None = None
     extra_body: Mapping[str, Any] = field(default_factory=dict)
+    role: Literal["backbone", "external"] = "backbone"
+    """Whose tokens these are in the usage (the verifier's are external)."""
 
     def payload_kwargs(self, model: BaseChatModel) -> dict[str, Any]:
         extra: dict[str, Any] = dict(getattr(model, "extra_body", None) or {})
@@ -233,14 +321,55 @@ async def _one_request(model: BaseChatModel, request: Request, n: int) -> Reply:
     kwargs = request.payload_kwargs(model)
     if n > 1:
         kwargs["n"] = n
-    result = await model.agenerate([list(request.messages)], **kwargs)
+    meter = _METER.get()
+    try:
+        result = await model.agenerate([list(request.messages)], **kwargs)
+    except BaseException as exc:  # cancelled too: the request got no usable answer
+        if meter is not None:
+            meter.failed_calls += 1
+        overflow = context_overflow(exc)
+        if overflow is not None:
+            raise overflow from exc
+        raise
     generations = result.generations[0]
-    choices = tuple(
-        _parse_generation(g.message, g.generation_info, request.stop) for g in generations
-    )
+    try:
+        choices = tuple(
+            _parse_generation(g.message, g.generation_info, request.stop) for g in generations
+        )
+    except Exception:
+        if meter is not None:  # an unusable reply still cost what the server reports
+            completion, prompt = _reply_usage(generations[0].message, ())
+            meter.answered += Reply((), completion, prompt, calls=1).usage(request.role)
+        raise
     # Every message of a multi-choice reply carries the whole reply's usage: count it once.
     completion, prompt = _reply_usage(generations[0].message, choices)
-    return Reply(choices, completion, prompt, calls=1)
+    reply = Reply(choices, completion, prompt, calls=1)
+    if meter is not None:
+        meter.answered += reply.usage(request.role)
+    return reply
+
+
+async def gather_all(*awaitables: Awaitable[T]) -> list[T]:
+    """Like `asyncio.gather`, but the first failure cancels the others and is raised as is.
+
+    With plain gather the sibling requests of a failed one keep running unseen, spending
+    server time and tokens after their node has failed (and while its retry runs).
+    """
+    try:
+        async with asyncio.TaskGroup() as group:
+            tasks = [group.create_task(_awaited(item)) for item in awaitables]
+    except BaseExceptionGroup as failed:
+        raise _first_leaf(failed) from None
+    return [task.result() for task in tasks]
+
+
+async def _awaited(item: Awaitable[T]) -> T:
+    return await item
+
+
+def _first_leaf(group: BaseExceptionGroup) -> BaseException:
+    first = group.exceptions[0]
+    return _first_leaf(first) if isinstance(first, BaseExceptionGroup) else first
 
 
 def supports_n_choices(model: BaseChatModel) -> bool:
@@ -261,7 +390,7 @@ async def generate(model: BaseChatModel, request: Request) -> Reply:
     missing = request.n - len(first.choices)
     if missing <= 0:
         return Reply(first.choices[: request.n], first.completion_tokens, first.prompt_tokens, 1)
-    more = await asyncio.gather(*(_one_request(model, request, 1) for _ in range(missing)))
+    more = await gather_all(*(_one_request(model, request, 1) for _ in range(missing)))
     replies = [first, *more]
     return Reply(
         choices=tuple(c for reply in replies for c in reply.choices)[: request.n],

@@ -49,7 +49,8 @@ def cluster_labels(texts: Sequence[str], *, k: int = 2, seed: int = 0) -> list[i
     k = min(k, distinct)
     if k <= 1:
         return [0] * len(texts)
-    # Local: scikit-learn takes seconds to import and only foresight clusters anything.
+    # Imported here: scikit-learn (with scipy) takes about a second to import, and only the
+    # foresight strategy clusters; every command line would otherwise pay it before starting.
     from sklearn.cluster import KMeans
     from sklearn.feature_extraction.text import TfidfVectorizer
 

@@ -3,23 +3,26 @@
 Knows nothing of reasoning or benchmarks; everything hardware-specific (the CPU build, the
 embedded PyPI model) stays here. Typical use:
 
-    from servers import up, make_chat_model
-    server = up("cpu-tiny")                      # reuse or start, wait for /health
-    llm = make_chat_model(server.base_url, server.model, max_tokens=256)
+    from servers.connect import connect
+    clients = connect(start=True)    # from flags, MUR_BASE_URL..., or the embedded server
+    clients.backbone, clients.verifier               # LangChain chat models for the graph
+    with session("run-1/question-7"):            # X-Session-ID: sticky behind vllm-router
+        ...
 """
 
 from servers.clients import (
     SAMPLING_DEFAULTS,
-    Endpoint,
+    RequestTimeout,
     VLLMChatOpenAI,
-    default_endpoints,
     make_chat_model,
     resolve_model,
 )
+from servers.connect import Connection
 from servers.errors import ModelError, ServerError, ServerUnavailable
 from servers.launcher import (
     RunningServer,
     check_endpoint,
+    check_single_url,
     down,
     normalize_base_url,
     root_url,
@@ -37,21 +40,24 @@ from servers.profiles import (
     get_profile,
     profiles,
 )
+from servers.sessions import SESSION_HEADER, new_session_id, session
 
 __all__ = [
     "DEFAULT_PROFILE",
     "EMBEDDED_MODEL",
     "SAMPLING_DEFAULTS",
-    "Endpoint",
+    "SESSION_HEADER",
+    "Connection",
     "ModelError",
     "Profile",
+    "RequestTimeout",
     "RunningServer",
     "ServerError",
     "ServerUnavailable",
     "VLLMChatOpenAI",
     "check_endpoint",
+    "check_single_url",
     "command_line",
-    "default_endpoints",
     "default_model_dir",
     "down",
     "ensure_default_model",
@@ -59,12 +65,14 @@ __all__ = [
     "get_profile",
     "make_chat_model",
     "mur_home",
+    "new_session_id",
     "normalize_base_url",
     "profiles",
     "prompt_tokens",
     "read_counter",
     "resolve_model",
     "root_url",
+    "session",
     "status",
     "up",
     "verify_model_dir",

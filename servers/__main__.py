@@ -1,6 +1,7 @@
 """`python -m servers`: start, stop and inspect vLLM servers; prepare a profile's model.
 
-python -m servers up [--profile cpu-qwen-1.5b] [--eager] [--dtype float32] [--timeout S]
+python -m servers up [--profile cpu-qwen-1.5b] [--eager] [--dtype float32] [--timeout S] [--port P]
+python -m servers up --replicas N [--policy consistent_hash] [--port P]   # N replicas + router
 python -m servers down [--profile P | --all]
 python -m servers status [--json]
 python -m servers model [--profile P]
@@ -13,11 +14,13 @@ import argparse
 import json
 import os
 import sys
+from dataclasses import replace
 
 from servers.errors import ServerError
 from servers.launcher import down, recorded_profiles, status, up
 from servers.model import ensure_model
 from servers.profiles import CPU_DTYPE_ENV, CPU_DTYPES, DEFAULT_PROFILE, get_profile, profiles
+from servers.replicas import DEFAULT_POLICY, POLICIES, down_group, up_replicas
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -47,8 +50,29 @@ def _parser() -> argparse.ArgumentParser:
         help=f"CPU profiles: override the dtype chosen by the CPU's flags (env {CPU_DTYPE_ENV})",
     )
     p_up.add_argument("--quiet", action="store_true", help="no progress display")
+    p_up.add_argument(
+        "--port",
+        type=int,
+        default=None,
+        help="port of the server (with --replicas: of the router; replicas take the next "
+        "ones) (default: the profile's)",
+    )
+    p_up.add_argument(
+        "--replicas",
+        type=int,
+        default=1,
+        metavar="N",
+        help="start N replicas of the profile behind vllm-router (default 1: one server)",
+    )
+    p_up.add_argument(
+        "--policy",
+        choices=POLICIES,
+        default=None,
+        help=f"the router's policy with --replicas (default {DEFAULT_POLICY}: requests with "
+        "the same X-Session-ID, one per question, go to the same replica)",
+    )
 
-    p_down = sub.add_parser("down", help="stop a server started by `up`")
+    p_down = sub.add_parser("down", help="stop a server (and its router and replicas)")
     group = p_down.add_mutually_exclusive_group()
     group.add_argument("--profile", choices=names, help=f"default {DEFAULT_PROFILE}")
     group.add_argument("--all", action="store_true", help="every recorded server")
@@ -67,19 +91,50 @@ def _parser() -> argparse.ArgumentParser:
 def _cmd_up(args: argparse.Namespace) -> int:
     if args.dtype:
         os.environ[CPU_DTYPE_ENV] = args.dtype  # profiles read it when they are built
-    server = up(args.profile, eager=args.eager, timeout=args.timeout, progress=not args.quiet)
+    if args.replicas > 1:
+        return _cmd_up_replicas(args)
+    if args.replicas < 1:
+        raise ServerError(f"--replicas must be at least 1, got {args.replicas}")
+    if args.policy is not None:
+        raise ServerError("--policy is the router's: it needs --replicas N (N >= 2)")
+    profile = get_profile(args.profile)
+    if args.port is not None:
+        profile = replace(profile, port=args.port)
+    server = up(profile, eager=args.eager, timeout=args.timeout, progress=not args.quiet)
     how = "started" if server.started else "reused"
     print(f"{server.profile}: {how} {server.base_url} model={server.model} pid={server.pid}")
     print(f"  export MUR_BASE_URL={server.base_url} MUR_MODEL={server.model}")
     return 0
 
 
+def _cmd_up_replicas(args: argparse.Namespace) -> int:
+    group = up_replicas(
+        args.profile,
+        args.replicas,
+        port=args.port,
+        policy=args.policy or DEFAULT_POLICY,
+        eager=args.eager,
+        timeout=args.timeout,
+        progress=not args.quiet,
+    )
+    for server in [*group.replicas, group.router]:
+        how = "started" if server.started else "reused"
+        print(f"{server.profile}: {how} {server.base_url} pid={server.pid}")
+    print(f"{args.profile}: {args.replicas} replicas behind vllm-router ({group.policy})")
+    print(f"  export MUR_BASE_URL={group.base_url} MUR_MODEL={group.model}")
+    return 0
+
+
 def _cmd_down(args: argparse.Namespace) -> int:
-    names = recorded_profiles() if args.all else [args.profile or DEFAULT_PROFILE]
-    for name in names:
-        stopped = down(name)
+    if args.all:
+        names = recorded_profiles()
+        results = [(name, down(name)) for name in names]
+    else:
+        name = args.profile or DEFAULT_PROFILE
+        results = [*down_group(name), (name, down(name))]
+    for name, stopped in results:
         print(f"{name}: {'stopped' if stopped else 'not running'}")
-    if not names:
+    if not results:
         print("no recorded servers")
     return 0
 
@@ -94,6 +149,8 @@ def _cmd_status(args: argparse.Namespace) -> int:
     for s in servers:
         health = "healthy" if s.healthy else "NOT healthy (starting or stuck)"
         print(f"{s.profile}: {s.base_url} model={s.model} pid={s.pid} {health} log={s.log_path}")
+        if s.detail:
+            print(f"  {s.detail}")
     return 0
 
 

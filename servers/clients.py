@@ -5,6 +5,8 @@ Why a subclass of ChatOpenAI:
   `generation_config.json`, which differs per model and would silently change results;
 - a call-time `extra_body` is MERGED into the constructor's (stock langchain-openai replaces
   it, so e.g. `top_k` or `continue_final_message` vanish without a word);
+- every request of one question carries its session id (`X-Session-ID`, see
+  `servers.sessions`), so a vllm-router in front of replicas keeps the question on one replica;
 - vLLM's `stop_reason` (the stop string or token id that ended a choice; None for EOS or
   length) is kept in `response_metadata` next to `finish_reason` (stock ChatOpenAI drops it);
 - text a reasoning parser (`--reasoning-parser qwen3`) moved out of `content` into vLLM's
@@ -13,7 +15,11 @@ Why a subclass of ChatOpenAI:
   and a thinking reply then reads as empty);
 - the async HTTP client keeps no idle connections, so one model object works across several
   `asyncio.run()` calls (stock ChatOpenAI shares one cached pooled client per base URL, and a
-  connection left over from a closed event loop fails with "Event loop is closed").
+  connection left over from a closed event loop fails with "Event loop is closed");
+- the SDK never retries (`max_retries=0`): the graph's RetryPolicy is the one retry loop, so a
+  failing node makes 3 HTTP attempts, not 3 x 3;
+- every request has a finite timeout sized to its own `max_tokens` (`RequestTimeout`): stock
+  ChatOpenAI sends `timeout=None`, and a server that stalls would hang the run for ever.
 """
 
 from __future__ import annotations
@@ -28,9 +34,9 @@ import openai
 from langchain_core.outputs import ChatResult
 from langchain_openai import ChatOpenAI
 
-from servers.errors import ServerUnavailable
+from servers.errors import ServerError, ServerUnavailable
 from servers.launcher import check_endpoint, normalize_base_url
-from servers.profiles import DEFAULT_PROFILE, get_profile
+from servers.sessions import session_headers
 
 SAMPLING_DEFAULTS: Mapping[str, float | int] = {
     "temperature": 0.6,
@@ -54,6 +60,59 @@ _TOP_LEVEL = (
 )
 
 
+TIMEOUT_FLOOR_ENV = "MUR_TIMEOUT_FLOOR_S"
+TIMEOUT_PER_TOKEN_ENV = "MUR_TIMEOUT_PER_TOKEN_S"
+
+
+@dataclass(frozen=True)
+class RequestTimeout:
+    """How long one request may run before it counts as failed (and the graph retries it).
+
+    vLLM answers a non-streamed request only when the whole generation is done, so the read
+    timeout must cover `max_tokens` tokens at the slowest rate still considered alive:
+    `floor_s + max_tokens * per_token_s`. The defaults (60 s + 1 s per token) accept a sequence
+    that crawls at 1 token/s inside a full batch of a 2-core CPU server, and still end a
+    request to a stalled server: 316 s for cpu-tiny's 256-token steps, 2108 s for the default
+    2048. Connecting gets `connect_s`: a server that does not accept a connection in 3 s is
+    not there. Override with MUR_TIMEOUT_FLOOR_S / MUR_TIMEOUT_PER_TOKEN_S, or pass a fixed
+    `timeout=` to `make_chat_model`.
+    """
+
+    floor_s: float = 60.0
+    per_token_s: float = 1.0
+    connect_s: float = 3.0
+    uncapped_tokens: int = 32768
+    """Assumed for a request without max_tokens (the longest context of the GPU profiles)."""
+
+    def seconds(self, max_tokens: int | None) -> float:
+        """The read timeout of a request asking for at most `max_tokens` tokens."""
+        tokens = self.uncapped_tokens if max_tokens is None else max_tokens
+        return self.floor_s + tokens * self.per_token_s
+
+    def for_request(self, max_tokens: int | None) -> Any:
+        """The SDK's timeout object for one request."""
+        import openai
+
+        return openai.Timeout(self.seconds(max_tokens), connect=self.connect_s)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> RequestTimeout:
+        """Defaults, with MUR_TIMEOUT_FLOOR_S / MUR_TIMEOUT_PER_TOKEN_S applied when set."""
+        env = os.environ if env is None else env
+        values: dict[str, float] = {}
+        for name, key in ((TIMEOUT_FLOOR_ENV, "floor_s"), (TIMEOUT_PER_TOKEN_ENV, "per_token_s")):
+            text = env.get(name, "").strip()
+            if not text:
+                continue
+            try:
+                values[key] = float(text)
+            except ValueError:
+                raise ServerError(f"{name}={text!r} is not a number of seconds") from None
+            if not values[key] > 0:
+                raise ServerError(f"{name} must be > 0 seconds, got {text}")
+        return cls(**values)
+
+
 def loop_safe_async_http_client() -> Any:
     """An async HTTP client for the openai SDK that keeps no idle connections.
 
@@ -69,10 +128,13 @@ def loop_safe_async_http_client() -> Any:
 
 
 class VLLMChatOpenAI(ChatOpenAI):
-    """ChatOpenAI for vLLM: merged `extra_body`, vLLM `stop_reason` kept per choice."""
+    """ChatOpenAI for vLLM: merged `extra_body`, the session header, vLLM `stop_reason` kept."""
 
     supports_n_choices: bool = True
     """Each of n choices keeps its own logprobs here, so callers may ask for n > 1 at once."""
+
+    timeouts: RequestTimeout = RequestTimeout()
+    """Per-request timeout sized to the request's max_tokens; unused when `timeout=` is set."""
 
     def _get_request_payload(
         self,
@@ -81,11 +143,18 @@ class VLLMChatOpenAI(ChatOpenAI):
         stop: list[str] | None = None,
         **kwargs: Any,
     ) -> dict:
-        """Merge call-time `extra_body` over the constructor's instead of replacing it."""
+        """Merge call-time `extra_body` over the constructor's instead of replacing it; add
+        the current session's `X-Session-ID` header (`servers.sessions`)."""
         call_extra = kwargs.pop("extra_body", None)
         payload = super()._get_request_payload(input_, stop=stop, **kwargs)
         if call_extra:
             payload["extra_body"] = {**(self.extra_body or {}), **call_extra}
+        if self.request_timeout is None and "timeout" not in payload:
+            max_tokens = payload.get("max_completion_tokens", payload.get("max_tokens"))
+            payload["timeout"] = self.timeouts.for_request(max_tokens)
+        headers = session_headers()
+        if headers:
+            payload["extra_headers"] = {**(payload.get("extra_headers") or {}), **headers}
         return payload
 
     def _create_chat_result(
@@ -113,39 +182,6 @@ class VLLMChatOpenAI(ChatOpenAI):
         return result
 
 
-@dataclass(frozen=True)
-class Endpoint:
-    """Where a model is served: OpenAI-compatible base URL and model name (None: ask server)."""
-
-    base_url: str
-    model: str | None
-
-
-def default_endpoints() -> tuple[Endpoint, Endpoint]:
-    """(backbone, verifier) endpoints from the environment, else the default CPU profile's.
-
-    Backbone: `MUR_BASE_URL` / `MUR_MODEL`. Verifier: `MUR_VERIFIER_URL` /
-    `MUR_VERIFIER_MODEL`, defaulting to the backbone (the model judges its own steps).
-    A URL given without a model name resolves the model from the server's /v1/models.
-    """
-    default = get_profile(DEFAULT_PROFILE)
-    env_url = os.environ.get("MUR_BASE_URL", "").strip()
-    env_model = os.environ.get("MUR_MODEL", "").strip() or None
-    if env_url:
-        backbone = Endpoint(normalize_base_url(env_url), env_model)
-    else:
-        backbone = Endpoint(default.base_url, env_model or default.served_model_name)
-    ver_url = os.environ.get("MUR_VERIFIER_URL", "").strip()
-    ver_model = os.environ.get("MUR_VERIFIER_MODEL", "").strip() or None
-    if ver_url:
-        verifier = Endpoint(normalize_base_url(ver_url), ver_model)
-    elif ver_model:
-        verifier = Endpoint(backbone.base_url, ver_model)
-    else:
-        verifier = backbone
-    return backbone, verifier
-
-
 def resolve_model(base_url: str, timeout: float = 5) -> str:
     """The model served at `base_url` (the first listed), or ServerUnavailable."""
     models = check_endpoint(base_url, timeout=timeout)
@@ -168,9 +204,11 @@ def make_chat_model(
 
     `model=None` asks the server which model it serves. `overrides` replace any of
     `SAMPLING_DEFAULTS` (top_k included) or pass other ChatOpenAI fields (e.g. `n`, `stop`,
-    `top_logprobs`, `timeout`); an `extra_body` override is merged with the sampling one.
+    `top_logprobs`); an `extra_body` override is merged with the sampling one.
     `logprobs=True` is on so every reply carries per-token logprobs in
-    `response_metadata["logprobs"]["content"]`.
+    `response_metadata["logprobs"]["content"]`. The SDK does not retry (`max_retries=0`; the
+    graph's RetryPolicy does), and each request's timeout follows its max_tokens
+    (`RequestTimeout.from_env()`, or `timeouts=`); a fixed `timeout=` seconds overrides that.
     """
     url = normalize_base_url(base_url)
     name = model or resolve_model(url)
@@ -183,6 +221,8 @@ def make_chat_model(
     if max_tokens is not None:
         params["max_tokens"] = max_tokens
     overrides.setdefault("logprobs", True)
+    overrides.setdefault("max_retries", 0)
+    overrides.setdefault("timeouts", RequestTimeout.from_env())
     api_key = os.environ.get("OPENAI_API_KEY") or "EMPTY"
     return VLLMChatOpenAI(
         base_url=url,

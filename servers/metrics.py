@@ -24,6 +24,11 @@ from servers.launcher import normalize_base_url, root_url
 
 GENERATION_TOKENS = "vllm:generation_tokens_total"
 PROMPT_TOKENS = "vllm:prompt_tokens_total"
+PREFIX_CACHE_QUERIES = "vllm:prefix_cache_queries_total"
+"""Prompt tokens looked up in the prefix cache (vLLM 0.32; checked on a live server)."""
+PREFIX_CACHE_HITS = "vllm:prefix_cache_hits_total"
+"""Of those, tokens found cached (their KV was reused, not recomputed)."""
+REQUESTS_DONE = "vllm:request_success_total"
 
 
 def samples(text: str) -> Iterator[Sample]:

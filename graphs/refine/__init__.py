@@ -32,6 +32,8 @@ def summarise(record: Mapping[str, Any] | None) -> str:
     """A refine record's few words (`revised`, `chose 2 of 4`, ...), '' for none."""
     if not record:
         return ""
+    if record.get("context_length"):  # the graph kept the draft: the context was full
+        return "no room left in the context, draft kept"
     return check_strategy(record["strategy"]).summarise(record)
 
 

@@ -3,7 +3,6 @@ context by the external model; the one with the highest P(Yes) is kept."""
 
 from __future__ import annotations
 
-import asyncio
 from typing import Annotated, Literal
 
 from langchain_core.language_models import BaseChatModel
@@ -24,7 +23,7 @@ from graphs.refine.base import (
 from graphs.state import Context, RefineInput, RefineOutput
 from nodes.draft import StepCandidate
 from nodes.judge import Judgement, judge_step
-from nodes.llm import Usage, add_usage
+from nodes.llm import Usage, add_usage, gather_all
 from nodes.select import argmax_first
 
 
@@ -57,7 +56,7 @@ def build(backbone: BaseChatModel, verifier: BaseChatModel, context_of: ContextO
         """The external model judges every candidate in context, concurrently."""
         ctx = context_of(runtime)
         texts, index = kept_texts(state), step_index(state)
-        results = await asyncio.gather(
+        results = await gather_all(
             *(
                 judge_step(
                     verifier,

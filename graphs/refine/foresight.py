@@ -3,7 +3,6 @@ that mix the rollouts' mean logprob with the size of their TF-IDF cluster."""
 
 from __future__ import annotations
 
-import asyncio
 from typing import Annotated, Any, Literal
 
 from langchain_core.language_models import BaseChatModel
@@ -25,7 +24,7 @@ from graphs.refine.base import (
 from graphs.state import Context, RefineInput, RefineOutput
 from nodes.draft import StepCandidate, contains_answer, conversation
 from nodes.gates import derive_seed
-from nodes.llm import Request, Usage, add_usage, generate
+from nodes.llm import Request, Usage, add_usage, gather_all, generate
 from nodes.select import (
     argmax_first,
     cluster_labels,
@@ -101,7 +100,7 @@ def build(backbone: BaseChatModel, verifier: BaseChatModel, context_of: ContextO
             }
             return rollout, reply.usage("backbone")
 
-        results = await asyncio.gather(*(roll(c) for c in state["candidates"]))
+        results = await gather_all(*(roll(c) for c in state["candidates"]))
         usage = sum((spent for _, spent in results), Usage())
         return {"rollouts": [rollout for rollout, _ in results], "usage": usage.as_dict()}
 

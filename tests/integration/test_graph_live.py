@@ -12,7 +12,8 @@ from graphs.mur import build_graph
 from graphs.solve import solve
 from nodes.gates import replay_decisions
 from nodes.uncertainty import step_uncertainty
-from servers import generation_tokens, make_chat_model
+from servers import generation_tokens
+from servers.connect import connect
 
 pytestmark = pytest.mark.integration
 
@@ -27,7 +28,7 @@ TINY = {"max_steps": 4, "max_step_tokens": 48, "judge_max_tokens": 32, "thinking
 
 @pytest.fixture(scope="module")
 def backbone(cpu_server):
-    return make_chat_model(cpu_server.base_url, cpu_server.model)
+    return connect(base_url=cpu_server.base_url, model=cpu_server.model).backbone
 
 
 async def solve_all(graph, context: Context) -> list[tuple[dict, list[dict]]]:

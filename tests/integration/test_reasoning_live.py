@@ -22,12 +22,18 @@ from run import SAMPLE_QUESTION
 from servers import generation_tokens, make_chat_model
 from servers.errors import ServerError
 from servers.launcher import RunningServer, down, up
-from servers.profiles import DEFAULT_PROFILE
+from servers.profiles import DEFAULT_PROFILE, get_profile
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(3600)]
 
-# Caps that keep four concurrent solutions to a few minutes on two cores.
-SMALL = {"max_steps": 4, "max_step_tokens": 160, "judge_max_tokens": 96, "thinking_budget": 96}
+# Caps that keep four concurrent solutions to a few minutes on two cores (about 2,000 tokens).
+SMALL = {
+    "max_steps": 2,
+    "max_step_tokens": 96,
+    "judge_max_tokens": 64,
+    "thinking_budget": 64,
+    "num_candidates": 2,
+}
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +51,8 @@ def reasoner() -> Iterator[RunningServer]:
 
 async def test_every_strategy_scales_every_step_of_a_real_solution(reasoner) -> None:
     model = make_chat_model(reasoner.base_url, reasoner.model)
-    context = Context(gate="always", **SMALL)
+    # The profile's own settings (paragraph steps), as `make run` uses them, made small.
+    context = Context(**{**get_profile(DEFAULT_PROFILE).recommended, **SMALL, "gate": "always"})
     graphs = [build_graph(strategy, backbone=model) for strategy in STRATEGIES]
     before = generation_tokens(reasoner.base_url)
     solutions = await asyncio.gather(

@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 QUESTIONS, GATES = 4, ["mur", "never"]
 
 
-def benchmark(base_url: str, out: Path) -> subprocess.Popen:
+def benchmark(base_url: str, out: Path, data: Path) -> subprocess.Popen:
     return subprocess.Popen(
         [
             sys.executable,
@@ -30,6 +30,8 @@ def benchmark(base_url: str, out: Path) -> subprocess.Popen:
             "critic",
             "--dataset",
             "math500",
+            "--data-dir",
+            str(data),
             "--limit",
             str(QUESTIONS),
             "--gate",
@@ -61,9 +63,12 @@ def records(out: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.endswith("}")]
 
 
-def test_killing_the_server_mid_run_loses_and_duplicates_nothing(cpu_server, tmp_path) -> None:
+@pytest.mark.timeout(3600)  # a benchmark, a restart of the server (up to 900 s), the rerun
+def test_killing_the_server_mid_run_loses_and_duplicates_nothing(
+    cpu_server, tmp_path, test_data
+) -> None:
     out = tmp_path / "run"
-    run = benchmark(cpu_server.base_url, out)
+    run = benchmark(cpu_server.base_url, out, test_data)
     deadline = time.monotonic() + 600
     while len(records(out)) < 2:
         assert run.poll() is None, run.stderr.read()
@@ -81,7 +86,7 @@ def test_killing_the_server_mid_run_loses_and_duplicates_nothing(cpu_server, tmp
     eager = os.environ.get("MUR_TEST_COMPILED", "") != "1"
     restarted = up("cpu-tiny", eager=eager, timeout=900, progress=False)
     cpu_server.pid = restarted.pid  # later tests and the session teardown use the new one
-    rerun = benchmark(restarted.base_url, out)
+    rerun = benchmark(restarted.base_url, out, test_data)
     _, stderr = rerun.communicate(timeout=900)
     assert rerun.returncode == 0, stderr
     assert f"{partial} already in" in stderr

@@ -66,7 +66,11 @@ async def test_a_checkpointed_run_resumes_where_it_stopped(tmp_path: Path) -> No
     assert result["usage"]["backbone_tokens"] == 16
 
 
-def test_ctrl_c_on_a_benchmark_says_how_to_resume(tmp_path: Path) -> None:
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def test_ctrl_c_on_a_benchmark_says_how_to_resume(tmp_path: Path, test_data: Path) -> None:
     with faulty_server(["delay:0.5"]) as server:
         proc = subprocess.Popen(
             [
@@ -78,6 +82,8 @@ def test_ctrl_c_on_a_benchmark_says_how_to_resume(tmp_path: Path) -> None:
                 "never",
                 "--dataset",
                 "math500",
+                "--data-dir",
+                str(test_data),
                 "--limit",
                 "20",
                 "--concurrency",
@@ -91,6 +97,9 @@ def test_ctrl_c_on_a_benchmark_says_how_to_resume(tmp_path: Path) -> None:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
+            # As from a terminal: a shell's background job inherits SIGINT ignored, and a
+            # Python started that way never raises KeyboardInterrupt.
+            preexec_fn=_default_sigint,
         )
         records = tmp_path / "records.jsonl"
         deadline = time.monotonic() + 60

@@ -45,6 +45,15 @@ BAD = {
     "gate list without dataset": (["--strategy", "critic", "--gate", "mur,never"], "--dataset"),
     "bad gate label": (["--strategy", "critic", "--gate", "mur@0.5"], "only random takes a rate"),
     "model without url": (["--strategy", "critic", "--model", "m"], "--base-url"),
+    "replicas as a url list": (
+        ["--strategy", "critic", "--base-url", "http://a:8000/v1,http://b:8000/v1"],
+        "--base-url takes one URL, got 'http://a:8000/v1,http://b:8000/v1': to spread questions "
+        "over replicas, start them behind vllm-router with `python -m servers up --replicas N`",
+    ),
+    "verifier replicas as a url list": (
+        ["--strategy", "critic", "--verifier-url", "a:1,b:2"],
+        "--verifier-url takes one URL",
+    ),
 }
 
 

@@ -1,115 +1,241 @@
-"""Server faults against the real client code: what is retried, what stops, what it says."""
+"""The README's fault table, row by row, through `run.py` with the shipped clients.
+
+Every test runs the command line as a user would, against the loopback fault injector: the
+client factory's own settings (no SDK retries, timeouts sized to max_tokens) and the graph's
+RetryPolicy are what is tested, not a client built for the test. Timeouts are shortened only
+through their documented environment variables.
+"""
 
 from __future__ import annotations
 
+import json
+import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from faulty_server import MODEL, faulty_server
-from graphs import Context, build_graph
-from nodes.llm import MissingLogprobsError
-from servers import ServerUnavailable, check_endpoint, make_chat_model
+from faulty_server import MODEL, STEP_TOKENS, faulty_server
 
 ROOT = Path(__file__).resolve().parents[2]
-CONTEXT = Context(gate="never", max_steps=2)
+# A request may take 1 s + 1 ms per requested token before it counts as stalled: with
+# --max-step-tokens 64 (FAST) a stalled attempt ends after about 1.06 s.
+SHORT_TIMEOUTS = {"MUR_TIMEOUT_FLOOR_S": "1", "MUR_TIMEOUT_PER_TOKEN_S": "0.001"}
+FAST = ("--max-step-tokens", "64")
+ANSWER_REPLY_TOKENS = 13  # faulty_server's "ok": 12 tokens and the end of sequence
 
 
-def graph_for(base_url: str, timeout: float = 10.0):
-    # The client's own retries are off so each attempt below is one of the graph's.
-    model = make_chat_model(base_url, MODEL, max_retries=0, timeout=timeout)
-    return build_graph("critic", backbone=model)
-
-
-async def solve(base_url: str, timeout: float = 10.0) -> dict:
-    return await graph_for(base_url, timeout).ainvoke({"question": "2 + 2?"}, context=CONTEXT)
-
-
-async def test_transient_500s_are_retried() -> None:
-    with faulty_server(["500", "500", "ok"]) as server:
-        result = await solve(server.base_url)
-    assert result["answer"] == "4"
-    assert server.requests == 3
-
-
-async def test_persistent_500s_stop_after_bounded_attempts() -> None:
-    import openai
-
-    with (
-        faulty_server(["500"]) as server,
-        pytest.raises(openai.InternalServerError, match="injected 500"),
-    ):
-        await solve(server.base_url)
-    assert server.requests == 3
-
-
-async def test_a_cut_body_is_retried() -> None:
-    with faulty_server(["cut", "ok"]) as server:
-        result = await solve(server.base_url)
-    assert result["answer"] == "4" and server.requests == 2
-
-
-async def test_a_timeout_is_retried() -> None:
-    with faulty_server(["delay:3", "ok"]) as server:
-        result = await solve(server.base_url, timeout=1.0)
-    assert result["answer"] == "4" and server.requests == 2
-
-
-async def test_missing_logprobs_fail_at_once_with_what_to_do() -> None:
-    with (
-        faulty_server(["no_logprobs"]) as server,
-        pytest.raises(MissingLogprobsError, match="logprobs=true"),
-    ):
-        await solve(server.base_url)
-    assert server.requests == 1
-
-
-async def test_bad_requests_are_not_retried() -> None:
-    import openai
-
-    with faulty_server(["400"]) as server, pytest.raises(openai.BadRequestError):
-        await solve(server.base_url)
-    assert server.requests == 1
-
-
-async def test_a_body_that_is_not_json_is_an_error() -> None:
-    with faulty_server(["garbage"]) as server, pytest.raises(Exception) as info:
-        await solve(server.base_url)
-    assert not isinstance(info.value, AssertionError)
-
-
-def test_refused_connection_names_the_url_and_the_fix() -> None:
-    with pytest.raises(ServerUnavailable, match=r"127\.0\.0\.1:9.*python -m servers up"):
-        check_endpoint("http://127.0.0.1:9/v1", timeout=2)
-
-
-def run_cli(*args: str) -> subprocess.CompletedProcess:
+def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("MUR_")}
     return subprocess.run(
-        [sys.executable, "run.py", *args], cwd=ROOT, capture_output=True, text=True, timeout=120
+        [sys.executable, "run.py", "--strategy", "critic", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**environment, **(env or {})},
     )
 
 
-def test_cli_against_a_missing_server_says_so_in_one_line() -> None:
-    done = run_cli("--strategy", "critic", "--base-url", "http://127.0.0.1:9/v1")
+def solve(base_url: str, *args: str, env: dict[str, str] | None = None) -> tuple[int, dict, str]:
+    """run.py --json against `base_url`: (exit status, the output contract or {}, stderr)."""
+    done = run_cli("--gate", "never", "--json", "--base-url", base_url, *args, env=env)
+    result = json.loads(done.stdout) if done.returncode == 0 else {}
+    return done.returncode, result, done.stderr
+
+
+def one_line(stderr: str) -> str:
+    """The last line of stderr, after checking that no traceback came before it."""
+    assert "Traceback" not in stderr, stderr
+    return stderr.strip().splitlines()[-1]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+# ------------------------------------------------------------------- no server at the URL
+
+
+def test_no_server_at_base_url_names_it_and_what_to_do() -> None:
+    url = f"http://127.0.0.1:{free_port()}/v1"
+    done = run_cli("--base-url", url, "--model", "x")
+    line = one_line(done.stderr)
     assert done.returncode == 1
-    assert "Traceback" not in done.stderr
-    assert "http://127.0.0.1:9" in done.stderr and "python -m servers up" in done.stderr
+    assert line.startswith(f"run.py: no vLLM server at {url}") and "--base-url" in line
+    assert "python -m servers" not in line  # the embedded server is not in use
 
 
-def test_cli_reports_a_server_without_logprobs_in_one_line() -> None:
-    with faulty_server(["no_logprobs"]) as server:
-        done = run_cli("--strategy", "critic", "--gate", "never", "--base-url", server.base_url)
-    assert done.returncode == 1
-    assert "Traceback" not in done.stderr
-    assert "logprobs" in done.stderr.strip().splitlines()[-1]
-
-
-def test_cli_solves_against_any_openai_compatible_server() -> None:
+def test_no_server_at_verifier_url_names_it() -> None:
+    url = f"http://127.0.0.1:{free_port()}/v1"
     with faulty_server(["ok"]) as server:
-        done = run_cli(
-            "--strategy", "critic", "--gate", "never", "--json", "--base-url", server.base_url
-        )
+        done = run_cli("--base-url", server.base_url, "--verifier-url", url)
+    line = one_line(done.stderr)
+    assert done.returncode == 1
+    assert f"no vLLM server at {url}" in line and "--verifier-url" in line
+    assert server.requests == 0  # nothing was asked of the backbone
+
+
+def test_no_server_at_mur_base_url_names_the_variable() -> None:
+    url = f"http://127.0.0.1:{free_port()}/v1"
+    done = run_cli(env={"MUR_BASE_URL": url})
+    line = one_line(done.stderr)
+    assert done.returncode == 1 and url in line and "MUR_BASE_URL" in line
+
+
+# ----------------------------------------------------------------------- transient faults
+
+TRANSIENT = ["500", "cut", "reset", "stall"]
+
+
+@pytest.mark.parametrize("fault", TRANSIENT)
+def test_a_transient_fault_is_retried_by_the_graph_alone(fault: str) -> None:
+    with faulty_server([fault, fault, "ok"]) as server:
+        status, result, stderr = solve(server.base_url, *FAST, env=SHORT_TIMEOUTS)
+    assert status == 0, stderr
+    assert result["answer"] == "4"
+    # Two failed attempts and the good one: the client itself retried nothing.
+    assert server.requests == 3
+    assert result["usage"]["llm_calls"] == 1 and result["usage"]["failed_calls"] == 2
+
+
+@pytest.mark.parametrize(
+    ("fault", "says"),
+    [
+        ("500", "the model server failed the request (HTTP 500), 3 attempts: injected 500"),
+        ("reset", "lost the model server at http://127.0.0.1:"),
+        ("stall", "did not answer in time, 3 attempts"),
+    ],
+)
+def test_a_persistent_fault_stops_after_three_attempts(fault: str, says: str) -> None:
+    with faulty_server([fault]) as server:
+        status, _, stderr = solve(server.base_url, *FAST, env=SHORT_TIMEOUTS)
+    assert status == 1
+    assert says in one_line(stderr)
+    assert server.requests == 3
+
+
+# ---------------------------------------------------------------------- permanent faults
+
+
+def test_reply_without_logprobs_stops_at_once() -> None:
+    with faulty_server(["no_logprobs"]) as server:
+        status, _, stderr = solve(server.base_url)
+    assert status == 1
+    assert "logprobs" in one_line(stderr)
+    assert server.requests == 1
+
+
+def test_http_400_is_not_retried_and_says_so() -> None:
+    with faulty_server(["400"]) as server:
+        status, _, stderr = solve(server.base_url)
+    assert status == 1
+    assert one_line(stderr) == "run.py: the model server refused a request (HTTP 400): injected 400"
+    assert server.requests == 1
+
+
+def test_a_body_that_is_not_json_stops_the_question() -> None:
+    with faulty_server(["garbage"]) as server:
+        status, _, stderr = solve(server.base_url)
+    assert status == 1
+    assert one_line(stderr).startswith("run.py: ")
+    assert server.requests == 1
+
+
+# -------------------------------------------------------------------------- the context
+
+
+def test_context_overflow_ends_the_solution_with_what_was_kept() -> None:
+    with faulty_server(["step", "overflow:5000"]) as server:
+        status, result, stderr = solve(server.base_url)
+    assert status == 0, stderr
+    assert result["finish_reason"] == "context_length"
+    assert [s["text"] for s in result["steps"]] == ["".join(STEP_TOKENS).strip()]
+    assert result["answer"] == "4"  # the kept step's \boxed{4}
+    assert result["fallback"] is None  # the prompt alone was too long: no room for one
+    assert server.requests == 2 and result["usage"]["failed_calls"] == 1
+
+
+def test_context_overflow_with_room_left_asks_for_the_answer_within_it() -> None:
+    # The server says the prompt has 3900 of 4096 tokens: 196 left, 16 kept as a margin.
+    with faulty_server(["step", "overflow:3900", "ok"]) as server:
+        status, result, stderr = solve(server.base_url, "--max-step-tokens", "1024")
+    assert status == 0, stderr
+    assert result["finish_reason"] == "context_length"
+    assert result["fallback"]["text"].endswith("the answer is 4.")
+    assert server.bodies[2]["max_completion_tokens"] == 4096 - 3900 - 16
+    assert len(result["steps"]) == 1 and server.requests == 3
+
+
+def test_a_step_cut_by_the_end_of_the_context_ends_the_solution() -> None:
+    with faulty_server(["length:5"]) as server:
+        status, result, stderr = solve(server.base_url, "--max-step-tokens", "64")
+    assert status == 0, stderr
+    assert result["finish_reason"] == "context_length"
+    assert len(result["steps"]) == 1 and server.requests == 1
+
+
+def test_a_step_cut_by_its_own_cap_goes_on() -> None:
+    with faulty_server(["length:8", "ok"]) as server:
+        status, result, stderr = solve(server.base_url, "--max-step-tokens", "8")
+    assert status == 0, stderr
+    assert result["finish_reason"] == "answer" and len(result["steps"]) == 2
+
+
+# ------------------------------------------------------------------------ usage and faults
+
+
+def test_usage_counts_every_answered_attempt_against_the_servers_count() -> None:
+    """A scaled step whose refine fails halfway: its first critique still counts.
+
+    Critic at step 1: draft, critique (answered), revise (500: the refine node fails and is
+    retried), critique again, revise; the revision states the answer.
+    """
+    with faulty_server(["step", "ok", "500", "ok", "ok"]) as server:
+        done = run_cli("--gate", "always", "--json", "--base-url", server.base_url)
     assert done.returncode == 0, done.stderr
-    assert '"answer": "4"' in done.stdout
+    usage = json.loads(done.stdout)["usage"]
+    generated = usage["backbone_tokens"] + usage["external_tokens"]
+    assert generated == server.completion_tokens
+    assert usage["llm_calls"] == server.answered == 4
+    assert usage["failed_calls"] == server.faults == 1
+    assert usage["external_tokens"] == 2 * ANSWER_REPLY_TOKENS  # both critiques
+
+
+# ----------------------------------------------------------------- resuming a single run
+
+
+def test_checkpoint_and_thread_id_resume_from_the_command_line(tmp_path: Path) -> None:
+    resume = ["--checkpoint", str(tmp_path / "run.sqlite"), "--thread-id", "t1"]
+    with faulty_server(["step", "500"]) as server:
+        status, _, stderr = solve(server.base_url, *resume)
+    assert status == 1 and "HTTP 500" in one_line(stderr)
+    assert server.requests == 1 + 3  # step 1 kept, step 2 failed three times
+    with faulty_server(["ok"]) as server:
+        status, result, stderr = solve(server.base_url, *resume)
+    assert status == 0, stderr
+    assert server.requests == 1  # only step 2 was asked again
+    assert [s["index"] for s in result["steps"]] == [1, 2]
+    assert result["answer"] == "4" and result["usage"]["llm_calls"] == 2
+    with faulty_server(["ok"]) as server:  # a finished thread answers from the checkpoint
+        status, again, _ = solve(server.base_url, *resume)
+    assert status == 0 and again == result and server.requests == 0
+
+
+def test_without_model_the_servers_own_is_asked_for() -> None:
+    with faulty_server(["ok"]) as server:
+        status, result, stderr = solve(server.base_url)
+    assert status == 0, stderr
+    assert result["answer"] == "4" and server.bodies[0]["model"] == MODEL
+
+
+def test_cli_sends_one_session_id_on_every_request_of_the_question() -> None:
+    with faulty_server(["ok"]) as server:
+        done = run_cli("--gate", "always", "--json", "--base-url", server.base_url)
+    assert done.returncode == 0, done.stderr
+    assert len(server.sessions) >= 2  # a draft and its judge at least
+    assert len(set(server.sessions)) == 1 and server.sessions[0].startswith("run.py/")

@@ -90,6 +90,7 @@ async def test_token_accounting_counts_every_generated_token() -> None:
         "backbone_prompt_tokens": 7 * 10,
         "external_prompt_tokens": 2 * 10,
         "llm_calls": 9,
+        "failed_calls": 0,
     }
     assert result["usage"]["llm_calls"] == len(model.calls)
 

@@ -10,9 +10,14 @@ import pytest
 
 from evals.datasets import load_dataset
 from evals.records import RecordStore, load_records
-from evals.runner import BenchmarkPlan, parse_gate_label, record_command, run_benchmark, run_jobs
+from evals.runner import BenchmarkPlan, record_command, run_benchmark, run_jobs
 from fakes import FakeLogprobChat, Scripted
+from faulty_server import faulty_server
 from graphs import Context, build_graph
+from graphs.state import parse_gate_label
+from servers import make_chat_model
+
+TEST_DATA = Path(__file__).resolve().parents[1] / "data"  # a math500.jsonl of the tests' own
 
 
 def respond(messages, kwargs):
@@ -63,7 +68,7 @@ def never_jobs(problems, max_steps: int):
 
 
 def test_plan_runs_gamma_blind_gates_once() -> None:
-    problems = load_dataset("math500", limit=2)
+    problems = load_dataset("math500", TEST_DATA, limit=2)
     jobs = jobs_for(problems)
     assert len(jobs) == 2 * (2 + 1 + 1)
     assert {j.key.gamma for j in jobs if j.key.gate == "always"} == {None}
@@ -114,7 +119,7 @@ def test_run_benchmark_writes_records_report_and_the_command(tmp_path: Path, cap
 
 
 async def test_interrupted_run_resumes_without_loss_or_duplicates(tmp_path: Path) -> None:
-    problems = load_dataset("math500", limit=3)
+    problems = load_dataset("math500", TEST_DATA, limit=3)
     jobs = jobs_for(problems)
     graph = build_graph("critic", backbone=FakeLogprobChat(responder=respond))
     store = RecordStore(tmp_path)
@@ -144,7 +149,7 @@ async def test_failures_are_recorded_and_the_run_goes_on(tmp_path: Path) -> None
             raise ValueError("the server said no")
         return respond(messages, kwargs)
 
-    problems = load_dataset("math500", limit=2)
+    problems = load_dataset("math500", TEST_DATA, limit=2)
     jobs = never_jobs(problems, max_steps=3)
     graph = build_graph("critic", backbone=FakeLogprobChat(responder=flaky))
     store = RecordStore(tmp_path)
@@ -155,14 +160,10 @@ async def test_failures_are_recorded_and_the_run_goes_on(tmp_path: Path) -> None
 
 
 async def test_a_dead_server_stops_the_run_early(tmp_path: Path) -> None:
-    from faulty_server import MODEL, faulty_server
-    from servers import make_chat_model
-
-    problems = load_dataset("math500", limit=6)
+    problems = load_dataset("math500", TEST_DATA, limit=6)
     jobs = never_jobs(problems, max_steps=2)
     with faulty_server(["ok", "ok", "500"]) as server:
-        model = make_chat_model(server.base_url, MODEL, max_retries=0)
-        graph = build_graph("critic", backbone=model)
+        graph = build_graph("critic", backbone=make_chat_model(server.base_url))
         store = RecordStore(tmp_path)
         outcome = await run_jobs(
             graph, jobs, store, concurrency=1, show_progress=False, give_up_after=2
@@ -200,3 +201,48 @@ def test_gate_labels_name_a_gate_and_its_settings(label, gate, overrides) -> Non
 def test_bad_gate_labels_say_what_is_wrong(label: str) -> None:
     with pytest.raises(ValueError, match=label):
         parse_gate_label(label)
+
+
+async def test_a_context_overflow_is_a_record_not_an_error(tmp_path: Path) -> None:
+    problems = load_dataset("math500", TEST_DATA, limit=2)
+    jobs = never_jobs(problems, max_steps=3)
+    # Each question: one step, then a draft the server refuses as too long for its context.
+    with faulty_server(["step", "overflow:5000", "step", "overflow:5000"]) as server:
+        graph = build_graph("critic", backbone=make_chat_model(server.base_url))
+        store = RecordStore(tmp_path)
+        outcome = await run_jobs(graph, jobs, store, concurrency=1, show_progress=False)
+    assert (outcome.finished, outcome.failed) == (2, 0)
+    assert not store.errors_path.exists()
+    records = load_records(tmp_path)
+    assert [r["finish_reason"] for r in records] == ["context_length"] * 2
+    assert all(r["steps_total"] == 1 and r["usage"]["failed_calls"] == 1 for r in records)
+
+
+async def test_every_request_of_a_job_carries_that_jobs_session(tmp_path: Path) -> None:
+    """One session id per job (run id + job key) on every backbone and verifier request."""
+    from servers.sessions import current_session_id
+
+    seen: list[tuple[str | None, str]] = []
+
+    def recording(messages, kwargs):
+        seen.append((current_session_id(), str(messages[-1].content)))
+        return respond(messages, kwargs)
+
+    problems = load_dataset("math500", TEST_DATA, limit=3)
+    plan = BenchmarkPlan(
+        dataset="math500",
+        strategy="critic",
+        problems=tuple(problems),
+        gates=("always", "never"),
+        settings={"max_steps": 3},
+    )
+    jobs = plan.jobs()
+    model = FakeLogprobChat(responder=recording)
+    graph = build_graph("critic", backbone=model, verifier=model)
+    store = RecordStore(tmp_path)
+    await run_jobs(graph, jobs, store, concurrency=4, show_progress=False, run_id="run-7")
+    sessions = {sid for sid, _ in seen}
+    assert sessions == {f"run-7/{job.key.text}" for job in jobs}
+    for record in load_records(tmp_path):
+        calls = [sid for sid, _ in seen if sid == f"run-7/{record['key']}"]
+        assert len(calls) == record["usage"]["llm_calls"]  # judge calls included

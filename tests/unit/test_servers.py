@@ -21,7 +21,7 @@ from langchain_core.messages import AIMessage, HumanMessage
 
 from servers import clients, launcher
 from servers.__main__ import main
-from servers.clients import SAMPLING_DEFAULTS, Endpoint, default_endpoints, make_chat_model
+from servers.clients import SAMPLING_DEFAULTS, make_chat_model
 from servers.errors import ServerError, ServerUnavailable
 from servers.metrics import parse_counter
 from servers.profiles import (
@@ -227,7 +227,8 @@ def test_check_endpoint_on_closed_port_says_what_to_do() -> None:
         launcher.check_endpoint(url, timeout=2)
     message = str(info.value)
     assert message == (
-        f"no vLLM server at {url}: start one with `python -m servers up` or pass --base-url"
+        f"no vLLM server at {url} ([Errno 111] Connection refused): start one with "
+        "`python -m servers up` or pass --base-url"
     )
     assert "\n" not in message
 
@@ -470,24 +471,6 @@ def test_each_choice_keeps_its_own_metadata_and_stop_reason() -> None:
     assert [i["finish_reason"] for i in infos] == ["stop", "length"]
     assert infos[0]["logprobs"]["content"][0]["token"] == "t0"
     assert infos[1]["logprobs"]["content"][0]["token"] == "t1"
-
-
-def test_default_endpoints_from_profile_and_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    backbone, verifier = default_endpoints()
-    assert backbone == Endpoint("http://127.0.0.1:8022/v1", "Qwen2.5-Coder-1.5B-Instruct")
-    assert verifier == backbone
-    monkeypatch.setenv("MUR_BASE_URL", "http://gpu:8000")
-    monkeypatch.setenv("MUR_MODEL", "Qwen3-8B")
-    monkeypatch.setenv("MUR_VERIFIER_URL", "http://gpu:8001/v1")
-    monkeypatch.setenv("MUR_VERIFIER_MODEL", "GenPRM-1.5B")
-    assert default_endpoints() == (
-        Endpoint("http://gpu:8000/v1", "Qwen3-8B"),
-        Endpoint("http://gpu:8001/v1", "GenPRM-1.5B"),
-    )
-    monkeypatch.delenv("MUR_MODEL")
-    monkeypatch.delenv("MUR_VERIFIER_URL")
-    monkeypatch.delenv("MUR_VERIFIER_MODEL")
-    assert default_endpoints() == (Endpoint("http://gpu:8000/v1", None),) * 2
 
 
 # -------------------------------------------------------------------------------- metrics

@@ -1,0 +1,451 @@
+"""`python -m benchmarks.scaleout`: prefix-cache hits and throughput of replicas behind vllm-router.
+
+The same benchmark load (the first N MATH-500 questions through the MUR graph, one strategy
+and gate, small settings, N questions in flight, run by `evals.runner` exactly as `run.py
+--dataset` runs it, so every request of a question carries its `X-Session-ID`) runs against:
+
+- one: one server on every core (the cpu-tiny profile as it is);
+- consistent_hash: two replicas, one core each, behind vllm-router with `consistent_hash`:
+  each question's requests stay on one replica (the session header);
+- round_robin (or any other `--policies` entry): the same replicas, a policy that ignores the
+  session, so a question's steps alternate between replicas.
+
+Each configuration starts fresh servers (empty prefix caches) through the launcher, the way
+`python -m servers up [--replicas 2]` does, warms them, runs the load once and stops them.
+Reported: the prefix-cache hit rate (`vllm:prefix_cache_hits_total` /
+`vllm:prefix_cache_queries_total`, in prompt tokens, summed over the replicas), tokens per
+second, requests per replica, and the share of the CPU that other processes used meanwhile
+(this machine is shared). The hit-rate ratio between the policies is the figure that carries
+to GPUs; on this 2-core machine two replicas only split the same two cores. Server records
+and logs live in a private MUR_HOME (`--home`), so `python -m servers down --all` elsewhere
+cannot stop them mid-measurement.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shlex
+import shutil
+import signal
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+GIB = 1024**3
+NEED_GIB = {"one": 6.0, "two": 8.5}  # ~4.7 GiB server / two ~3.7 GiB replicas, plus headroom
+WAIT_S, WAIT_MAX_S = 30, 30 * 60
+SMALL_SETTINGS: dict[str, int] = {"max_steps": 6, "max_step_tokens": 96, "judge_max_tokens": 64}
+ONE = "one"
+
+
+@dataclass
+class Phase:
+    """One measured run of the load against one configuration."""
+
+    case: str
+    cores: str
+    wall_s: float = 0.0
+    finished: int = 0
+    failed: int = 0
+    graph_tokens: int = 0
+    server_tokens: float = 0.0
+    queried_tokens: float = 0.0
+    cached_tokens: float = 0.0
+    requests: list[int] = field(default_factory=list)
+    others_cpu: float | None = None
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def hit_rate(self) -> float:
+        return self.cached_tokens / self.queried_tokens if self.queried_tokens else 0.0
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.graph_tokens / self.wall_s if self.wall_s else 0.0
+
+
+# ------------------------------------------------------------------- the shared machine
+
+
+def available_gib() -> float:
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) * 1024 / GIB
+    return 0.0
+
+
+def wait_for_memory(need_gib: float) -> None:
+    """Servers die at start without RAM: wait (someone may be benchmarking) or give up."""
+    deadline = time.monotonic() + WAIT_MAX_S
+    while (have := available_gib()) < need_gib:
+        if time.monotonic() >= deadline:
+            raise SystemExit(f"only {have:.1f} GiB available after {WAIT_MAX_S} s of waiting")
+        print(f"{have:.1f} GiB available, need {need_gib}: waiting {WAIT_S} s", file=sys.stderr)
+        time.sleep(WAIT_S)
+
+
+def _busy_ticks() -> int:
+    fields_ = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(v) for v in fields_)
+    return user + nice + system + irq + softirq + steal
+
+
+def _group_ticks(pgids: set[int]) -> int:
+    """CPU ticks of every process in the given process groups (our servers)."""
+    total = 0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(stat[2]) in pgids:
+            total += int(stat[11]) + int(stat[12])
+    return total
+
+
+class CpuShare:
+    """The share of the machine's CPU that processes outside this benchmark used meanwhile."""
+
+    def __init__(self, pgids: set[int]) -> None:
+        self.pgids = pgids
+        self.start = self._sample()
+
+    def _sample(self) -> tuple[float, float, float]:
+        tick = os.sysconf("SC_CLK_TCK")
+        mine = os.times()
+        ours = _group_ticks(self.pgids) / tick + mine.user + mine.system
+        return time.monotonic(), _busy_ticks() / tick, ours
+
+    def others(self) -> float:
+        wall, busy, ours = (b - a for a, b in zip(self.start, self._sample(), strict=True))
+        return max(busy - ours, 0.0) / (wall * (os.cpu_count() or 1))
+
+
+def wait_for_quiet(max_share: float, ours: set[int]) -> float:
+    """Wait (up to `WAIT_MAX_S`) while other processes use more than `max_share` of the CPU,
+    sampled over 10 s; returns the last share seen (the phase is measured either way and
+    the table says how busy the machine was)."""
+    deadline = time.monotonic() + WAIT_MAX_S
+    while True:
+        sample = CpuShare(ours)
+        time.sleep(10)
+        share = sample.others()
+        if share <= max_share or time.monotonic() >= deadline:
+            return share
+        print(f"others use {share:.0%} of the CPU: waiting {WAIT_S} s", file=sys.stderr)
+        time.sleep(WAIT_S)
+
+
+@contextmanager
+def private_home(home: Path) -> Iterator[None]:
+    """Run records and logs under `home` meanwhile (models and compiled kernels stay shared)."""
+    saved = os.environ.get("MUR_HOME")
+    os.environ["MUR_HOME"] = str(home)
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop("MUR_HOME", None)
+        else:
+            os.environ["MUR_HOME"] = saved
+
+
+# ------------------------------------------------------------------------- measuring
+
+
+def counters(urls: Sequence[str]) -> list[dict[str, float]]:
+    """The vLLM counters this benchmark reads, per server."""
+    from servers.metrics import (
+        GENERATION_TOKENS,
+        PREFIX_CACHE_HITS,
+        PREFIX_CACHE_QUERIES,
+        REQUESTS_DONE,
+        read_counter,
+    )
+
+    names = (GENERATION_TOKENS, PREFIX_CACHE_QUERIES, PREFIX_CACHE_HITS, REQUESTS_DONE)
+    return [{name: read_counter(url, name) for name in names} for url in urls]
+
+
+def fill_from_counters(
+    phase: Phase, before: list[dict[str, float]], after: list[dict[str, float]]
+) -> None:
+    """Server-side deltas over the measured window, summed over the servers."""
+    from servers.metrics import (
+        GENERATION_TOKENS,
+        PREFIX_CACHE_HITS,
+        PREFIX_CACHE_QUERIES,
+        REQUESTS_DONE,
+    )
+
+    def delta(name: str) -> list[float]:
+        return [a[name] - b[name] for a, b in zip(after, before, strict=True)]
+
+    phase.server_tokens = sum(delta(GENERATION_TOKENS))
+    phase.queried_tokens = sum(delta(PREFIX_CACHE_QUERIES))
+    phase.cached_tokens = sum(delta(PREFIX_CACHE_HITS))
+    phase.requests = [round(v) for v in delta(REQUESTS_DONE)]
+
+
+def start_servers(
+    case: str, args: argparse.Namespace, base: Any, model_path: Path
+) -> tuple[Any, ...]:
+    """(client URL, replica URLs, cores per server, process group ids) for `case`."""
+    from servers.launcher import up
+    from servers.replicas import replica_profile, up_replicas
+
+    if case == ONE:
+        one = up(
+            replace(base, name="scaleout-one", port=args.port),
+            eager=args.eager,
+            timeout=args.start_timeout,
+            progress=False,
+            model_path=model_path,
+        )
+        cores = base.env["VLLM_CPU_OMP_THREADS_BIND"]
+        return one.base_url, [one.base_url], cores, {one.pid}
+    group = up_replicas(
+        base,
+        2,
+        port=args.port,
+        policy=case,
+        eager=args.eager,
+        timeout=args.start_timeout,
+        progress=False,
+        model_path=model_path,
+    )
+    members = [replica_profile(base, i, 2, args.port + 1 + i) for i in range(2)]
+    cores = " + ".join(m.env["VLLM_CPU_OMP_THREADS_BIND"] for m in members)
+    pids = {s.pid for s in [group.router, *group.replicas]}
+    return group.base_url, [r.base_url for r in group.replicas], cores, pids
+
+
+def stop_servers(case: str) -> None:
+    from servers.launcher import down
+    from servers.replicas import down_group
+
+    if case == ONE:
+        down("scaleout-one")
+    else:
+        down_group("scaleout")
+
+
+async def warm_up(model: Any) -> None:
+    """A few short requests, so start-up costs stay out of the timing."""
+    from langchain_core.messages import HumanMessage
+
+    from servers.sessions import session
+
+    async def one(index: int) -> None:
+        with session(f"warm-up/{index}"):
+            await model.ainvoke([HumanMessage(f"Count from 1 to {10 + index}.")], max_tokens=24)
+
+    await asyncio.gather(*(one(i) for i in range(8)))
+
+
+def run_load(url: str, problems: Sequence[Any], args: argparse.Namespace, phase: Phase) -> None:
+    """The benchmark load through `evals.runner`, as `run.py --dataset` runs it; the records
+    (full traces) stay in `<home>/runs/<case>` for a look afterwards."""
+    from evals.records import RecordStore, load_records
+    from evals.runner import plan_jobs, run_jobs
+    from graphs.mur import build_graph
+    from graphs.state import Context
+    from servers.clients import make_chat_model
+
+    graph = build_graph(args.strategy, backbone=make_chat_model(url))
+    jobs = plan_jobs(
+        problems,
+        args.strategy,
+        [args.gate],
+        [args.gamma],
+        1,
+        lambda gate, gamma, sample, budget: Context(gate=gate, gamma=gamma, **SMALL_SETTINGS),
+    )
+    folder = args.home / "runs" / phase.case
+    shutil.rmtree(folder, ignore_errors=True)  # a fresh run each time, never resumed
+    store = RecordStore(folder)
+    begin = time.monotonic()
+    outcome = asyncio.run(
+        run_jobs(graph, jobs, store, concurrency=args.concurrency, show_progress=False)
+    )
+    phase.wall_s = time.monotonic() - begin
+    records = load_records(folder)
+    if store.errors_path.exists():
+        errors = store.errors_path.read_text().splitlines()
+        phase.errors = [json.loads(line)["message"][:200] for line in errors[:3]]
+    phase.finished, phase.failed = outcome.finished, outcome.failed
+    phase.graph_tokens = sum(
+        r["usage"]["backbone_tokens"] + r["usage"]["external_tokens"] for r in records
+    )
+
+
+def measure(case: str, problems: Sequence[Any], args: argparse.Namespace) -> Phase:
+    """Start the case's servers, run the load once on them, stop them."""
+    from servers.clients import make_chat_model
+    from servers.model import ensure_default_model
+    from servers.profiles import get_profile
+
+    model_path = ensure_default_model()  # in the shared MUR_HOME, converted once
+    base = replace(get_profile("cpu-tiny"), name="scaleout")  # VLLM_CACHE_ROOT stays shared
+    wait_for_memory(NEED_GIB["one" if case == ONE else "two"])
+    with private_home(args.home):
+        print(f"[{case}] starting servers ...", file=sys.stderr)
+        try:
+            url, replica_urls, cores, pids = start_servers(case, args, base, model_path)
+            phase = Phase(case, cores)
+            asyncio.run(warm_up(make_chat_model(url)))  # outside the counted window
+            wait_for_quiet(args.max_others_cpu, pids)
+            before = counters(replica_urls)
+            cpu = CpuShare(pids)
+            print(f"[{case}] running {len(problems)} questions ...", file=sys.stderr)
+            run_load(url, problems, args, phase)
+            phase.others_cpu = cpu.others()
+            fill_from_counters(phase, before, counters(replica_urls))
+        finally:
+            stop_servers(case)
+    return phase
+
+
+# --------------------------------------------------------------------------- reporting
+
+
+def label(case: str) -> str:
+    if case == ONE:
+        return "one server"
+    session = " + session header" if case == "consistent_hash" else " (session ignored)"
+    return f"2 replicas, {case}{session}"
+
+
+def table(phases: Sequence[Phase]) -> str:
+    """Markdown table of the phases, then the ratios that matter."""
+    lines = [
+        "| configuration | cores | questions | wall s | tokens | tok/s | prefix-cache hit rate "
+        "| cached / queried prompt tokens | requests per server | others' CPU |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---|---:|",
+    ]
+    for p in phases:
+        failed = f" ({p.failed} failed)" if p.failed else ""
+        others = "-" if p.others_cpu is None else f"{p.others_cpu:.0%}"
+        lines.append(
+            f"| {label(p.case)} | {p.cores} | {p.finished}{failed} | {p.wall_s:.1f} "
+            f"| {p.graph_tokens:,} | {p.tokens_per_s:.1f} | {p.hit_rate:.1%} "
+            f"| {p.cached_tokens:,.0f} / {p.queried_tokens:,.0f} "
+            f"| {' / '.join(map(str, p.requests))} | {others} |"
+        )
+    by_case = {p.case: p for p in phases}
+    sticky, ones = by_case.get("consistent_hash"), by_case.get(ONE)
+    for case, other in by_case.items():
+        if sticky and case not in (ONE, "consistent_hash") and other.hit_rate:
+            lines.append(
+                f"\nHit rate consistent_hash / {case}: **{sticky.hit_rate / other.hit_rate:.2f}x** "
+                f"({sticky.hit_rate:.1%} vs {other.hit_rate:.1%}); tok/s "
+                f"{sticky.tokens_per_s / other.tokens_per_s:.2f}x."
+            )
+    if ones and ones.tokens_per_s:
+        for case, other in by_case.items():
+            if case != ONE:
+                lines.append(
+                    f"Throughput {case} / one server: {other.tokens_per_s / ones.tokens_per_s:.2f}x"
+                    f" tok/s."
+                )
+    return "\n".join(lines)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.scaleout",
+        description="Prefix-cache hit rate and tok/s: one vLLM CPU server vs two replicas "
+        "behind vllm-router, with and without session affinity.",
+    )
+    parser.add_argument("--questions", type=int, default=16, help="first N MATH-500 questions")
+    parser.add_argument("--strategy", default="critic")
+    parser.add_argument("--gate", default="mur")
+    parser.add_argument("--gamma", type=float, default=0.9)
+    parser.add_argument("--concurrency", type=int, default=8, help="questions in flight")
+    parser.add_argument(
+        "--policies",
+        default="consistent_hash,round_robin",
+        help="router policies to measure with two replicas (comma-separated)",
+    )
+    parser.add_argument(
+        "--port",
+        type=int,
+        default=8031,
+        help="router (or the single server) port; the replicas take the next two",
+    )
+    parser.add_argument(
+        "--max-others-cpu",
+        type=float,
+        default=0.25,
+        help="before each measurement, wait (up to 30 min) until other processes use at most "
+        "this share of the CPU",
+    )
+    parser.add_argument("--home", type=Path, default=None, help="private MUR_HOME for records")
+    parser.add_argument("--data-dir", help="benchmark data folder (default: ../shared/data)")
+    parser.add_argument("--eager", action="store_true", help="start the servers eager")
+    parser.add_argument("--start-timeout", type=float, default=1800)
+    parser.add_argument("--json", dest="json_out", help="also write the phases to this file")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    from servers.errors import ServerError
+    from servers.paths import mur_home
+    from servers.replicas import POLICIES
+
+    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    unknown = [p for p in policies if p not in POLICIES]
+    if unknown or args.questions <= 0 or args.concurrency <= 0:
+        print(
+            f"scaleout: policies must be among {', '.join(POLICIES)} (got {unknown}); "
+            "--questions and --concurrency must be > 0",
+            file=sys.stderr,
+        )
+        return 2
+    args.home = args.home or mur_home() / "scaleout"
+    from evals.datasets import load_dataset
+
+    problems = load_dataset("math500", args.data_dir, limit=args.questions)
+    phases: list[Phase] = []
+    # A `kill` stops the servers too: SystemExit unwinds through `measure`'s cleanup.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    try:
+        for case in [ONE, *policies]:
+            phases.append(measure(case, problems, args))
+            print(table(phases[-1:]), file=sys.stderr)
+    except ServerError as exc:
+        print(f"scaleout: {exc}", file=sys.stderr)
+        return 1
+    command = "python -m benchmarks.scaleout " + " ".join(
+        shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv)
+    )
+    print(
+        f"{command}\n{len(problems)} MATH-500 questions, strategy {args.strategy}, gate "
+        f"{args.gate} (gamma {args.gamma}), concurrency {args.concurrency}, "
+        f"{', '.join(f'{k}={v}' for k, v in SMALL_SETTINGS.items())}, "
+        f"{'eager' if args.eager else 'compiled'} cpu-tiny servers, {os.cpu_count()} cores\n"
+    )
+    print(table(phases))
+    for phase in phases:
+        for error in phase.errors:
+            print(f"{phase.case}: {error}", file=sys.stderr)
+    if args.json_out:
+        data = [
+            {**asdict(p), "hit_rate": p.hit_rate, "tokens_per_s": p.tokens_per_s} for p in phases
+        ]
+        Path(args.json_out).write_text(json.dumps(data, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,194 @@
+"""One way for every entry point to get its backbone and verifier clients.
+
+run.py, the graph's defaults (and so LangGraph Studio), the OpenAI-compatible endpoint and the
+tests all call `connect(...)`. Each endpoint comes from the first of: the caller's flags
+(`base_url`/`model`, `verifier_url`/`verifier_model`), the environment (`MUR_BASE_URL`,
+`MUR_MODEL`, `MUR_VERIFIER_URL`, `MUR_VERIFIER_MODEL`), or the embedded default CPU server. The
+verifier defaults to the backbone (the model judges its own steps). A profile (given, or
+the default profile when the embedded server is used) adds its recommended graph settings.
+
+With `probe=True` every URL is asked for its models before anything runs, with a short timeout,
+so a wrong address fails in seconds with one line naming it and what to do; the
+`python -m servers` hints appear only where the embedded server is in use.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from servers.clients import make_chat_model
+from servers.errors import ServerUnavailable
+from servers.launcher import EMBEDDED_HINT, check_endpoint, check_single_url, normalize_base_url, up
+from servers.profiles import DEFAULT_PROFILE, get_profile
+
+PROBE_TIMEOUT_S = 3.0
+"""Seconds to wait for GET /v1/models: a server that is up answers it in milliseconds."""
+
+
+@dataclass(frozen=True)
+class Connection:
+    """The clients a run uses, and where they came from."""
+
+    backbone: Any
+    verifier: Any
+    recommended: Mapping[str, Any] = field(default_factory=dict)
+    """The profile's recommended graph settings (empty without a profile)."""
+    profile: str | None = None
+    embedded: bool = False
+    """True when the backbone is the embedded default server (not --base-url / MUR_BASE_URL)."""
+    note: str = ""
+    """One line for people: which model at which URL."""
+
+
+@dataclass(frozen=True)
+class _Source:
+    """Where one role's endpoint comes from: URLs, model name, and how a person fixes it."""
+
+    urls: list[str]
+    model: str | None
+    hint: str
+
+
+def _hint(origin: str) -> str:
+    if origin == "embedded":
+        return EMBEDDED_HINT
+    if origin.startswith("MUR_"):
+        return f"check {origin}, or start the server it names"
+    return f"check {origin}, or start the server there (e.g. `vllm serve MODEL --port PORT`)"
+
+
+def _sources(
+    base_url: str | None,
+    model: str | None,
+    verifier_url: str | None,
+    verifier_model: str | None,
+    env: Mapping[str, str],
+) -> tuple[_Source, _Source | None, bool]:
+    """(backbone, verifier or None for "the backbone", embedded?) from flags, then env."""
+    env_url = env.get("MUR_BASE_URL", "").strip()
+    env_model = env.get("MUR_MODEL", "").strip() or None
+    if base_url:
+        backbone = _Source(_urls(base_url, "--base-url"), model, _hint("--base-url"))
+    elif env_url:
+        backbone = _Source(
+            _urls(env_url, "MUR_BASE_URL"), model or env_model, _hint("MUR_BASE_URL")
+        )
+    else:
+        default = get_profile(DEFAULT_PROFILE)
+        backbone = _Source(
+            [default.base_url], model or env_model or default.served_model_name, EMBEDDED_HINT
+        )
+    embedded = not base_url and not env_url
+    if verifier_url or verifier_model:
+        if verifier_url:
+            return (
+                backbone,
+                _Source(
+                    _urls(verifier_url, "--verifier-url"), verifier_model, _hint("--verifier-url")
+                ),
+                embedded,
+            )
+        return backbone, _Source(backbone.urls, verifier_model, backbone.hint), embedded
+    env_verifier_url = env.get("MUR_VERIFIER_URL", "").strip()
+    env_verifier_model = env.get("MUR_VERIFIER_MODEL", "").strip() or None
+    if base_url or not (env_verifier_url or env_verifier_model):
+        return backbone, None, embedded
+    if env_verifier_url:
+        verifier = _Source(
+            _urls(env_verifier_url, "MUR_VERIFIER_URL"),
+            env_verifier_model,
+            _hint("MUR_VERIFIER_URL"),
+        )
+    else:
+        verifier = _Source(backbone.urls, env_verifier_model, backbone.hint)
+    return backbone, verifier, embedded
+
+
+def _probe(source: _Source, timeout: float) -> _Source:
+    """Every URL answers with a model list; an unnamed model becomes the first one served."""
+    served = [
+        check_endpoint(url, timeout=timeout, hint=source.hint) for url in dict.fromkeys(source.urls)
+    ]
+    if source.model is None:
+        if not served[0]:
+            raise ServerUnavailable(
+                f"the server at {normalize_base_url(source.urls[0])} serves no model: {source.hint}"
+            )
+        return _Source(source.urls, served[0][0], source.hint)
+    return source
+
+
+def _describe(model: Any) -> str:
+    return f"{model.model_name} at {model.openai_api_base}"
+
+
+def _urls(url: str, what: str) -> list[str]:
+    """One URL (a server, or a vllm-router in front of replicas); a comma list is refused
+    with how to start a router."""
+    check_single_url(url, what)
+    return [normalize_base_url(url)]
+
+
+def connect(
+    *,
+    base_url: str | Sequence[str] | None = None,
+    model: str | None = None,
+    verifier_url: str | Sequence[str] | None = None,
+    verifier_model: str | None = None,
+    profile: str | None = None,
+    start: bool = False,
+    eager: bool = False,
+    probe: bool = True,
+    probe_timeout: float = PROBE_TIMEOUT_S,
+    progress: bool = False,
+    say: Callable[[str], None] | None = None,
+    env: Mapping[str, str] | None = None,
+    **client_options: Any,
+) -> Connection:
+    """Backbone and verifier clients from flags, env or the embedded server.
+
+    `start=True` starts the embedded server when it is the one in use and not running (else
+    its address is used as is). `probe=False` skips contacting the servers when the model
+    names are known (a graph compiled at import, e.g. for Studio, must not need a server).
+    `client_options` go to `make_chat_model` (e.g. `timeouts=`). Raises ServerError (the
+    message names the URL and what to do) or ServerUnavailable.
+    """
+    env = os.environ if env is None else env
+    say = say or (lambda text: None)
+    if isinstance(base_url, Sequence) and not isinstance(base_url, str):
+        base_url = ",".join(base_url)
+    if isinstance(verifier_url, Sequence) and not isinstance(verifier_url, str):
+        verifier_url = ",".join(verifier_url)
+    backbone_src, verifier_src, embedded = _sources(
+        base_url, model, verifier_url, verifier_model, env
+    )
+    profile = profile or (DEFAULT_PROFILE if embedded else None)
+    recommended = dict(get_profile(profile).recommended) if profile else {}  # before any server
+    if embedded and start:
+        say(
+            f"Using the embedded CPU vLLM server ({DEFAULT_PROFILE}); "
+            "pass --base-url to use another."
+        )
+        server = up(DEFAULT_PROFILE, eager=eager, progress=progress)
+        say(f"{'Started' if server.started else 'Reusing'} {server.model} at {server.base_url}")
+        backbone_src = _Source([server.base_url], backbone_src.model or server.model, EMBEDDED_HINT)
+    elif probe or backbone_src.model is None:
+        backbone_src = _probe(backbone_src, probe_timeout)
+    if verifier_src is not None and (probe or verifier_src.model is None):
+        verifier_src = _probe(verifier_src, probe_timeout)
+
+    backbone = make_chat_model(backbone_src.urls[0], backbone_src.model, **client_options)
+    verifier = backbone
+    if verifier_src is not None and (verifier_src.urls, verifier_src.model) != (
+        backbone_src.urls,
+        backbone_src.model,
+    ):
+        verifier = make_chat_model(verifier_src.urls[0], verifier_src.model, **client_options)
+
+    note = f"{'embedded' if embedded else 'backbone'} {_describe(backbone)}"
+    if verifier is not backbone:
+        note += f"; verifier {_describe(verifier)}"
+    return Connection(backbone, verifier, recommended, profile, embedded, note)

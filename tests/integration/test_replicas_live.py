@@ -1,0 +1,148 @@
+"""Two real replicas of the tiny model behind vllm-router, started by the CLI
+(`python -m servers up --replicas 2`); one is killed in the middle of a benchmark run.
+
+The router takes the dead replica out and its questions move to the other one: the run
+finishes, and a rerun of the same command finds every question done exactly once. The servers
+use this test's own ports (8034-8036) and a private MUR_HOME (records and logs; the converted
+model and vLLM's caches are the shared ones), so the shared cpu-tiny server is not touched.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from servers.metrics import REQUESTS_DONE, read_counter
+from servers.model import ensure_default_model
+from servers.paths import mur_home, vllm_cache_dir
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+ROUTER_PORT = 8034  # replicas on 8035 and 8036
+QUESTIONS, GATES = 4, ["mur", "never"]
+RUNNING = "vllm:num_requests_running"
+
+
+def cli(*args: str, env: dict[str, str], timeout: float = 900) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "servers", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+@pytest.fixture
+def replicas(tmp_path: Path) -> Iterator[tuple[dict[str, str], list[dict]]]:
+    """`python -m servers up --replicas 2` in a private MUR_HOME; `down` at the end."""
+    model = ensure_default_model()
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "models").symlink_to(model.parent, target_is_directory=True)
+    vllm_cache_dir().mkdir(parents=True, exist_ok=True)
+    (home / "vllm-cache").symlink_to(vllm_cache_dir(), target_is_directory=True)
+    env = {**os.environ, "MUR_HOME": str(home)}
+    assert mur_home() != home  # this process keeps the shared home
+    try:
+        up = cli("up", "--replicas", "2", "--port", str(ROUTER_PORT), "--eager", "--quiet", env=env)
+        assert up.returncode == 0, up.stderr
+        assert f"export MUR_BASE_URL=http://127.0.0.1:{ROUTER_PORT}/v1" in up.stdout
+        status = cli("status", "--json", env=env, timeout=60)
+        servers = json.loads(status.stdout)
+        yield env, servers
+    finally:
+        down = cli("down", "--profile", "cpu-tiny", env=env, timeout=120)
+        assert "cpu-tiny-router: stopped" in down.stdout, down.stdout + down.stderr
+
+
+def benchmark(base_url: str, out: Path, env: dict[str, str]) -> subprocess.Popen:
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "run.py",
+            "--strategy",
+            "critic",
+            "--dataset",
+            "math500",
+            "--limit",
+            str(QUESTIONS),
+            "--gate",
+            ",".join(GATES),
+            "--concurrency",
+            "4",
+            "--max-steps",
+            "3",
+            "--max-step-tokens",
+            "48",
+            "--judge-max-tokens",
+            "32",
+            "--base-url",
+            base_url,
+            "--out",
+            str(out),
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def records(out: Path) -> list[dict]:
+    path = out / "records.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.endswith("}")]
+
+
+def test_a_killed_replica_is_taken_out_and_the_run_finishes(replicas, tmp_path: Path) -> None:
+    env, servers = replicas
+    by_name = {s["profile"]: s for s in servers}
+    assert set(by_name) == {"cpu-tiny-router", "cpu-tiny-r1", "cpu-tiny-r2"}
+    assert "policy consistent_hash" in by_name["cpu-tiny-router"]["detail"]
+    router_url = by_name["cpu-tiny-router"]["base_url"]
+    replica_urls = [by_name[f"cpu-tiny-r{i}"]["base_url"] for i in (1, 2)]
+
+    out = tmp_path / "run"
+    run = benchmark(router_url, out, env)
+    begin = time.monotonic()
+    victim = None
+    while victim is None:  # wait until one replica is busy with a question, then kill it
+        assert run.poll() is None, run.stderr.read() if run.stderr else ""
+        assert time.monotonic() - begin < 600, "no replica got work within 10 minutes"
+        if len(records(out)) >= 1:
+            busy = [url for url in replica_urls if read_counter(url, RUNNING) > 0]
+            victim = busy[0] if busy else None
+        time.sleep(0.5)
+    survivor = next(url for url in replica_urls if url != victim)
+    victim_pid = next(s["pid"] for s in servers if s["base_url"] == victim)
+    done_before = read_counter(survivor, REQUESTS_DONE)
+    os.killpg(victim_pid, signal.SIGKILL)
+    killed_at = len(records(out))
+
+    _, stderr = run.communicate(timeout=900)
+    assert run.returncode == 0, stderr
+    assert "Traceback" not in stderr
+    keys = [record["key"] for record in records(out)]
+    assert len(keys) == len(set(keys)) == QUESTIONS * len(GATES)
+    assert killed_at < QUESTIONS * len(GATES)  # the kill came in the middle of the run
+    assert read_counter(survivor, REQUESTS_DONE) > done_before  # the router moved work over
+    assert time.monotonic() - begin < 900
+
+    rerun = benchmark(router_url, out, env)
+    _, stderr = rerun.communicate(timeout=300)
+    assert rerun.returncode == 0, stderr
+    assert f"{QUESTIONS * len(GATES)} already in" in stderr and "0 to go" in stderr
+    assert [record["key"] for record in records(out)] == keys

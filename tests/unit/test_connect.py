@@ -1,0 +1,158 @@
+"""One connect(): flags, then env, then the embedded server; clients that retry nothing and
+time out by the size of each request."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import replace
+
+import openai
+import pytest
+
+from faulty_server import MODEL, faulty_server
+from servers import RequestTimeout, ServerError, ServerUnavailable, make_chat_model
+from servers import connect as connect_module
+from servers.connect import connect
+from servers.profiles import DEFAULT_PROFILE, get_profile
+
+TINY = get_profile(DEFAULT_PROFILE)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextmanager
+def silent_listener() -> Iterator[str]:
+    """A port that accepts connections (into the backlog) and never answers."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(8)
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
+
+
+def where(model) -> tuple[str, str]:
+    return model.model_name, model.openai_api_base
+
+
+# ------------------------------------------------------------------------------- sources
+
+
+def test_without_flags_or_env_the_embedded_server_is_used() -> None:
+    connection = connect(probe=False, env={})
+    assert connection.embedded and connection.profile == DEFAULT_PROFILE
+    assert where(connection.backbone) == (TINY.served_model_name, TINY.base_url)
+    assert connection.verifier is connection.backbone
+    assert dict(connection.recommended) == dict(TINY.recommended)
+
+
+def test_env_names_backbone_and_verifier() -> None:
+    env = {
+        "MUR_BASE_URL": "http://gpu:8000",
+        "MUR_MODEL": "Qwen3-8B",
+        "MUR_VERIFIER_URL": "http://gpu:8001/v1",
+        "MUR_VERIFIER_MODEL": "GenPRM-1.5B",
+    }
+    connection = connect(probe=False, env=env)
+    assert not connection.embedded and connection.profile is None
+    assert where(connection.backbone) == ("Qwen3-8B", "http://gpu:8000/v1")
+    assert where(connection.verifier) == ("GenPRM-1.5B", "http://gpu:8001/v1")
+    assert connection.recommended == {}
+
+
+def test_flags_win_over_env_and_the_verifier_follows_the_flags() -> None:
+    env = {"MUR_BASE_URL": "http://gpu:8000", "MUR_MODEL": "a", "MUR_VERIFIER_URL": "http://v:1"}
+    connection = connect(base_url="http://other:9000/v1", model="b", probe=False, env=env)
+    assert where(connection.backbone) == ("b", "http://other:9000/v1")
+    assert connection.verifier is connection.backbone
+
+
+def test_verifier_model_alone_uses_the_backbones_server() -> None:
+    connection = connect(
+        base_url="http://h:1/v1", model="a", verifier_model="judge", probe=False, env={}
+    )
+    assert where(connection.verifier) == ("judge", "http://h:1/v1")
+
+
+def test_a_profile_adds_its_recommended_settings() -> None:
+    connection = connect(
+        base_url="http://h:1/v1", model="a", profile="qwen3-8b", probe=False, env={}
+    )
+    assert connection.recommended == {"thinking_style": "qwen3"}
+    with pytest.raises(ServerError, match="unknown server profile"):
+        connect(base_url="http://h:1/v1", model="a", profile="nope", probe=False, env={})
+
+
+def test_probing_asks_the_server_for_its_model() -> None:
+    with faulty_server(["ok"]) as server:
+        connection = connect(base_url=server.base_url, env={})
+    assert where(connection.backbone) == (MODEL, server.base_url)
+    assert "backbone faulty-model at" in connection.note
+
+
+# --------------------------------------------------------------------- unreachable servers
+
+
+def test_an_unreachable_base_url_names_it_and_the_flag() -> None:
+    url = f"http://127.0.0.1:{free_port()}/v1"
+    with pytest.raises(ServerUnavailable) as info:
+        connect(base_url=url, model="x", env={})
+    message = str(info.value)
+    assert message.startswith(f"no vLLM server at {url}") and "check --base-url" in message
+    assert "python -m servers" not in message
+
+
+def test_an_unreachable_verifier_url_names_it() -> None:
+    url = f"http://127.0.0.1:{free_port()}/v1"
+    with faulty_server(["ok"]) as server, pytest.raises(ServerUnavailable) as info:
+        connect(base_url=server.base_url, verifier_url=url, env={})
+    assert url in str(info.value) and "check --verifier-url" in str(info.value)
+
+
+def test_a_server_that_never_answers_fails_after_the_probe_timeout() -> None:
+    with silent_listener() as url, pytest.raises(ServerUnavailable) as info:
+        connect(base_url=url, model="x", probe_timeout=0.5, env={})
+    assert f"the server at {url} did not answer within 0.5 s" in str(info.value)
+
+
+def test_the_embedded_server_hint_only_where_it_is_in_use(monkeypatch) -> None:
+    gone = replace(TINY, port=free_port())
+    monkeypatch.setattr(connect_module, "get_profile", lambda name: gone)
+    with pytest.raises(ServerUnavailable, match=r"python -m servers up"):
+        connect(env={})  # not started: only its address is probed
+
+
+# ------------------------------------------------------------------------ client settings
+
+
+def test_the_sdk_never_retries_and_every_request_has_a_timeout() -> None:
+    llm = make_chat_model("http://h:1/v1", "m")
+    assert llm.max_retries == 0 and llm.request_timeout is None
+    timeout = llm._get_request_payload("hi", max_tokens=256)["timeout"]
+    assert isinstance(timeout, openai.Timeout)
+    assert timeout.read == 60 + 256 * 1.0 and timeout.connect == 3.0
+    assert llm._get_request_payload("hi")["timeout"].read == 60 + 32768  # uncapped
+
+
+def test_timeouts_follow_the_environment(monkeypatch) -> None:
+    monkeypatch.setenv("MUR_TIMEOUT_FLOOR_S", "5")
+    monkeypatch.setenv("MUR_TIMEOUT_PER_TOKEN_S", "0.5")
+    llm = make_chat_model("http://h:1/v1", "m", max_tokens=100)
+    assert llm._get_request_payload("hi")["timeout"].read == 5 + 100 * 0.5
+    monkeypatch.setenv("MUR_TIMEOUT_PER_TOKEN_S", "fast")
+    with pytest.raises(ServerError, match="MUR_TIMEOUT_PER_TOKEN_S='fast' is not a number"):
+        make_chat_model("http://h:1/v1", "m")
+    monkeypatch.setenv("MUR_TIMEOUT_PER_TOKEN_S", "0")
+    with pytest.raises(ServerError, match="must be > 0"):
+        make_chat_model("http://h:1/v1", "m")
+
+
+def test_a_fixed_timeout_replaces_the_derived_one() -> None:
+    llm = make_chat_model("http://h:1/v1", "m", timeout=7.5)
+    assert llm.request_timeout == 7.5
+    assert "timeout" not in llm._get_request_payload("hi", max_tokens=256)
+    assert RequestTimeout(floor_s=1, per_token_s=0.01).seconds(300) == 4.0
