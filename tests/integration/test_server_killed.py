@@ -3,7 +3,6 @@ nothing."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -13,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from evals.records import RECORDS, load_records
 from servers.launcher import status, up
 
 pytestmark = pytest.mark.integration
@@ -57,10 +57,8 @@ def benchmark(base_url: str, out: Path, data: Path) -> subprocess.Popen:
 
 
 def records(out: Path) -> list[dict]:
-    path = out / "records.jsonl"
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.endswith("}")]
+    """The runner's complete records so far (none before its first)."""
+    return load_records(out) if (out / RECORDS).exists() else []
 
 
 @pytest.mark.timeout(3600)  # a benchmark, a restart of the server (up to 900 s), the rerun
