@@ -30,7 +30,7 @@ from benchmarks.results import GraphRun, NChoiceRun, RawRun, ReplayRun
 from graphs.mur import build_graph
 from graphs.state import Context, parse_gate_label
 from servers.clients import make_chat_model
-from servers.launcher import normalize_base_url, root_url
+from servers.probes import normalize_base_url, root_url
 
 DEFAULT_STRATEGIES: tuple[str, ...] = ("best_of_n", "critic")
 # Gate labels as the runner reads them (graphs.state.parse_gate_label): mur+bc = bias correction.

@@ -19,19 +19,11 @@ from servers.clients import (
 )
 from servers.connect import Connection
 from servers.errors import ModelError, ServerError, ServerUnavailable
-from servers.launcher import (
-    RunningServer,
-    check_endpoint,
-    check_single_url,
-    down,
-    normalize_base_url,
-    root_url,
-    status,
-    up,
-)
+from servers.launcher import RunningServer, down, status, up
 from servers.metrics import generation_tokens, prompt_tokens, read_counter
 from servers.model import default_model_dir, ensure_default_model, verify_model_dir
 from servers.paths import mur_home
+from servers.probes import check_endpoint, check_single_url, normalize_base_url, root_url
 from servers.profiles import (
     DEFAULT_PROFILE,
     EMBEDDED_MODEL,

@@ -35,7 +35,7 @@ from langchain_core.outputs import ChatResult
 from langchain_openai import ChatOpenAI
 
 from servers.errors import ServerError, ServerUnavailable
-from servers.launcher import check_endpoint, normalize_base_url
+from servers.probes import check_endpoint, normalize_base_url
 from servers.sessions import session_headers
 
 SAMPLING_DEFAULTS: Mapping[str, float | int] = {

@@ -21,7 +21,8 @@ from typing import Any
 
 from servers.clients import make_chat_model
 from servers.errors import ServerUnavailable
-from servers.launcher import EMBEDDED_HINT, check_endpoint, check_single_url, normalize_base_url, up
+from servers.launcher import up
+from servers.probes import EMBEDDED_HINT, check_endpoint, check_single_url, normalize_base_url
 from servers.profiles import DEFAULT_PROFILE, get_profile
 
 PROBE_TIMEOUT_S = 3.0

@@ -11,7 +11,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -19,9 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
-import httpx
 import psutil
 from filelock import FileLock
 from rich.console import Console
@@ -30,6 +27,7 @@ from rich.markup import escape
 from servers.errors import ServerError, ServerUnavailable
 from servers.model import ensure_model
 from servers.paths import logs_dir, run_dir
+from servers.probes import check_endpoint, healthy, port_open, root_url
 from servers.profiles import Profile, command_line, get_profile, server_env
 
 LOG_TAIL_LINES = 40
@@ -63,90 +61,6 @@ class RunningServer:
         data = asdict(self)
         data["log_path"] = str(self.log_path) if self.log_path else None
         return data
-
-
-# ---------------------------------------------------------------------------- HTTP probes
-
-
-def root_url(base_url: str) -> str:
-    """`http://h:p/v1` -> `http://h:p`: the server root, where /health and /metrics live."""
-    parts = urlsplit(base_url.rstrip("/"))
-    path = parts.path.removesuffix("/v1")
-    return f"{parts.scheme}://{parts.netloc}{path}"
-
-
-def check_single_url(url: str | None, what: str = "the server URL") -> None:
-    """One URL per model: replicas are spread by a router in front of them, not client-side."""
-    if url and "," in url:
-        raise ServerError(
-            f"{what} takes one URL, got {url!r}: to spread questions over replicas, start them "
-            "behind vllm-router with `python -m servers up --replicas N` (or run your own "
-            "vllm-router) and pass the router's URL"
-        )
-
-
-def normalize_base_url(base_url: str) -> str:
-    """Accept `http://h:p`, `http://h:p/`, `http://h:p/v1`; return the `/v1` form.
-
-    A URL with some other path is kept as given (a proxy may mount the API elsewhere).
-    """
-    check_single_url(base_url)
-    url = base_url.strip().rstrip("/")
-    if "://" not in url:
-        url = "http://" + url
-    parts = urlsplit(url)
-    if parts.path in ("", "/"):
-        url += "/v1"
-    return url
-
-
-def _healthy(root: str, timeout: float = 2.0) -> bool:
-    """GET <root>/health answers 200 (vLLM's readiness probe)."""
-    try:
-        return httpx.get(f"{root}/health", timeout=timeout).status_code == 200
-    except httpx.HTTPError:
-        return False
-
-
-EMBEDDED_HINT = "start one with `python -m servers up` or pass --base-url"
-
-
-def check_endpoint(base_url: str, timeout: float = 5, hint: str = EMBEDDED_HINT) -> list[str]:
-    """Model ids served at `base_url` (GET /v1/models), or ServerUnavailable saying what to do.
-
-    `hint` is the what-to-do part of the message (the default points at the embedded server).
-    """
-    url = normalize_base_url(base_url)
-    try:
-        resp = httpx.get(f"{url}/models", timeout=timeout)
-    except httpx.TimeoutException:
-        raise ServerUnavailable(
-            f"the server at {url} did not answer within {timeout:g} s: it may still be "
-            f"starting, or {hint}"
-        ) from None
-    except httpx.HTTPError as exc:
-        reason = str(exc) or type(exc).__name__
-        raise ServerUnavailable(f"no vLLM server at {url} ({reason}): {hint}") from None
-    if resp.status_code != 200:
-        raise ServerUnavailable(
-            f"{url}/models answered HTTP {resp.status_code}, not a model list: is this a vLLM "
-            f"server? {hint}"
-        )
-    try:
-        data = resp.json()["data"]
-        return [str(item["id"]) for item in data]
-    except (ValueError, KeyError, TypeError):
-        raise ServerUnavailable(
-            f"{url}/models did not return an OpenAI model list: is this a vLLM server? {hint}"
-        ) from None
-
-
-def _port_open(host: str, port: int, timeout: float = 1.0) -> bool:
-    try:
-        with socket.create_connection((host, port), timeout=timeout):
-            return True
-    except OSError:
-        return False
 
 
 # ---------------------------------------------------------------------- processes, records
@@ -356,7 +270,7 @@ def up(
     """
     p = _resolve(profile_name)
     with _profile_lock(p.name):
-        if _healthy(p.root_url):
+        if healthy(p.root_url):
             return _reuse(p)
         record = _read_record(p.name)
         if record and _record_alive(record):
@@ -365,7 +279,7 @@ def up(
             )
         if record:
             _remove_record(p.name)
-        if _port_open(p.host, p.port):
+        if port_open(p.host, p.port):
             raise ServerError(
                 f"port {p.port} on {p.host} is in use but does not answer /health like a vLLM "
                 f"server: free the port or give profile {p.name} another one"
@@ -444,7 +358,7 @@ def _wait_for(
                     f"the {p.name} server exited while starting{status}. Last lines of "
                     f"{log_path}:\n{log_tail(log_path)}"
                 )
-            if _healthy(p.root_url):
+            if healthy(p.root_url):
                 break
             if elapsed >= timeout:
                 _terminate(pid)
@@ -500,7 +414,7 @@ def recorded_profiles() -> list[str]:
     return sorted(p.stem for p in folder.glob("*.json")) if folder.is_dir() else []
 
 
-def status(probe: Callable[[str], bool] = _healthy) -> list[RunningServer]:
+def status(probe: Callable[[str], bool] = healthy) -> list[RunningServer]:
     """Every recorded server whose process still runs, with health checked live.
 
     Records of dead processes are removed on the way.

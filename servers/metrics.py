@@ -20,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
 from servers.errors import ServerUnavailable
-from servers.launcher import normalize_base_url, root_url
+from servers.probes import normalize_base_url, root_url
 
 GENERATION_TOKENS = "vllm:generation_tokens_total"
 PROMPT_TOKENS = "vllm:prompt_tokens_total"

@@ -31,7 +31,6 @@ from servers.errors import ServerError
 from servers.launcher import (
     STOP_GRACE_S,
     RunningServer,
-    _healthy,
     _Progress,
     _read_record,
     _record_alive,
@@ -41,6 +40,7 @@ from servers.launcher import (
 )
 from servers.model import ensure_model
 from servers.paths import logs_dir
+from servers.probes import healthy
 from servers.profiles import Profile, cpu_list, format_cpus, get_profile
 
 ROUTER_DISTRIBUTION = "vllm-router"
@@ -296,7 +296,7 @@ def _check_router_port(front: Profile, base: Profile, detail: str) -> None:
                 f"`python -m servers down --profile {base.name}` first"
             )
         return
-    if _healthy(front.root_url):
+    if healthy(front.root_url):
         raise ServerError(
             f"port {front.port} already serves something (a single {base.name} server?): stop "
             f"it (`python -m servers down --profile {base.name}`) or give the router another "

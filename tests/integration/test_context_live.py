@@ -14,7 +14,7 @@ from graphs.mur import build_graph
 from graphs.state import Context
 from nodes.draft import step_messages
 from servers.connect import connect
-from servers.launcher import root_url
+from servers.probes import root_url
 
 pytestmark = pytest.mark.integration
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
-from servers import launcher
+from servers import launcher, probes
 from servers.clients import make_chat_model
 from servers.launcher import RunningServer
 
@@ -137,7 +137,7 @@ def test_up_again_reuses_and_cli_reports(cpu_server: RunningServer) -> None:
     again = launcher.up("cpu-tiny", progress=False)
     assert again.started is False and again.healthy
     assert again.base_url == cpu_server.base_url and again.model == cpu_server.model
-    assert launcher.check_endpoint(cpu_server.base_url) == [cpu_server.model]
+    assert probes.check_endpoint(cpu_server.base_url) == [cpu_server.model]
     out = subprocess.run(
         [sys.executable, "-m", "servers", "status", "--json"],
         capture_output=True,

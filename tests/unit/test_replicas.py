@@ -22,7 +22,7 @@ import httpx
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage
 
-from servers import launcher, replicas
+from servers import launcher, probes, replicas
 from servers.__main__ import main
 from servers.clients import make_chat_model
 from servers.errors import ServerError
@@ -74,7 +74,7 @@ def fake_command(member: Profile) -> list[str]:
 
 
 def sessions_of(server: launcher.RunningServer) -> list[str | None]:
-    return httpx.get(f"{launcher.root_url(server.base_url)}/sessions", timeout=5).json()
+    return httpx.get(f"{probes.root_url(server.base_url)}/sessions", timeout=5).json()
 
 
 # ------------------------------------------------------------------------------ profiles

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage
 
-from servers import clients, launcher
+from servers import clients, launcher, probes
 from servers.__main__ import main
 from servers.clients import SAMPLING_DEFAULTS, make_chat_model
 from servers.errors import ServerError, ServerUnavailable
@@ -224,7 +224,7 @@ def test_command_line_gpu_profile_passes_hf_id() -> None:
 def test_check_endpoint_on_closed_port_says_what_to_do() -> None:
     url = f"http://127.0.0.1:{free_port()}/v1"
     with pytest.raises(ServerUnavailable) as info:
-        launcher.check_endpoint(url, timeout=2)
+        probes.check_endpoint(url, timeout=2)
     message = str(info.value)
     assert message == (
         f"no vLLM server at {url} ([Errno 111] Connection refused): start one with "
@@ -235,15 +235,15 @@ def test_check_endpoint_on_closed_port_says_what_to_do() -> None:
 
 def test_check_endpoint_lists_models_and_normalizes_url() -> None:
     with FakeVLLM(["m1", "m2"]) as fake:
-        assert launcher.check_endpoint(fake.base_url) == ["m1", "m2"]
-        assert launcher.check_endpoint(f"http://127.0.0.1:{fake.port}") == ["m1", "m2"]
+        assert probes.check_endpoint(fake.base_url) == ["m1", "m2"]
+        assert probes.check_endpoint(f"http://127.0.0.1:{fake.port}") == ["m1", "m2"]
 
 
 def test_normalize_and_root_url() -> None:
-    assert launcher.normalize_base_url("http://h:1") == "http://h:1/v1"
-    assert launcher.normalize_base_url("h:1/v1/") == "http://h:1/v1"
-    assert launcher.normalize_base_url("http://h:1/proxy/v1") == "http://h:1/proxy/v1"
-    assert launcher.root_url("http://h:1/v1") == "http://h:1"
+    assert probes.normalize_base_url("http://h:1") == "http://h:1/v1"
+    assert probes.normalize_base_url("h:1/v1/") == "http://h:1/v1"
+    assert probes.normalize_base_url("http://h:1/proxy/v1") == "http://h:1/proxy/v1"
+    assert probes.root_url("http://h:1/v1") == "http://h:1"
 
 
 def test_up_reuses_a_server_serving_the_expected_model() -> None:
