@@ -7,7 +7,9 @@ accuracy with a 95% bootstrap interval over questions, the paired comparison aga
 `always` gate (Per-Step Scale) on the questions both ran (accuracy difference with its
 interval, exact sign test = McNemar's), backbone / external / total tokens per question and
 against always, scaled and total steps, wall time per question. Then the average over
-datasets when there are several, and a headline: MUR against always. Writes report.md,
+datasets when there are several, a headline (MUR against always, and the random rate that
+matches MUR's scaling) and the busy wall clock of the whole run across resumed sessions
+(from each record's finished_at and latency). Writes report.md,
 report.json, accuracy_vs_tokens.png and (for a gamma list) gamma_sweep.png beside the records.
 """
 
@@ -20,6 +22,7 @@ import sys
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, fields
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -87,10 +90,20 @@ class Headline:
     always_accuracy: float
     comparison: stats.PairedComparison
     one_sample: bool  # one sample per question in both: the exact test is McNemar's
+    random_rate: float  # the random gate's rate that scales as many steps as this setting did
 
     @property
     def tokens_ratio(self) -> float:
         return self.tokens / self.always_tokens if self.always_tokens else math.nan
+
+
+@dataclass(frozen=True)
+class RunTime:
+    """How long the recorded runs kept the server busy, across resumed sessions."""
+
+    timed_runs: int  # runs with a finished_at stamp (records written before it have none)
+    runs: int
+    busy_s: float  # the union of the timed runs' [finished_at - latency_s, finished_at]
 
 
 @dataclass(frozen=True)
@@ -123,6 +136,23 @@ class _Setting:
         return self.per_question(
             lambda r: r["usage"]["backbone_tokens"] + r["usage"]["external_tokens"]
         )
+
+    def matched_random_rate(self) -> float:
+        """The random gate draws for steps 2+ (step 1 has no momentum and is never scaled):
+        the rate that scales as many of those steps as this setting did."""
+        scaled = sum(r["steps_scaled"] for r in self.records)
+        eligible = sum(max(r["steps_total"] - 1, 0) for r in self.records)
+        return scaled / eligible if eligible else 0.0
+
+
+def run_time(records: Sequence[Record]) -> RunTime:
+    """Busy wall-clock time of the timed records (see `RunTime`)."""
+    intervals = []
+    for record in records:
+        if record.get("finished_at"):
+            end = datetime.fromisoformat(record["finished_at"]).timestamp()
+            intervals.append((end - float(record["latency_s"]), end))
+    return RunTime(len(intervals), len(records), stats.busy_seconds(intervals))
 
 
 def _group(records: Sequence[Record]) -> dict[SettingKey, _Setting]:
@@ -301,6 +331,7 @@ def headlines(
                 always_accuracy=_mean_of(reference, common),
                 comparison=comparison,
                 one_sample=all(len(s.records) == len(s.by_question) for s in (setting, always)),
+                random_rate=setting.matched_random_rate(),
             )
         )
     return sorted(found, key=lambda h: (h.dataset, h.strategy, HEADLINE_GATES.index(h.gate)))
@@ -325,6 +356,7 @@ def write_report(
     records = load_records(folder)
     rows = summarize(records, resamples=resamples, seed=seed)
     heads = headlines(records, headline_gamma, resamples=resamples, seed=seed)
+    timing = run_time(records)
     plot_path = plot_accuracy_vs_tokens(rows, folder / PLOT_NAME)
     sweep_path = plot_gamma_sweep(rows, folder / SWEEP_NAME)
     markdown = to_markdown(
@@ -334,6 +366,7 @@ def write_report(
         headline_gamma=headline_gamma,
         resamples=resamples,
         seed=seed,
+        run_time=timing,
         plots=[p.name for p in (plot_path, sweep_path) if p is not None],
     )
     markdown_path = folder / "report.md"
@@ -342,6 +375,7 @@ def write_report(
     document = {
         "rows": [asdict(r) for r in rows],
         "headlines": [{**asdict(h), "tokens_ratio": h.tokens_ratio} for h in heads],
+        "run_time": asdict(timing),
         "method": {"resamples": resamples, "seed": seed, "confidence": stats.CONFIDENCE},
     }
     json_path.write_text(json.dumps(_finite(document), indent=1, allow_nan=False) + "\n")

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from evals.report import Headline, Row
+    from evals.report import Headline, Row, RunTime
 
 
 def _num(value: float | None, digits: int = 0) -> str:
@@ -140,7 +140,27 @@ def headline_sentence(h: Headline) -> str:
         f"{h.always_tokens:,.0f} per question); accuracy {_pct(h.accuracy)}% vs "
         f"{_pct(h.always_accuracy)}%, a difference of {_points(c.difference)} points"
         f"{interval}; {test} p = {_p(c.p_value)} ({c.better} question{plural} better, "
-        f"{c.worse} worse), on the {c.n} questions both ran."
+        f"{c.worse} worse), on the {c.n} questions both ran. Random at its rate (the "
+        f"matched baseline): `--gate random@{h.random_rate:.3g}`."
+    )
+
+
+def duration(seconds: float) -> str:
+    """3725 -> '1 h 02 min'; under an hour '7 min 05 s'."""
+    minutes, secs = divmod(round(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes:02d} min" if hours else f"{minutes} min {secs:02d} s"
+
+
+def run_time_sentence(timing: RunTime) -> str:
+    if not timing.timed_runs:
+        return "Wall clock: no run carries a finished_at stamp (recorded before it existed)."
+    untimed = timing.runs - timing.timed_runs
+    return (
+        f"Wall clock: the {timing.timed_runs} timed runs kept the server busy for "
+        f"{duration(timing.busy_s)} (the union of their run intervals: overlapping runs count "
+        "once, pauses between resumed sessions not at all)"
+        + (f"; {untimed} earlier runs carry no timestamp." if untimed else ".")
     )
 
 
@@ -177,6 +197,7 @@ def to_markdown(
     headline_gamma: float = 0.9,
     resamples: int = 10_000,
     seed: int = 0,
+    run_time: RunTime | None = None,
     plots: Sequence[str] = (),
 ) -> str:
     runs = sum(r.runs for r in rows if r.dataset != "average")
@@ -186,6 +207,10 @@ def to_markdown(
         f"From `{source}`: {runs} runs, {len(_sections(rows))} dataset/strategy table(s). "
         "Recompute with `python -m evals.report DIR`.",
         "",
+    ]
+    if run_time is not None:
+        lines += [run_time_sentence(run_time), ""]
+    lines += [
         f"## Headline: MUR against always (gamma {headline_gamma:g})",
         "",
     ]

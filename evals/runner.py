@@ -9,6 +9,7 @@ import time
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -113,9 +114,16 @@ class BenchmarkPlan:
 
 
 def make_record(
-    job: Job, result: dict[str, Any], correct: bool, latency_s: float
+    job: Job,
+    result: dict[str, Any],
+    correct: bool,
+    latency_s: float,
+    finished_at: datetime | None = None,
 ) -> dict[str, Any]:
+    """One line of records.jsonl. `finished_at` (UTC, now by default) with `latency_s` dates
+    the run, so a report can tell how long a table resumed across sessions took."""
     steps = result["steps"]
+    finished_at = finished_at or datetime.now(UTC)
     trace = {k: v for k, v in result.items() if k != "question"}  # questions stay in datasets
     return {
         "key": job.key.text,
@@ -133,6 +141,7 @@ def make_record(
         "steps_scaled": sum(1 for s in steps if s["scaled"]),
         "finish_reason": result["finish_reason"],
         "latency_s": round(latency_s, 3),
+        "finished_at": finished_at.isoformat(timespec="milliseconds"),
         "trace": trace,
     }
 

@@ -120,3 +120,14 @@ def percentile(values: Sequence[float], q: float) -> float:
 
 def mean(values: Sequence[float]) -> float:
     return float(np.mean(values)) if len(values) else float("nan")
+
+
+def busy_seconds(intervals: Sequence[tuple[float, float]]) -> float:
+    """Length of the union of (start, end) intervals: how long at least one run was in flight,
+    so runs that overlapped count once and pauses between resumed sessions not at all."""
+    total, reach = 0.0, float("-inf")
+    for start, end in sorted(intervals):
+        if end > reach:
+            total += end - max(start, reach)
+            reach = end
+    return total

@@ -29,6 +29,7 @@ def record(
     scaled: int = 0,
     latency: float = 1.0,
     sample: int = 0,
+    finished_at: str | None = None,
 ) -> dict:
     """A record as evals.runner.make_record writes it (the fields the report reads)."""
     problem_id = f"test/{question}.json"
@@ -48,6 +49,7 @@ def record(
         "steps_scaled": scaled,
         "finish_reason": "answer",
         "latency_s": latency,
+        **({"finished_at": finished_at} if finished_at else {}),
         "trace": {},
     }
 
@@ -213,6 +215,43 @@ def test_report_without_always_says_so_and_drops_paired_columns(tmp_path: Path) 
     assert "No `always` runs for this dataset and strategy" in report.markdown
     assert "no `always` runs, so no comparison" in report.markdown
     assert "| paired n |" not in report.markdown and "| vs always |" not in report.markdown
+
+
+def test_busy_seconds_counts_overlaps_once_and_pauses_not_at_all() -> None:
+    assert stats.busy_seconds([(0, 10), (5, 12), (20, 25)]) == 17
+    assert stats.busy_seconds([(2, 3), (0, 10)]) == 10  # nested
+    assert stats.busy_seconds([]) == 0
+
+
+def test_report_states_the_busy_wall_clock_across_sessions(tmp_path: Path) -> None:
+    # Session 1: two runs overlapping from 10:00 to 10:40; session 2 the next day, 20 min;
+    # one run from before the stamp existed.
+    records = [
+        record(0, "always", True, latency=1800, finished_at="2026-11-21T10:30:00.000+00:00"),
+        record(1, "always", True, latency=1800, finished_at="2026-11-21T10:40:00.000+00:00"),
+        record(2, "always", True, latency=1200, finished_at="2026-11-22T08:20:00.000+00:00"),
+        record(3, "always", True),
+    ]
+    report = write_report(write_records(tmp_path, records), resamples=200)
+    assert (
+        "Wall clock: the 3 timed runs kept the server busy for 1 h 00 min (the union of their "
+        "run intervals" in report.markdown
+    )
+    assert "; 1 earlier runs carry no timestamp." in report.markdown
+    document = json.loads(report.json_path.read_text())
+    assert document["run_time"] == {"timed_runs": 3, "runs": 4, "busy_s": 3600.0}
+
+
+def test_headline_names_the_random_rate_that_matches_mur() -> None:
+    # MUR scaled 1 of the 4 steps after the first in q0 and 2 of 4 in q1: 3 of 8 eligible.
+    records = [record(q, "always", True, steps=5, scaled=5) for q in range(2)]
+    records += [record(0, "mur", True, gamma=0.9, steps=5, scaled=1)]
+    records += [record(1, "mur", True, gamma=0.9, steps=5, scaled=2)]
+    (head,) = headlines(records)
+    assert head.random_rate == pytest.approx(3 / 8)
+    assert "Random at its rate (the matched baseline): `--gate random@0.375`." in to_markdown(
+        summarize(records), [head]
+    )
 
 
 def test_headline_with_several_samples_names_the_sign_test() -> None:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -112,6 +113,9 @@ def test_run_benchmark_writes_records_report_and_the_command(tmp_path: Path, cap
     records = load_records(tmp_path)
     assert sorted(r["gate"] for r in records) == ["mur", "mur", "never", "never"]
     assert records[0]["trace"]["config"]["max_steps"] == 3
+    # Each record is dated, so a report can say how long a table resumed across sessions took.
+    finished = [datetime.fromisoformat(r["finished_at"]) for r in records]
+    assert all(abs(datetime.now(UTC) - f) < timedelta(minutes=5) for f in finished)
     assert (tmp_path / "report.md").exists()
     assert run_benchmark(plan, model, model) == 0  # everything done: nothing runs again
     assert len(load_records(tmp_path)) == 4
