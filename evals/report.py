@@ -137,12 +137,13 @@ class _Setting:
             lambda r: r["usage"]["backbone_tokens"] + r["usage"]["external_tokens"]
         )
 
-    def matched_random_rate(self) -> float:
-        """The random gate draws for steps 2+ (step 1 has no momentum and is never scaled):
-        the rate that scales as many of those steps as this setting did."""
-        scaled = sum(r["steps_scaled"] for r in self.records)
-        eligible = sum(max(r["steps_total"] - 1, 0) for r in self.records)
-        return scaled / eligible if eligible else 0.0
+
+def matched_random_rate(records: Sequence[Record]) -> float:
+    """The random gate draws for steps 2+ (step 1 has no momentum and is never scaled): the
+    rate that scales as many of those steps as these records did."""
+    scaled = sum(r["steps_scaled"] for r in records)
+    eligible = sum(max(r["steps_total"] - 1, 0) for r in records)
+    return scaled / eligible if eligible else 0.0
 
 
 def run_time(records: Sequence[Record]) -> RunTime:
@@ -331,7 +332,7 @@ def headlines(
                 always_accuracy=_mean_of(reference, common),
                 comparison=comparison,
                 one_sample=all(len(s.records) == len(s.by_question) for s in (setting, always)),
-                random_rate=setting.matched_random_rate(),
+                random_rate=matched_random_rate(setting.records),
             )
         )
     return sorted(found, key=lambda h: (h.dataset, h.strategy, HEADLINE_GATES.index(h.gate)))

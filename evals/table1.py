@@ -1,0 +1,234 @@
+"""The paper's Table 1 in miniature, as one resumable command.
+
+    python -m evals.table1 --base-url http://127.0.0.1:8022/v1 --profile cpu-qwen-1.5b
+    python -m evals.table1 ... --dry-run          # the run.py commands it would run
+
+For each strategy, into `<results>/<dataset>-<strategy>-<tag>/`, three phases, each one
+`python run.py ... --dataset` command (so each folder's command.txt reads like a user's):
+
+1. main: gates never, always, mur, mur+bc, average and smart at the headline gamma;
+2. random: the random gate at the rate that scales as many steps as MUR did in phase 1
+   (computed from its records, so phase 1 must be complete);
+3. sweep (`--sweep-strategies`, default the first strategy): mur at each `--sweep` gamma.
+
+run.py skips what a folder already holds, so rerunning the same command after a stop (or in
+the next session) goes on where it stopped. Arguments after `--` go to every run.py command
+(e.g. `-- --max-steps 8`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from evals.records import load_records
+from evals.report import matched_random_rate
+from graphs.refine import STRATEGIES
+from servers.errors import ServerError
+
+ROOT = Path(__file__).resolve().parent.parent
+#: Phase 1's gates: the paper's rows (Vanilla CoT, Per-Step Scale, the two cheap baselines)
+#: and MUR with and without the appendix's bias correction.
+MAIN_GATES = ("never", "always", "mur", "mur+bc", "average", "smart")
+DEFAULT_STRATEGIES = ("critic", "best_of_n")
+#: Around gamma 0.9 where the scaled share moves on Qwen2.5-Coder-1.5B: replaying the gate on
+#: its never traces scales 3% of steps at 0.7, 8% at 0.8, 28% at 0.9, 43% at 0.95, all at 1.1.
+DEFAULT_SWEEP = (0.7, 0.8, 0.95)
+
+
+class Table1Error(Exception):
+    """A phase that cannot run yet, or a run.py that failed: one line, exit status 2."""
+
+
+@dataclass(frozen=True)
+class Phase:
+    strategy: str
+    name: str  # main | random | sweep
+    folder: Path
+    gates: tuple[str, ...]  # empty for random: its rate comes from the main phase's records
+    gammas: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class Table1Plan:
+    strategies: tuple[str, ...]
+    dataset: str
+    limit: int
+    gamma: float
+    sweep: tuple[float, ...]
+    sweep_strategies: tuple[str, ...]
+    results: Path
+    tag: str
+    run_args: tuple[str, ...]  # run.py flags shared by every command
+
+    def folder(self, strategy: str) -> Path:
+        return self.results / f"{self.dataset}-{strategy}-{self.tag}"
+
+    def phases(self) -> list[Phase]:
+        phases = []
+        for strategy in self.strategies:
+            folder = self.folder(strategy)
+            phases.append(Phase(strategy, "main", folder, MAIN_GATES, (self.gamma,)))
+            phases.append(Phase(strategy, "random", folder, (), ()))
+            if self.sweep and strategy in self.sweep_strategies:
+                phases.append(Phase(strategy, "sweep", folder, ("mur",), self.sweep))
+        return phases
+
+    def random_gate(self, folder: Path) -> str:
+        """`random@<rate>` at MUR's measured rate: only once MUR has every question."""
+        records = load_records(folder) if (folder / "records.jsonl").exists() else []
+        mur = [r for r in records if r["gate"] == "mur" and _same(r["gamma"], self.gamma)]
+        done = len({r["problem_id"] for r in mur})
+        if done < self.limit:
+            raise Table1Error(
+                f"the random baseline needs MUR's scaled rate over all {self.limit} questions, "
+                f"and {folder} has MUR (gamma {self.gamma:g}) on {done}: the main phase has "
+                "not finished (rerun this command to finish it)"
+            )
+        return f"random@{matched_random_rate(mur):.3g}"
+
+    def argv(self, phase: Phase) -> list[str]:
+        """The run.py arguments of a phase (the random phase resolves its rate now)."""
+        gates = phase.gates or (self.random_gate(phase.folder),)
+        argv = [
+            "--strategy", phase.strategy,
+            "--dataset", self.dataset,
+            "--limit", str(self.limit),
+            "--gate", ",".join(gates),
+        ]  # fmt: skip
+        if phase.gammas:
+            argv += ["--gamma", ",".join(f"{g:g}" for g in phase.gammas)]
+        return [*argv, *self.run_args, "--out", str(phase.folder)]
+
+
+def _same(gamma: float | None, wanted: float) -> bool:
+    return gamma is not None and math.isclose(gamma, wanted)
+
+
+Runner = Callable[[Sequence[str]], int]
+
+
+def run_py(argv: Sequence[str]) -> int:
+    """run.py in a child process; a SIGTERM to this process stops it the same way (its
+    finished questions are already saved)."""
+    child = subprocess.Popen([sys.executable, "run.py", *argv], cwd=ROOT)
+    previous = signal.signal(signal.SIGTERM, lambda *_: child.terminate())
+    try:
+        return child.wait()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def run_table(plan: Table1Plan, runner: Runner = run_py, *, dry_run: bool = False) -> int:
+    for phase in plan.phases():
+        label = f"{phase.strategy} / {phase.name}"
+        if dry_run:
+            try:
+                argv = plan.argv(phase)
+            except Table1Error as exc:
+                print(f"# {label}: {exc}")
+                continue
+            print(f"# {label}\npython run.py {' '.join(argv)}")
+            continue
+        argv = plan.argv(phase)
+        print(f"== {label}: python run.py {' '.join(argv)}", file=sys.stderr, flush=True)
+        code = runner(argv)
+        if code != 0:
+            raise Table1Error(
+                f"{label} stopped (run.py exit {code}); its finished questions are saved in "
+                f"{phase.folder}: rerun this command to go on"
+            )
+    return 0
+
+
+def _csv(kind: type) -> Callable[[str], tuple]:
+    def parse(text: str) -> tuple:
+        try:
+            return tuple(kind(item) for item in text.split(",") if item.strip())
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"not a comma list of {kind.__name__}: {text}"
+            ) from None
+
+    return parse
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m evals.table1",
+        description="The paper's Table 1 in miniature: every strategy's gates, the random "
+        "baseline at MUR's rate and a gamma sweep, resumable (run.py skips what is done). "
+        "Arguments after -- go to every run.py command.",
+    )
+    add = parser.add_argument
+    add("--strategies", type=_csv(str), default=DEFAULT_STRATEGIES, help="comma list")
+    add("--dataset", default="math500")
+    add("--limit", type=int, default=100, help="first N questions (default 100)")
+    add("--gamma", type=float, default=0.9, help="MUR's gamma in the main table (default 0.9)")
+    add("--sweep", type=_csv(float), default=DEFAULT_SWEEP, help="gammas of the sweep")
+    add("--sweep-strategies", type=_csv(str), help="default: the first strategy")
+    add("--concurrency", type=int, default=16, help="questions in flight (default 16)")
+    add("--base-url", help="backbone server or router (default: the embedded server)")
+    add("--profile", help="server profile whose recommended settings apply")
+    add("--results", type=Path, default=Path("results"), help="parent of the run folders")
+    add("--tag", help="folder suffix naming the model (default: from --profile)")
+    add("--dry-run", action="store_true", help="print the run.py commands, run nothing")
+    return parser
+
+
+def _default_tag(profile: str | None) -> str:
+    # Local: only the default tag needs the serving layer's profile table.
+    from servers.profiles import DEFAULT_PROFILE, get_profile
+
+    name = get_profile(profile or DEFAULT_PROFILE).served_model_name
+    return name.lower().removesuffix("-instruct")
+
+
+def make_plan(args: argparse.Namespace, extra: Sequence[str]) -> Table1Plan:
+    if args.limit <= 0 or args.concurrency <= 0:
+        raise Table1Error("--limit and --concurrency must be positive")
+    unknown = [s for s in (*args.strategies, *(args.sweep_strategies or ())) if s not in STRATEGIES]
+    if unknown:
+        raise Table1Error(
+            f"unknown strategy {', '.join(unknown)}: choose from {', '.join(STRATEGIES)}"
+        )
+    run_args = ["--concurrency", str(args.concurrency)]
+    for flag, value in (("--base-url", args.base_url), ("--profile", args.profile)):
+        if value:
+            run_args += [flag, value]
+    return Table1Plan(
+        strategies=args.strategies,
+        dataset=args.dataset,
+        limit=args.limit,
+        gamma=args.gamma,
+        sweep=args.sweep,
+        sweep_strategies=args.sweep_strategies or args.strategies[:1],
+        results=args.results,
+        tag=args.tag or _default_tag(args.profile),
+        run_args=(*run_args, *extra),
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    extra = argv[argv.index("--") + 1 :] if "--" in argv else []
+    own = argv[: argv.index("--")] if "--" in argv else argv
+    args = build_parser().parse_args(own)
+    try:
+        return run_table(make_plan(args, extra), dry_run=args.dry_run)
+    except (Table1Error, ServerError) as exc:
+        print(f"evals.table1: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("\nevals.table1: interrupted; rerun the same command to go on", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

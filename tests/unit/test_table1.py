@@ -1,0 +1,104 @@
+"""evals.table1: the phases of the paper's table, the random rate taken from MUR's records,
+resuming and stopping."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from evals.table1 import MAIN_GATES, Table1Error, Table1Plan, main, run_table
+
+
+def plan(tmp_path: Path, **overrides) -> Table1Plan:
+    settings = {
+        "strategies": ("critic", "best_of_n"),
+        "dataset": "math500",
+        "limit": 2,
+        "gamma": 0.9,
+        "sweep": (0.7, 0.95),
+        "sweep_strategies": ("critic",),
+        "results": tmp_path,
+        "tag": "model",
+        "run_args": ("--concurrency", "4"),
+    }
+    return Table1Plan(**{**settings, **overrides})
+
+
+def write_mur(folder: Path, questions: int, steps: int = 5, scaled: int = 1) -> None:
+    """MUR records at gamma 0.9 as the runner writes them (the fields the rate reads)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with (folder / "records.jsonl").open("a") as handle:
+        for q in range(questions):
+            record = {"key": f"k{q}", "problem_id": f"p{q}", "gate": "mur", "gamma": 0.9,
+                      "steps_total": steps, "steps_scaled": scaled}  # fmt: skip
+            handle.write(json.dumps(record) + "\n")
+
+
+def test_phases_main_random_then_sweep_for_the_sweep_strategies_only(tmp_path: Path) -> None:
+    phases = plan(tmp_path).phases()
+    assert [(p.strategy, p.name) for p in phases] == [
+        ("critic", "main"),
+        ("critic", "random"),
+        ("critic", "sweep"),
+        ("best_of_n", "main"),
+        ("best_of_n", "random"),
+    ]
+    main_phase, _, sweep = phases[:3]
+    assert main_phase.folder == tmp_path / "math500-critic-model"
+    assert plan(tmp_path).argv(main_phase) == [
+        "--strategy", "critic", "--dataset", "math500", "--limit", "2",
+        "--gate", ",".join(MAIN_GATES), "--gamma", "0.9",
+        "--concurrency", "4", "--out", str(tmp_path / "math500-critic-model"),
+    ]  # fmt: skip
+    assert plan(tmp_path).argv(sweep)[6:10] == ["--gate", "mur", "--gamma", "0.7,0.95"]
+
+
+def test_random_rate_waits_for_every_question_of_mur(tmp_path: Path) -> None:
+    table = plan(tmp_path)
+    folder = table.folder("critic")
+    with pytest.raises(Table1Error, match=r"has MUR \(gamma 0.9\) on 0: the main phase"):
+        table.random_gate(folder)
+    write_mur(folder, 1)
+    with pytest.raises(Table1Error, match=r"over all 2 questions.* on 1"):
+        table.random_gate(folder)
+    write_mur(folder, 2, steps=4, scaled=1)  # p0, p1 again: still two questions
+    # 1 + 1 + 1 scaled of 4 + 3 + 3 steps after the first.
+    assert table.random_gate(folder) == "random@0.3"
+
+
+def test_run_table_runs_each_phase_and_resolves_the_rate_after_main(tmp_path: Path) -> None:
+    table = plan(tmp_path, strategies=("critic",))
+    calls: list[list[str]] = []
+
+    def runner(argv: Sequence[str]) -> int:
+        calls.append(list(argv))
+        if "never,always" in ",".join(argv):  # the main phase fills MUR's records
+            write_mur(Path(argv[argv.index("--out") + 1]), 2, steps=3, scaled=1)
+        return 0
+
+    assert run_table(table, runner) == 0
+    gates = [argv[argv.index("--gate") + 1] for argv in calls]
+    assert gates == [",".join(MAIN_GATES), "random@0.5", "mur"]
+
+
+def test_a_failed_phase_stops_the_table_and_says_how_to_go_on(tmp_path: Path) -> None:
+    calls: list[Sequence[str]] = []
+    with pytest.raises(Table1Error, match=r"critic / main stopped \(run.py exit 1\).*rerun"):
+        run_table(plan(tmp_path), lambda argv: calls.append(argv) or 1)
+    assert len(calls) == 1
+
+
+def test_cli_dry_run_and_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["--results", str(tmp_path), "--tag", "m", "--strategies", "critic", "--dry-run"]
+    assert main([*args, "--", "--max-steps", "8"]) == 0
+    out = capsys.readouterr().out
+    assert "--gate never,always,mur,mur+bc,average,smart --gamma 0.9" in out
+    assert "--concurrency 16 --max-steps 8 --out" in out
+    assert "# critic / random: the random baseline needs MUR's scaled rate" in out
+    assert main(["--strategies", "critic,beam", "--dry-run"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "evals.table1: unknown strategy beam: choose from critic, best_of_n, foresight, thinking"
+    )
