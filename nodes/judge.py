@@ -46,6 +46,8 @@ JUDGEMENT_END = "</output>"
 _OUTPUT_SECTION = re.compile(r"<output>.*?(?:</output>|$)", re.IGNORECASE | re.DOTALL)
 _BOXED_VERDICT = re.compile(rf"\$?{_VERDICT}\$?", re.IGNORECASE)
 _VERDICT_WORD = re.compile(r"(yes|no)\b")
+# The reply's last word and whatever punctuation follows it ("Yes.", "The step is fine: No").
+_LAST_WORD = re.compile(r"([A-Za-z]+)[^A-Za-z0-9]*$")
 _SECTION_TAG = re.compile(r"</?(?:analyze|verify)>", re.IGNORECASE)
 _VERDICT_LABEL = re.compile(r"\**judge?ment\**\s*:?\s*$", re.IGNORECASE)
 _SPECIAL_TOKEN = re.compile(r"^<[|｜].*[|｜]>$")
@@ -73,9 +75,16 @@ def judge_prompt(question: str, kept_texts: Sequence[str], index: int, paragraph
 
 
 def parse_verdict(text: str) -> bool | None:
-    """The last boxed Yes/No of a judgement; None when it gave none."""
+    """The last boxed Yes/No of a judgement; else its last word when that is Yes or No (a
+    critic that answers in one word: the same rule `verdict_token_index` scores); None when
+    it gave neither (e.g. an analysis cut by the token cap)."""
     found = VERDICT_PATTERN.findall(text)
-    return found[-1].lower() == "yes" if found else None
+    if found:
+        return found[-1].lower() == "yes"
+    last = _LAST_WORD.search(text)
+    if last and last.group(1).lower() in ("yes", "no"):
+        return last.group(1).lower() == "yes"
+    return None
 
 
 def analysis_of(text: str) -> str:

@@ -117,6 +117,12 @@ def test_verdict_spellings(text: str, verdict: bool, analysis: str) -> None:
 
 
 def test_a_bare_yes_or_no_counts_only_as_the_last_word() -> None:
+    # Qwen2.5-Coder-1.5B as critic answered "Yes", "Yes." or "No" in 5% of its judgements: a
+    # Yes must keep the step, as its P(Yes) already said.
+    for text, verdict in [("Yes", True), ("Yes.", True), ("No", False), ("fine: No\n", False)]:
+        assert parse_verdict(text) is verdict
+    for text in ("Yes, but step 3 is wrong", "No error found so far", "\\[ d = \\sqrt{145} \\]"):
+        assert parse_verdict(text) is None
     assert verdict_at(["Yes", "."]) == 0
     assert verdict_at(["The", " step", " is", " fine", ":", " No", "<|im_end|>"]) == 5
     assert verdict_at(["Yes", ",", " but", " step", " 3", " is", " wrong"]) is None
