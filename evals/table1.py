@@ -29,7 +29,9 @@ from pathlib import Path
 
 from evals.records import load_records
 from evals.report import matched_random_rate
+from evals.runner import GAMMA_GATES
 from graphs.refine import STRATEGIES
+from graphs.state import parse_gate_label
 from servers.errors import ServerError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -80,9 +82,30 @@ class Table1Plan:
                 phases.append(Phase(strategy, "sweep", folder, ("mur",), self.sweep))
         return phases
 
+    def progress(self, phase: Phase) -> tuple[int, int]:
+        """(runs recorded, runs the phase asks for): a gamma gate runs once per gamma, the
+        others once (run.py's rule); the random phase counts any random@ rate."""
+        records = _records(phase.folder)
+        if not phase.gates:
+            done = sum(1 for r in records if r["gate"].startswith("random@"))
+            return done, self.limit
+        gamma_gates = {g for g in phase.gates if parse_gate_label(g)[0] in GAMMA_GATES}
+        done = sum(
+            1
+            for r in records
+            if r["gate"] in phase.gates
+            and (
+                any(_same(r["gamma"], g) for g in phase.gammas)
+                if r["gate"] in gamma_gates
+                else r["gamma"] is None
+            )
+        )
+        settings = len(phase.gates) + len(gamma_gates) * (len(phase.gammas) - 1)
+        return done, self.limit * settings
+
     def random_gate(self, folder: Path) -> str:
         """`random@<rate>` at MUR's measured rate: only once MUR has every question."""
-        records = load_records(folder) if (folder / "records.jsonl").exists() else []
+        records = _records(folder)
         mur = [r for r in records if r["gate"] == "mur" and _same(r["gamma"], self.gamma)]
         done = len({r["problem_id"] for r in mur})
         if done < self.limit:
@@ -107,6 +130,10 @@ class Table1Plan:
         return [*argv, *self.run_args, "--out", str(phase.folder)]
 
 
+def _records(folder: Path) -> list[dict]:
+    return load_records(folder) if (folder / "records.jsonl").exists() else []
+
+
 def _same(gamma: float | None, wanted: float) -> bool:
     return gamma is not None and math.isclose(gamma, wanted)
 
@@ -126,22 +153,24 @@ def run_py(argv: Sequence[str]) -> int:
 
 
 def run_table(plan: Table1Plan, runner: Runner = run_py, *, dry_run: bool = False) -> int:
+    """Run the phases in order (or, with `dry_run`, print each with its progress and
+    command); a failed run.py stops the table."""
     for phase in plan.phases():
-        label = f"{phase.strategy} / {phase.name}"
+        name = f"{phase.strategy} / {phase.name}"
+        done, total = plan.progress(phase)
+        status = f"{name} ({done} of {total} runs recorded)"
         if dry_run:
             try:
-                argv = plan.argv(phase)
+                print(f"# {status}\npython run.py {' '.join(plan.argv(phase))}")
             except Table1Error as exc:
-                print(f"# {label}: {exc}")
-                continue
-            print(f"# {label}\npython run.py {' '.join(argv)}")
+                print(f"# {status}: {exc}")
             continue
         argv = plan.argv(phase)
-        print(f"== {label}: python run.py {' '.join(argv)}", file=sys.stderr, flush=True)
+        print(f"== {status}: python run.py {' '.join(argv)}", file=sys.stderr, flush=True)
         code = runner(argv)
         if code != 0:
             raise Table1Error(
-                f"{label} stopped (run.py exit {code}); its finished questions are saved in "
+                f"{name} stopped (run.py exit {code}); its finished questions are saved in "
                 f"{phase.folder}: rerun this command to go on"
             )
     return 0

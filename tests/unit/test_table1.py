@@ -69,6 +69,25 @@ def test_random_rate_waits_for_every_question_of_mur(tmp_path: Path) -> None:
     assert table.random_gate(folder) == "random@0.3"
 
 
+def test_progress_counts_the_runs_each_phase_asks_for(tmp_path: Path) -> None:
+    table = plan(tmp_path)
+    main_phase, random_phase, sweep = table.phases()[:3]
+    assert [table.progress(p) for p in (main_phase, random_phase, sweep)] == [
+        (0, 12),
+        (0, 2),
+        (0, 4),
+    ]
+    write_mur(table.folder("critic"), 2)  # gamma 0.9: the main phase's, not the sweep's
+    with (table.folder("critic") / "records.jsonl").open("a") as handle:
+        for gate, gamma in [("never", None), ("random@0.3", None), ("mur", 0.7)]:
+            handle.write(json.dumps({"key": gate, "gate": gate, "gamma": gamma}) + "\n")
+    assert [table.progress(p) for p in (main_phase, random_phase, sweep)] == [
+        (3, 12),
+        (1, 2),
+        (1, 4),
+    ]
+
+
 def test_run_table_runs_each_phase_and_resolves_the_rate_after_main(tmp_path: Path) -> None:
     table = plan(tmp_path, strategies=("critic",))
     calls: list[list[str]] = []
@@ -97,7 +116,8 @@ def test_cli_dry_run_and_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture
     out = capsys.readouterr().out
     assert "--gate never,always,mur,mur+bc,average,smart --gamma 0.9" in out
     assert "--concurrency 16 --max-steps 8 --out" in out
-    assert "# critic / random: the random baseline needs MUR's scaled rate" in out
+    assert "# critic / main (0 of 600 runs recorded)\npython run.py --strategy critic" in out
+    assert "# critic / random (0 of 100 runs recorded): the random baseline needs MUR's" in out
     assert main(["--strategies", "critic,beam", "--dry-run"]) == 2
     assert capsys.readouterr().err.strip() == (
         "evals.table1: unknown strategy beam: choose from critic, best_of_n, foresight, thinking"
