@@ -54,6 +54,20 @@ def budget_label(budget: Budget) -> str:
     return f"mur[{BUDGET_LABELS[budget[0]]}={budget[1]:g}]"
 
 
+Variant = tuple[str, str, float | None, Overrides]  # label, gate, gamma, overrides
+
+
+def gate_variants(gates: Sequence[str], gammas: Sequence[float]) -> list[Variant]:
+    """The settings gate labels ask for: a gamma gate once per gamma, the others once (their
+    gamma None)."""
+    variants: list[Variant] = []
+    for label in gates:
+        gate, overrides = parse_gate_label(label)
+        for gamma in gammas if gate in GAMMA_GATES else [None]:
+            variants.append((label, gate, gamma, overrides))
+    return variants
+
+
 @dataclass(frozen=True)
 class BenchmarkPlan:
     """One benchmark, typed: every (gate, gamma, budget, sample) on the same questions.
@@ -95,11 +109,7 @@ class BenchmarkPlan:
     def jobs(self) -> list[Job]:
         """The cross product, with gamma-blind gates run once (their gamma recorded as None)
         and each budget-mode variant as a gate of its own (`mur[budget=B]`, `mur[rate=r]`)."""
-        variants: list[tuple[str, str, float | None, Overrides]] = []
-        for label in self.gates:
-            gate, overrides = parse_gate_label(label)
-            for gamma in self.gammas if gate in GAMMA_GATES else [None]:
-                variants.append((label, gate, gamma, overrides))
+        variants = gate_variants(self.gates, self.gammas)
         variants += [
             (budget_label(budget), "mur", None, {budget[0]: budget[1]}) for budget in self.budgets
         ]

@@ -29,9 +29,8 @@ from pathlib import Path
 
 from evals.records import load_records
 from evals.report import matched_random_rate
-from evals.runner import GAMMA_GATES
+from evals.runner import gate_variants
 from graphs.refine import STRATEGIES
-from graphs.state import parse_gate_label
 from servers.errors import ServerError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -83,25 +82,21 @@ class Table1Plan:
         return phases
 
     def progress(self, phase: Phase) -> tuple[int, int]:
-        """(runs recorded, runs the phase asks for): a gamma gate runs once per gamma, the
-        others once (run.py's rule); the random phase counts any random@ rate."""
+        """(runs recorded, runs the phase asks for), by run.py's own rule
+        (`evals.runner.gate_variants`); the random phase counts any random@ rate."""
         records = _records(phase.folder)
         if not phase.gates:
             done = sum(1 for r in records if r["gate"].startswith("random@"))
             return done, self.limit
-        gamma_gates = {g for g in phase.gates if parse_gate_label(g)[0] in GAMMA_GATES}
+        settings = [
+            (label, gamma) for label, _, gamma, _ in gate_variants(phase.gates, phase.gammas)
+        ]
         done = sum(
             1
             for r in records
-            if r["gate"] in phase.gates
-            and (
-                any(_same(r["gamma"], g) for g in phase.gammas)
-                if r["gate"] in gamma_gates
-                else r["gamma"] is None
-            )
+            if any(r["gate"] == label and _same(r["gamma"], gamma) for label, gamma in settings)
         )
-        settings = len(phase.gates) + len(gamma_gates) * (len(phase.gammas) - 1)
-        return done, self.limit * settings
+        return done, self.limit * len(settings)
 
     def random_gate(self, folder: Path) -> str:
         """`random@<rate>` at MUR's measured rate: only once MUR has every question."""
@@ -134,8 +129,11 @@ def _records(folder: Path) -> list[dict]:
     return load_records(folder) if (folder / "records.jsonl").exists() else []
 
 
-def _same(gamma: float | None, wanted: float) -> bool:
-    return gamma is not None and math.isclose(gamma, wanted)
+def _same(gamma: float | None, wanted: float | None) -> bool:
+    """Equal gammas (None: a gamma-blind gate)."""
+    if gamma is None or wanted is None:
+        return gamma is wanted
+    return math.isclose(gamma, wanted)
 
 
 Runner = Callable[[Sequence[str]], int]
