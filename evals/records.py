@@ -15,6 +15,12 @@ from typing import Any
 
 RECORDS = "records.jsonl"
 ERRORS = "errors.jsonl"
+SETTINGS = "settings.json"
+
+
+class SettingsMismatchError(ValueError):
+    """A folder's runs were made with other settings than the command asks for: resuming
+    into it would mix two experiments in one table."""
 
 
 @dataclass(frozen=True)
@@ -74,6 +80,23 @@ class RecordStore:
 
     def load(self) -> list[dict[str, Any]]:
         return list(_complete_lines(self.path))
+
+    def check_settings(self, settings: dict[str, Any]) -> None:
+        """Refuse settings other than those the folder's runs were made with (settings.json,
+        written by its first run); then record them. A setting the file does not name yet (a
+        field added since) is taken as it comes."""
+        path = self.folder / SETTINGS
+        recorded = json.loads(path.read_text()) if path.exists() else {}
+        differ = {k: v for k, v in recorded.items() if k in settings and settings[k] != v}
+        if differ:
+            name = sorted(differ)[0]
+            raise SettingsMismatchError(
+                f"{path} says the runs in {self.folder} were made with {name}="
+                f"{differ[name]!r}, this command asks {name}={settings[name]!r}"
+                + (f" (and {len(differ) - 1} more settings)" if len(differ) > 1 else "")
+                + ": pass the same settings to resume, or --out a new folder"
+            )
+        path.write_text(json.dumps({**recorded, **settings}, indent=2, sort_keys=True) + "\n")
 
     def done_keys(self) -> set[str]:
         return {key_of(record) for record in self.load()}

@@ -18,7 +18,7 @@ from langchain_core.language_models import BaseChatModel
 from evals.datasets import Problem
 from evals.grading import grade
 from evals.progress import RunProgress
-from evals.records import JobKey, RecordStore
+from evals.records import JobKey, RecordStore, SettingsMismatchError
 from evals.report import write_report
 from graphs.mur import build_graph
 from graphs.state import Context, parse_gate_label
@@ -47,6 +47,11 @@ class Job:
 Budget = tuple[str, float]  # ("budget_tokens" | "target_scale_rate", value)
 BUDGET_LABELS = {"budget_tokens": "budget", "target_scale_rate": "rate"}
 Overrides = dict[str, Any]  # Context fields a setting sets on top of the run's
+
+
+def model_name(model: BaseChatModel) -> str:
+    """The served model name a chat model asks for (its class name when it has none)."""
+    return str(getattr(model, "model_name", None) or type(model).__name__)
 
 
 def budget_label(budget: Budget) -> str:
@@ -93,6 +98,16 @@ class BenchmarkPlan:
     @property
     def folder(self) -> Path:
         return self.out or Path(f"runs/{self.dataset}-{self.strategy}")
+
+    def folder_settings(self, backbone: BaseChatModel, verifier: BaseChatModel) -> dict[str, Any]:
+        """What every run in the folder shares: the models and each Context field but the
+        swept gate and gamma (label and budget overrides come on top per run)."""
+        shared = Context(**self.settings).model_dump(mode="json", exclude={"gate", "gamma"})
+        return {
+            "backbone_model": model_name(backbone),
+            "verifier_model": model_name(verifier),
+            **shared,
+        }
 
     def context(
         self, gate: str, gamma: float | None, sample: int = 0, overrides: Overrides | None = None
@@ -241,6 +256,11 @@ def run_benchmark(plan: BenchmarkPlan, backbone: BaseChatModel, verifier: BaseCh
     """Run a plan: skip what its folder already holds, run the rest, report."""
     out = plan.folder
     store = RecordStore(out)
+    try:
+        store.check_settings(plan.folder_settings(backbone, verifier))
+    except SettingsMismatchError as exc:
+        print(f"run.py: error: {exc}", file=sys.stderr)
+        return 2
     record_command(out / "command.txt", plan.command)
     jobs = plan.jobs()
     done = store.done_keys()

@@ -111,6 +111,12 @@ class Context(BaseModel):
     judge_max_tokens: int = Field(
         1024, ge=1, description="Token cap of one verifier/critic judgement."
     )
+    judge_force_verdict: bool = Field(
+        True,
+        description="A judgement that ends without a verdict (e.g. cut by judge_max_tokens) is "
+        "continued from the verdict line for its Yes/No; off, it counts as no verdict: the "
+        "critic revises and best_of_n scores P(Yes) = 0.",
+    )
     foresight_steps: int = Field(
         1, ge=0, description="Foresight rollout length in steps; 0 rolls out the whole solution."
     )

@@ -22,6 +22,11 @@ Its own inference code stops at `</output>`; so does the judge request here. The
 hold boxed math and the words Yes/No: the verdict is the last boxed Yes/No only, and a reply
 without one (cut by the token cap) has no verdict. A bare Yes/No counts only as the reply's
 last word (a verifier that answers in one word).
+
+A judgement without a verdict can be given one (`force_verdict`): the verdict line is appended
+and the verifier continues it for a few tokens, so the critic revises only on a No and best-of-N
+scores every candidate by a real P(Yes). Qwen2.5-Coder-1.5B as critic, 256-token cap: 45% of
+its judgements re-derived the step past the cap and had no verdict (README).
 """
 
 from __future__ import annotations
@@ -32,11 +37,11 @@ from collections.abc import Sequence
 from typing import TypedDict
 
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import HumanMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
 from nodes.draft import NON_THINKING, solution_text
-from nodes.llm import Generation, Reply, Request, generate
-from prompts.mur import VERIFIER_PROMPT
+from nodes.llm import Generation, Reply, Request, Usage, generate
+from prompts.mur import FORCED_VERDICT, VERIFIER_PROMPT
 
 # \boxed{Yes}, also written \boxed{\text{Yes}}; group 1 is the verdict word.
 _VERDICT = r"\\boxed\{\s*(?:\\text\{\s*)?(yes|no)\s*\}(?:\s*\})?"
@@ -53,6 +58,8 @@ _VERDICT_LABEL = re.compile(r"\**judge?ment\**\s*:?\s*$", re.IGNORECASE)
 _SPECIAL_TOKEN = re.compile(r"^<[|｜].*[|｜]>$")
 # Alternatives the verifier may put in the judgement token; 5 is plenty for a Yes/No choice.
 JUDGE_TOP_LOGPROBS = 5
+# Enough for the forced verdict to close: "Yes}$", or "\\text{Yes}}$".
+FORCED_VERDICT_MAX_TOKENS = 8
 
 
 class Judgement(TypedDict):
@@ -105,11 +112,12 @@ def _is_word(token: str) -> bool:
     return any(c.isalnum() for c in stripped) and not _SPECIAL_TOKEN.match(stripped)
 
 
-def verdict_token_index(tokens: Sequence[str]) -> int | None:
+def verdict_token_index(tokens: Sequence[str], prefix: str = "") -> int | None:
     """The position of the Yes/No token: in the last complete boxed Yes/No (the verdict
     `parse_verdict` reads); else the first word after a last `boxed{` cut short; else the
-    reply's last word when it is Yes or No. None when there is no verdict."""
-    offsets, text = [], ""
+    reply's last word when it is Yes or No. None when there is no verdict. `prefix` is text
+    the tokens continue (a forced verdict line), read with them but not one of them."""
+    offsets, text = [], prefix
     for token in tokens:
         offsets.append(len(text))
         text += token
@@ -130,13 +138,13 @@ def verdict_token_index(tokens: Sequence[str]) -> int | None:
     return None
 
 
-def p_yes(choice: Generation) -> float:
+def p_yes(choice: Generation, prefix: str = "") -> float:
     """P("Yes") of the judgement token, summed over its spellings ("Yes", " Yes", "yes").
 
     When the sampled token is "No" the probability of "Yes" comes from the top logprobs. A
-    judgement without a verdict scores 0.
+    judgement without a verdict scores 0. `prefix`: as in `verdict_token_index`.
     """
-    index = verdict_token_index(choice.tokens)
+    index = verdict_token_index(choice.tokens, prefix)
     if index is None:
         return 0.0
     alternatives = {top.token: top.logprob for top in choice.top_logprobs[index]}
@@ -147,6 +155,28 @@ def p_yes(choice: Generation) -> float:
     return min(probability, 1.0)
 
 
+def _judge_request(messages: Sequence[BaseMessage], max_tokens: int, *, forced: bool) -> Request:
+    return Request(
+        messages=messages,
+        max_tokens=max_tokens,
+        stop=[JUDGEMENT_END],
+        continue_final_message=forced,
+        top_logprobs=JUDGE_TOP_LOGPROBS,
+        extra_body=NON_THINKING,
+        role="external",
+    )
+
+
+async def continue_to_verdict(verifier: BaseChatModel, prompt: HumanMessage, text: str) -> Reply:
+    """The verdict of a judgement `text` that gave none: the verifier continues it from the
+    verdict line (`FORCED_VERDICT`) for a few tokens; read them with `p_yes(choice,
+    FORCED_VERDICT)`."""
+    messages = [prompt, AIMessage(text + FORCED_VERDICT)]
+    return await generate(
+        verifier, _judge_request(messages, FORCED_VERDICT_MAX_TOKENS, forced=True)
+    )
+
+
 async def judge_step(
     verifier: BaseChatModel,
     *,
@@ -155,26 +185,26 @@ async def judge_step(
     index: int,
     paragraph: str,
     max_tokens: int,
-) -> tuple[Judgement, Reply]:
-    """Ask the external model whether step `index` (`paragraph`) is correct in context."""
-    reply = await generate(
-        verifier,
-        Request(
-            messages=[HumanMessage(judge_prompt(question, kept_texts, index, paragraph))],
-            max_tokens=max_tokens,
-            stop=[JUDGEMENT_END],
-            continue_final_message=False,
-            top_logprobs=JUDGE_TOP_LOGPROBS,
-            extra_body=NON_THINKING,
-            role="external",
-        ),
-    )
-    choice = reply.choices[0]
+    force_verdict: bool = True,
+) -> tuple[Judgement, Usage]:
+    """Ask the external model whether step `index` (`paragraph`) is correct in context; with
+    `force_verdict`, a reply without a verdict is continued from the verdict line."""
+    prompt = HumanMessage(judge_prompt(question, kept_texts, index, paragraph))
+    reply = await generate(verifier, _judge_request([prompt], max_tokens, forced=False))
+    choice, usage = reply.choices[0], reply.usage("external")
+    text, verdict_choice, verdict_prefix = choice.text, choice, ""
+    num_tokens = choice.num_tokens
+    if force_verdict and parse_verdict(choice.text) is None:
+        forced = await continue_to_verdict(verifier, prompt, choice.text)
+        verdict_choice, verdict_prefix = forced.choices[0], FORCED_VERDICT
+        text = choice.text + FORCED_VERDICT + verdict_choice.text
+        num_tokens += verdict_choice.num_tokens
+        usage += forced.usage("external")
     judgement = Judgement(
-        text=choice.text,
-        verdict=parse_verdict(choice.text),
-        p_yes=p_yes(choice),
-        analysis=analysis_of(choice.text),
-        num_tokens=choice.num_tokens,
+        text=text,
+        verdict=parse_verdict(text),
+        p_yes=p_yes(verdict_choice, verdict_prefix),
+        analysis=analysis_of(text),
+        num_tokens=num_tokens,
     )
-    return judgement, reply
+    return judgement, usage

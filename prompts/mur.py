@@ -32,6 +32,11 @@ VERIFIER_PROMPT = (
     "<paragraph_{index}>\n{paragraph}\n</paragraph_{index}>"
 )
 
+# Appended to a judgement that ended without a verdict (most often cut by its token cap while
+# re-deriving the step), so that the next token is the verdict: budget forcing, as thinking
+# mode closes its think block at its budget. The verdict line of the format the prompt asks for.
+FORCED_VERDICT = "\n\n**Judgement**: $\\boxed{"
+
 CRITIC_FEEDBACK = "Your previous solution is incorrect. {analysis} Please revise your solution."
 
 # Thinking switch: the thinking request sees the steps so far in the user turn, then the step

@@ -65,11 +65,12 @@ def build(backbone: BaseChatModel, verifier: BaseChatModel, context_of: ContextO
                     index=index,
                     paragraph=candidate["text"],
                     max_tokens=ctx.judge_max_tokens,
+                    force_verdict=ctx.judge_force_verdict,
                 )
                 for candidate in state["candidates"]
             )
         )
-        usage = sum((reply.usage("external") for _, reply in results), Usage())
+        usage = sum((usage for _, usage in results), Usage())
         return {
             "judgements": [judgement for judgement, _ in results],
             "usage": usage.as_dict(),

@@ -68,13 +68,14 @@ def build(backbone: BaseChatModel, verifier: BaseChatModel, context_of: ContextO
         """The external model judges the current version of the step."""
         ctx = context_of(runtime)
         current: StepCandidate = state.get("kept") or state["draft"]
-        judgement, reply = await judge_step(
+        judgement, usage = await judge_step(
             verifier,
             question=state["question"],
             kept_texts=kept_texts(state),
             index=step_index(state),
             paragraph=current["text"],
             max_tokens=ctx.judge_max_tokens,
+            force_verdict=ctx.judge_force_verdict,
         )
         round_ = CriticRound(
             step=current["text"],
@@ -86,7 +87,7 @@ def build(backbone: BaseChatModel, verifier: BaseChatModel, context_of: ContextO
         return {
             "kept": current,
             "critiques": [*state.get("critiques", []), round_.model_dump()],
-            "usage": reply.usage("external").as_dict(),
+            "usage": usage.as_dict(),
         }
 
     async def revise(state: CriticState, runtime: Runtime[Context]) -> Update:

@@ -25,7 +25,7 @@ from graphs.mur import build_graph
 from graphs.state import Context, output_of
 from nodes.draft import sample_steps, step_messages
 from nodes.thinking import cap_thinking
-from prompts.mur import STEP_INSTRUCTION
+from prompts.mur import FORCED_VERDICT, STEP_INSTRUCTION
 from servers.clients import loop_safe_async_http_client, make_chat_model
 from servers.errors import ServerError
 from servers.metrics import generation_tokens
@@ -320,11 +320,23 @@ async def test_critic_judges_and_revises_in_non_thinking_turns(
         if e.request["messages"][0]["content"].startswith("You are a teacher")
     ]
     revisions = [e for e in recorder.exchanges if len(e.request["messages"]) == 4]
-    assert judges and revisions
-    for judge in judges:
+    asked = [e for e in judges if len(e.request["messages"]) == 1]
+    assert asked and revisions
+    for judge in asked:
         (message,) = judge.request["messages"]
         assert rendered(tokenizer, judge) == nfc(
             turn("user", message["content"]) + ASSISTANT + EMPTY_THINK
+        )
+        check_filed(qwen3, judge, as_reasoning=False)
+    # This model never writes a verdict: each judgement is continued from the verdict line,
+    # in the same non-thinking turn.
+    forced = [e for e in judges if len(e.request["messages"]) == 2]
+    assert len(forced) == len(asked)
+    for judge in forced:
+        message, continued = (m["content"] for m in judge.request["messages"])
+        assert continued.endswith(FORCED_VERDICT)
+        assert rendered(tokenizer, judge) == nfc(
+            turn("user", message) + ASSISTANT + EMPTY_THINK + continued.lstrip("\n")
         )
         check_filed(qwen3, judge, as_reasoning=False)
     for revision in revisions:

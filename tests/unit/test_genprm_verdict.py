@@ -14,9 +14,17 @@ import re
 import pytest
 
 from fakes import FakeLogprobChat, Scripted
-from nodes.judge import JUDGEMENT_END, analysis_of, judge_step, p_yes, parse_verdict
+from nodes.judge import (
+    FORCED_VERDICT_MAX_TOKENS,
+    JUDGEMENT_END,
+    analysis_of,
+    judge_step,
+    p_yes,
+    parse_verdict,
+)
 from nodes.judge import verdict_token_index as verdict_at
-from nodes.llm import Generation, TopLogprob
+from nodes.llm import CONTINUE_FINAL_MESSAGE, Generation, TopLogprob
+from prompts.mur import FORCED_VERDICT
 
 ANALYSIS = (
     "<analyze>\nLet's analyze the Paragraph 2 step by step: the paragraph adds 2 and 3 and "
@@ -145,7 +153,7 @@ async def test_judge_request_stops_at_the_end_of_the_output_section() -> None:
             stop_reason=JUDGEMENT_END,
         )
     )
-    judgement, reply_ = await judge_step(
+    judgement, usage = await judge_step(
         verifier,
         question="What is 2 + 3?",
         kept_texts=["Add."],
@@ -157,5 +165,68 @@ async def test_judge_request_stops_at_the_end_of_the_output_section() -> None:
     assert call["kwargs"]["stop"] == ["</output>"]
     assert judgement["verdict"] is True
     assert judgement["p_yes"] == pytest.approx(0.8)
-    assert judgement["num_tokens"] == len(tokens) == reply_.completion_tokens
+    assert judgement["num_tokens"] == len(tokens) == usage.external_tokens
+    assert usage.llm_calls == 1
     assert judgement["analysis"].startswith("Let's analyze the Paragraph 2")
+
+
+CUT_ANALYSIS = "Let's check the paragraph. 1. **Radius**: \\( r = \\sqrt{0^2 + 3^2} = 3 \\)"
+
+
+def cut_then_forced(verdict: str, p: float) -> FakeLogprobChat:
+    """A critic that re-derives the step past its token cap (no verdict) and, continued from
+    the forced verdict line, says `verdict` with probability p."""
+
+    def respond(messages: list, kwargs: dict) -> Scripted:
+        if len(messages) == 1:
+            return Scripted(CUT_ANALYSIS, [-0.2] * 12, stop_reason=None, finish_reason="length")
+        other = "No" if verdict == "Yes" else "Yes"
+        tokens = [verdict, "}$"]
+        tops = [[(verdict, math.log(p)), (other, math.log(1 - p))], []]
+        return Scripted("".join(tokens), [math.log(p), -0.01], None, "stop", tokens, tops)
+
+    return FakeLogprobChat(responder=respond)
+
+
+async def judge(verifier: FakeLogprobChat, **kwargs: object) -> tuple:
+    return await judge_step(
+        verifier,
+        question="Convert (0,3) to polar coordinates.",
+        kept_texts=["We need r and theta."],
+        index=2,
+        paragraph="r = 3.",
+        max_tokens=12,
+        **kwargs,
+    )
+
+
+@pytest.mark.parametrize(("verdict", "p", "expected"), [("Yes", 0.9, 0.9), ("No", 0.8, 0.2)])
+async def test_a_judgement_cut_by_its_cap_is_continued_from_the_verdict_line(
+    verdict: str, p: float, expected: float
+) -> None:
+    verifier = cut_then_forced(verdict, p)
+    judgement, usage = await judge(verifier)
+    first, forced = verifier.calls
+    (assistant_turn,) = forced["messages"][1:]
+    assert assistant_turn.content == CUT_ANALYSIS + FORCED_VERDICT
+    assert forced["kwargs"]["max_tokens"] == FORCED_VERDICT_MAX_TOKENS
+    assert forced["kwargs"]["extra_body"].items() >= CONTINUE_FINAL_MESSAGE.items()
+    assert "continue_final_message" not in first["kwargs"].get("extra_body", {})
+    assert judgement["verdict"] is (verdict == "Yes")
+    assert judgement["p_yes"] == pytest.approx(expected)
+    assert judgement["text"] == CUT_ANALYSIS + FORCED_VERDICT + verdict + "}$"
+    # What a revision is told: the analysis, without the forced verdict line.
+    assert judgement["analysis"] == CUT_ANALYSIS
+    # Both requests are counted: 12 + 2 generated tokens, two calls.
+    assert judgement["num_tokens"] == 14 == usage.external_tokens
+    assert usage.llm_calls == 2
+    assert usage.external_prompt_tokens == 2 * verifier.prompt_tokens
+
+
+async def test_without_forcing_a_cut_judgement_has_no_verdict() -> None:
+    verifier = cut_then_forced("Yes", 0.9)
+    judgement, usage = await judge(verifier, force_verdict=False)
+    assert len(verifier.calls) == 1
+    assert judgement["verdict"] is None
+    assert judgement["p_yes"] == 0.0
+    assert judgement["num_tokens"] == 12 == usage.external_tokens

@@ -122,6 +122,39 @@ def test_run_benchmark_writes_records_report_and_the_command(tmp_path: Path, cap
     assert "0 to go" in capsys.readouterr().err
 
 
+def test_a_folder_refuses_runs_with_other_settings(tmp_path: Path, capsys) -> None:
+    model = FakeLogprobChat(responder=respond)
+
+    def plan(**settings) -> BenchmarkPlan:
+        return BenchmarkPlan(
+            dataset="math500",
+            strategy="critic",
+            problems=tuple(load_dataset("math500", limit=1)),
+            gates=("never",),
+            settings={"max_steps": 3, **settings},
+            out=tmp_path,
+        )
+
+    assert run_benchmark(plan(), model, model) == 0
+    recorded = json.loads((tmp_path / "settings.json").read_text())
+    assert recorded["max_steps"] == 3 and recorded["judge_force_verdict"] is True
+    assert recorded["backbone_model"] == "FakeLogprobChat"
+    assert "gate" not in recorded and "gamma" not in recorded
+    capsys.readouterr()
+
+    assert run_benchmark(plan(judge_force_verdict=False), model, model) == 2
+    error = capsys.readouterr().err
+    assert "judge_force_verdict=True" in error and "judge_force_verdict=False" in error
+    assert "--out a new folder" in error
+    assert len(load_records(tmp_path)) == 1  # nothing ran
+
+    # A setting the file does not name yet (added since its runs) is taken as it comes.
+    del recorded["critic_rounds"]
+    (tmp_path / "settings.json").write_text(json.dumps(recorded))
+    assert run_benchmark(plan(), model, model) == 0
+    assert json.loads((tmp_path / "settings.json").read_text())["critic_rounds"] == 1
+
+
 async def test_interrupted_run_resumes_without_loss_or_duplicates(tmp_path: Path) -> None:
     problems = load_dataset("math500", TEST_DATA, limit=3)
     jobs = jobs_for(problems)
