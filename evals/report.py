@@ -117,7 +117,7 @@ class Report:
     sweep_path: Path | None
 
 
-class _Setting:
+class SettingRuns:
     """The runs of one setting, with per-question means (question = problem id)."""
 
     def __init__(self, records: Sequence[Record]) -> None:
@@ -156,12 +156,13 @@ def run_time(records: Sequence[Record]) -> RunTime:
     return RunTime(len(intervals), len(records), stats.busy_seconds(intervals))
 
 
-def _group(records: Sequence[Record]) -> dict[SettingKey, _Setting]:
+def group_settings(records: Sequence[Record]) -> dict[SettingKey, SettingRuns]:
+    """The records by setting (dataset, strategy, gate label, gamma)."""
     groups: dict[SettingKey, list[Record]] = defaultdict(list)
     for record in records:
         key = (record["dataset"], record["strategy"], record["gate"], record["gamma"])
         groups[key].append(record)
-    return {key: _Setting(group) for key, group in groups.items()}
+    return {key: SettingRuns(group) for key, group in groups.items()}
 
 
 def _mean_of(values: dict[str, float], questions: Sequence[str] | None = None) -> float:
@@ -174,19 +175,22 @@ def gate_family(gate: str) -> str:
     return gate.split("+")[0].split("@")[0].split("[")[0]
 
 
-def row_order(row: Row) -> tuple:
+def setting_order(key: SettingKey) -> tuple:
     """Datasets, strategies, then the paper's order: never, always, the baselines, MUR."""
-    family = gate_family(row.gate)
-    rank = {"never": 0, "always": 1, "mur": 3}.get(family, 2)
-    gamma = -1.0 if row.gamma is None else row.gamma
-    return (row.dataset == AVERAGE, row.dataset, row.strategy, rank, row.gate, gamma)
+    dataset, strategy, gate, gamma = key
+    rank = {"never": 0, "always": 1, "mur": 3}.get(gate_family(gate), 2)
+    return (dataset == AVERAGE, dataset, strategy, rank, gate, -1.0 if gamma is None else gamma)
+
+
+def row_order(row: Row) -> tuple:
+    return setting_order((row.dataset, row.strategy, row.gate, row.gamma))
 
 
 def summarize(
     records: Sequence[Record], *, resamples: int = stats.RESAMPLES, seed: int = stats.SEED
 ) -> list[Row]:
     """One row per setting, plus the average over datasets when there are several."""
-    settings = _group(records)
+    settings = group_settings(records)
     rows = [
         _row(key, setting, settings.get((key[0], key[1], REFERENCE_GATE, None)), resamples, seed)
         for key, setting in settings.items()
@@ -197,7 +201,7 @@ def summarize(
 
 
 def _row(
-    key: SettingKey, setting: _Setting, always: _Setting | None, resamples: int, seed: int
+    key: SettingKey, setting: SettingRuns, always: SettingRuns | None, resamples: int, seed: int
 ) -> Row:
     dataset, strategy, gate, gamma = key
     scores = setting.scores()
@@ -305,7 +309,7 @@ def headlines(
 ) -> list[Headline]:
     """MUR (and MUR with bias correction) at ``gamma`` against always, per dataset and
     strategy, on the questions both ran. Empty where either is missing."""
-    settings = _group(records)
+    settings = group_settings(records)
     found = []
     for (dataset, strategy, gate, setting_gamma), setting in settings.items():
         if gate not in HEADLINE_GATES or setting_gamma is None:

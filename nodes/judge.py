@@ -155,12 +155,13 @@ def p_yes(choice: Generation, prefix: str = "") -> float:
     return min(probability, 1.0)
 
 
-def _judge_request(messages: Sequence[BaseMessage], max_tokens: int, *, forced: bool) -> Request:
+def _judge_request(messages: Sequence[BaseMessage], max_tokens: int, *, continues: bool) -> Request:
+    """A judge request; `continues`: the last message is a judgement so far, to continue."""
     return Request(
         messages=messages,
         max_tokens=max_tokens,
         stop=[JUDGEMENT_END],
-        continue_final_message=forced,
+        continue_final_message=continues,
         top_logprobs=JUDGE_TOP_LOGPROBS,
         extra_body=NON_THINKING,
         role="external",
@@ -173,7 +174,7 @@ async def continue_to_verdict(verifier: BaseChatModel, prompt: HumanMessage, tex
     FORCED_VERDICT)`."""
     messages = [prompt, AIMessage(text + FORCED_VERDICT)]
     return await generate(
-        verifier, _judge_request(messages, FORCED_VERDICT_MAX_TOKENS, forced=True)
+        verifier, _judge_request(messages, FORCED_VERDICT_MAX_TOKENS, continues=True)
     )
 
 
@@ -190,7 +191,7 @@ async def judge_step(
     """Ask the external model whether step `index` (`paragraph`) is correct in context; with
     `force_verdict`, a reply without a verdict is continued from the verdict line."""
     prompt = HumanMessage(judge_prompt(question, kept_texts, index, paragraph))
-    reply = await generate(verifier, _judge_request([prompt], max_tokens, forced=False))
+    reply = await generate(verifier, _judge_request([prompt], max_tokens, continues=False))
     choice, usage = reply.choices[0], reply.usage("external")
     text, verdict_choice, verdict_prefix = choice.text, choice, ""
     num_tokens = choice.num_tokens
