@@ -1,7 +1,7 @@
 """Two results folders side by side: the same settings, paired on the questions both ran.
 
-    python -m evals.compare results/math500-critic-qwen2.5-coder-1.5b-unforced \\
-        results/math500-critic-qwen2.5-coder-1.5b [--out FILE]
+    python -m evals.compare results/math500-critic-qwen2.5-coder-1.5b \\
+        results/math500-critic-qwen2.5-coder-1.5b-forced [--out FILE]
 
 For two configurations of one experiment (a setting changed between folders, say forced
 verdicts on and off): for every setting (dataset, strategy, gate label, gamma) in both, on the

@@ -112,10 +112,10 @@ class Context(BaseModel):
         1024, ge=1, description="Token cap of one verifier/critic judgement."
     )
     judge_force_verdict: bool = Field(
-        True,
+        False,
         description="A judgement that ends without a verdict (e.g. cut by judge_max_tokens) is "
-        "continued from the verdict line for its Yes/No; off, it counts as no verdict: the "
-        "critic revises and best_of_n scores P(Yes) = 0.",
+        "continued from the verdict line for its Yes/No. Off (the paper's rule): no verdict "
+        "means the critic revises and best_of_n scores P(Yes) = 0.",
     )
     foresight_steps: int = Field(
         1, ge=0, description="Foresight rollout length in steps; 0 rolls out the whole solution."

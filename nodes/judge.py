@@ -25,8 +25,10 @@ last word (a verifier that answers in one word).
 
 A judgement without a verdict can be given one (`force_verdict`): the verdict line is appended
 and the verifier continues it for a few tokens, so the critic revises only on a No and best-of-N
-scores every candidate by a real P(Yes). Qwen2.5-Coder-1.5B as critic, 256-token cap: 45% of
-its judgements re-derived the step past the cap and had no verdict (README).
+scores every candidate by a real P(Yes). Off by default (the paper's rule): Qwen2.5-Coder-1.5B
+as critic, 256-token cap, left 45% of its judgements without a verdict, forced verdicts said Yes
+to 91% of those, and its critic then gained nothing over never; revising them is what helped
+(README, Results).
 """
 
 from __future__ import annotations
@@ -186,7 +188,7 @@ async def judge_step(
     index: int,
     paragraph: str,
     max_tokens: int,
-    force_verdict: bool = True,
+    force_verdict: bool = False,
 ) -> tuple[Judgement, Usage]:
     """Ask the external model whether step `index` (`paragraph`) is correct in context; with
     `force_verdict`, a reply without a verdict is continued from the verdict line."""

@@ -309,7 +309,7 @@ async def test_critic_judges_and_revises_in_non_thinking_turns(
     format) and continues the kept steps after the feedback, again without thinking."""
     graph = build_graph("critic", backbone=backbone)
     before = generation_tokens(qwen3.base_url)
-    context = Context(gate="always", **CAPS)
+    context = Context(gate="always", judge_force_verdict=True, **CAPS)
     result = output_of(await graph.ainvoke({"question": QUESTION}, context=context))
     steps = result["steps"]
     assert steps and all(step["scaled"] for step in steps)
@@ -328,8 +328,8 @@ async def test_critic_judges_and_revises_in_non_thinking_turns(
             turn("user", message["content"]) + ASSISTANT + EMPTY_THINK
         )
         check_filed(qwen3, judge, as_reasoning=False)
-    # This model never writes a verdict: each judgement is continued from the verdict line,
-    # in the same non-thinking turn.
+    # This model never writes a verdict: with forcing on, each judgement is continued from the
+    # verdict line, in the same non-thinking turn.
     forced = [e for e in judges if len(e.request["messages"]) == 2]
     assert len(forced) == len(asked)
     for judge in forced:

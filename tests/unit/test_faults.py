@@ -193,13 +193,10 @@ def test_usage_counts_every_answered_attempt_against_the_servers_count() -> None
     """A scaled step whose refine fails halfway: its first critique still counts.
 
     Critic at step 1: draft, critique (answered), revise (500: the refine node fails and is
-    retried), critique again, revise; the revision states the answer. The critiques give no
-    verdict, and forcing one is off, so that each critique is one request.
+    retried), critique again, revise; the revision states the answer.
     """
     with faulty_server(["step", "ok", "500", "ok", "ok"]) as server:
-        done = run_cli(
-            "--gate", "always", "--no-judge-force-verdict", "--json", "--base-url", server.base_url
-        )
+        done = run_cli("--gate", "always", "--json", "--base-url", server.base_url)
     assert done.returncode == 0, done.stderr
     usage = json.loads(done.stdout)["usage"]
     generated = usage["backbone_tokens"] + usage["external_tokens"]

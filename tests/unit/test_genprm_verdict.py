@@ -205,7 +205,7 @@ async def test_a_judgement_cut_by_its_cap_is_continued_from_the_verdict_line(
     verdict: str, p: float, expected: float
 ) -> None:
     verifier = cut_then_forced(verdict, p)
-    judgement, usage = await judge(verifier)
+    judgement, usage = await judge(verifier, force_verdict=True)
     first, forced = verifier.calls
     (assistant_turn,) = forced["messages"][1:]
     assert assistant_turn.content == CUT_ANALYSIS + FORCED_VERDICT
@@ -225,7 +225,7 @@ async def test_a_judgement_cut_by_its_cap_is_continued_from_the_verdict_line(
 
 async def test_without_forcing_a_cut_judgement_has_no_verdict() -> None:
     verifier = cut_then_forced("Yes", 0.9)
-    judgement, usage = await judge(verifier, force_verdict=False)
+    judgement, usage = await judge(verifier)  # the default: the paper's rule
     assert len(verifier.calls) == 1
     assert judgement["verdict"] is None
     assert judgement["p_yes"] == 0.0

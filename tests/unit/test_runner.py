@@ -137,14 +137,14 @@ def test_a_folder_refuses_runs_with_other_settings(tmp_path: Path, capsys) -> No
 
     assert run_benchmark(plan(), model, model) == 0
     recorded = json.loads((tmp_path / "settings.json").read_text())
-    assert recorded["max_steps"] == 3 and recorded["judge_force_verdict"] is True
+    assert recorded["max_steps"] == 3 and recorded["judge_force_verdict"] is False
     assert recorded["backbone_model"] == "FakeLogprobChat"
     assert "gate" not in recorded and "gamma" not in recorded
     capsys.readouterr()
 
-    assert run_benchmark(plan(judge_force_verdict=False), model, model) == 2
+    assert run_benchmark(plan(judge_force_verdict=True), model, model) == 2
     error = capsys.readouterr().err
-    assert "judge_force_verdict=True" in error and "judge_force_verdict=False" in error
+    assert "judge_force_verdict=False" in error and "judge_force_verdict=True" in error
     assert "--out a new folder" in error
     assert len(load_records(tmp_path)) == 1  # nothing ran
 
