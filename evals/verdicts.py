@@ -33,8 +33,7 @@ from langchain_core.messages import HumanMessage
 
 from evals.datasets import load_dataset
 from evals.records import load_records
-from nodes.judge import VERDICT_PATTERN, continue_to_verdict, judge_prompt, p_yes, parse_verdict
-from prompts.mur import FORCED_VERDICT
+from nodes.judge import VERDICT_PATTERN, continue_to_verdict, forced_verdict, judge_prompt
 from servers.clients import make_chat_model
 from servers.errors import ServerError
 
@@ -124,11 +123,12 @@ async def replay(verifier: BaseChatModel, jobs: Sequence[Job], concurrency: int)
         async with gate:
             reply = await continue_to_verdict(verifier, prompt, text)
         choice = reply.choices[0]
+        verdict, probability = forced_verdict(choice)
         return Replayed(
             kind=kind,
             recorded=judgement.verdict,
-            forced=parse_verdict(FORCED_VERDICT + choice.text),
-            p_yes=p_yes(choice, FORCED_VERDICT),
+            forced=verdict,
+            p_yes=probability,
             tokens=choice.num_tokens,
         )
 

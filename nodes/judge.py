@@ -172,12 +172,16 @@ def _judge_request(messages: Sequence[BaseMessage], max_tokens: int, *, continue
 
 async def continue_to_verdict(verifier: BaseChatModel, prompt: HumanMessage, text: str) -> Reply:
     """The verdict of a judgement `text` that gave none: the verifier continues it from the
-    verdict line (`FORCED_VERDICT`) for a few tokens; read them with `p_yes(choice,
-    FORCED_VERDICT)`."""
+    verdict line (`FORCED_VERDICT`) for a few tokens; read them with `forced_verdict`."""
     messages = [prompt, AIMessage(text + FORCED_VERDICT)]
     return await generate(
         verifier, _judge_request(messages, FORCED_VERDICT_MAX_TOKENS, continues=True)
     )
+
+
+def forced_verdict(choice: Generation) -> tuple[bool | None, float]:
+    """The verdict and P(Yes) of a continuation from the verdict line (`continue_to_verdict`)."""
+    return parse_verdict(FORCED_VERDICT + choice.text), p_yes(choice, FORCED_VERDICT)
 
 
 async def judge_step(
@@ -195,18 +199,19 @@ async def judge_step(
     prompt = HumanMessage(judge_prompt(question, kept_texts, index, paragraph))
     reply = await generate(verifier, _judge_request([prompt], max_tokens, continues=False))
     choice, usage = reply.choices[0], reply.usage("external")
-    text, verdict_choice, verdict_prefix = choice.text, choice, ""
-    num_tokens = choice.num_tokens
-    if force_verdict and parse_verdict(choice.text) is None:
+    text, num_tokens = choice.text, choice.num_tokens
+    verdict, probability = parse_verdict(text), p_yes(choice)
+    if force_verdict and verdict is None:
         forced = await continue_to_verdict(verifier, prompt, choice.text)
-        verdict_choice, verdict_prefix = forced.choices[0], FORCED_VERDICT
-        text = choice.text + FORCED_VERDICT + verdict_choice.text
-        num_tokens += verdict_choice.num_tokens
+        continuation = forced.choices[0]
+        verdict, probability = forced_verdict(continuation)
+        text += FORCED_VERDICT + continuation.text
+        num_tokens += continuation.num_tokens
         usage += forced.usage("external")
     judgement = Judgement(
         text=text,
-        verdict=parse_verdict(text),
-        p_yes=p_yes(verdict_choice, verdict_prefix),
+        verdict=verdict,
+        p_yes=probability,
         analysis=analysis_of(text),
         num_tokens=num_tokens,
     )
