@@ -2,10 +2,16 @@
 
 A crash can only ever cut the last line short; reopening the store drops such a tail, so a
 rerun with the same folder skips exactly what is done and never counts anything twice.
+
+Full traces make about 8 KB a run, so a table of a thousand runs would be 8 MB of text in the
+repository. Once records.jsonl passes PACK_AT bytes its records move into records.jsonl.gz
+(about 7x smaller), rewritten whole beside itself and swapped in atomically; the plain file
+then starts empty again. Readers take both files, so a folder is read the same at any moment.
 """
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 from collections.abc import Iterator
@@ -14,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 RECORDS = "records.jsonl"
+PACKED = "records.jsonl.gz"
+PACK_AT = 1 << 20  # bytes of plain records before they are packed
 ERRORS = "errors.jsonl"
 SETTINGS = "settings.json"
 
@@ -45,11 +53,37 @@ def key_of(record: dict[str, Any]) -> str:
 
 
 def _complete_lines(path: Path) -> Iterator[dict[str, Any]]:
+    if not path.exists():
+        return
     with path.open("rb") as handle:
         for raw in handle:
             if not raw.endswith(b"\n"):
                 return  # a line cut short by a crash: not a record
             yield json.loads(raw)
+
+
+def _packed_lines(path: Path) -> Iterator[dict[str, Any]]:
+    if path.exists():
+        with gzip.open(path, "rb") as handle:
+            for raw in handle:
+                yield json.loads(raw)
+
+
+def _folder_records(folder: Path) -> list[dict[str, Any]]:
+    """Packed records, then plain ones; a record in both (a pack stopped between swapping
+    the packed file in and emptying the plain one) counts once."""
+    seen: set[str] = set()
+    records = []
+    for record in (*_packed_lines(folder / PACKED), *_complete_lines(folder / RECORDS)):
+        if key_of(record) not in seen:
+            seen.add(key_of(record))
+            records.append(record)
+    return records
+
+
+def has_records(folder: str | os.PathLike[str]) -> bool:
+    """Whether a benchmark has written into this folder (plain or packed records)."""
+    return (Path(folder) / RECORDS).exists() or (Path(folder) / PACKED).exists()
 
 
 def _drop_partial_tail(path: Path) -> int:
@@ -75,11 +109,36 @@ class RecordStore:
         self.folder.mkdir(parents=True, exist_ok=True)
         self.path = self.folder / RECORDS
         self.errors_path = self.folder / ERRORS
+        self.packed_path = self.folder / PACKED
         self.path.touch(exist_ok=True)
         self.dropped_bytes = _drop_partial_tail(self.path)
+        self._pack_if_large()
 
     def load(self) -> list[dict[str, Any]]:
-        return list(_complete_lines(self.path))
+        return _folder_records(self.folder)
+
+    def pack(self) -> None:
+        """Move every plain record into the packed file. The new packed file is written and
+        synced beside the old one, then renamed over it; only then is the plain file emptied.
+        A crash at any point leaves each record in at least one file, and load() counts a
+        record found in both once."""
+        records = self.load()
+        partial = self.packed_path.with_name(PACKED + ".partial")
+        with partial.open("wb") as raw:
+            # mtime=0 and no file name: the same records give the same bytes.
+            with gzip.GzipFile(filename="", mode="wb", compresslevel=9, fileobj=raw, mtime=0) as gz:
+                for record in records:
+                    gz.write((json.dumps(record, ensure_ascii=False) + "\n").encode())
+            raw.flush()
+            os.fsync(raw.fileno())
+        os.replace(partial, self.packed_path)
+        with self.path.open("r+b") as handle:
+            handle.truncate(0)
+            os.fsync(handle.fileno())
+
+    def _pack_if_large(self) -> None:
+        if self.path.stat().st_size > PACK_AT:
+            self.pack()
 
     def check_settings(self, settings: dict[str, Any]) -> None:
         """Refuse settings other than those the folder's runs were made with (settings.json,
@@ -111,14 +170,15 @@ class RecordStore:
 
     def append(self, record: dict[str, Any]) -> None:
         self._append(self.path, record)
+        self._pack_if_large()
 
     def append_error(self, record: dict[str, Any]) -> None:
         self._append(self.errors_path, record)
 
 
 def load_records(folder: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """The complete records of a run folder (read-only; a cut-short tail is skipped)."""
-    path = Path(folder) / RECORDS
-    if not path.exists():
+    """The complete records of a run folder, packed and plain (read-only; a cut-short tail is
+    skipped)."""
+    if not has_records(folder):
         raise FileNotFoundError(f"no {RECORDS} in {folder}: run a benchmark with --out {folder}")
-    return list(_complete_lines(path))
+    return _folder_records(Path(folder))

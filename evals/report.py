@@ -1,4 +1,4 @@
-"""Paper-style tables and plots recomputed from records.jsonl.
+"""Paper-style tables and plots recomputed from a folder's records.
 
     python -m evals.report DIR [--headline-gamma 0.9] [--resamples 10000] [--seed 0]
 
@@ -353,7 +353,7 @@ def write_report(
     resamples: int = stats.RESAMPLES,
     seed: int = stats.SEED,
 ) -> Report:
-    """Recompute every table and plot of a run folder from its records.jsonl."""
+    """Recompute every table and plot of a run folder from its records (plain and packed)."""
     # Local: matplotlib (through evals.plots) takes seconds to import; only a written report plots.
     from evals.plots import plot_accuracy_vs_tokens, plot_gamma_sweep
 
@@ -367,7 +367,7 @@ def write_report(
     markdown = to_markdown(
         rows,
         heads,
-        source=folder / "records.jsonl",
+        source=folder,
         headline_gamma=headline_gamma,
         resamples=resamples,
         seed=seed,
@@ -416,7 +416,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m evals.report", description="Tables and plots from a run's records."
     )
-    parser.add_argument("run_dir", help="a folder holding records.jsonl (run.py --out)")
+    parser.add_argument("run_dir", help="a folder of benchmark records (run.py --out)")
     parser.add_argument(
         "--headline-gamma",
         type=_positive_float,

@@ -267,7 +267,7 @@ def run_benchmark(plan: BenchmarkPlan, backbone: BaseChatModel, verifier: BaseCh
     todo = [job for job in jobs if job.key.text not in done]
     print(
         f"{len(plan.problems)} questions x {len(jobs) // max(len(plan.problems), 1)} settings = "
-        f"{len(jobs)} runs; {len(jobs) - len(todo)} already in {store.path}, {len(todo)} to go"
+        f"{len(jobs)} runs; {len(jobs) - len(todo)} already in {store.folder}, {len(todo)} to go"
         + (
             f" (dropped {store.dropped_bytes} bytes of a cut-short last line)"
             if store.dropped_bytes
@@ -280,7 +280,7 @@ def run_benchmark(plan: BenchmarkPlan, backbone: BaseChatModel, verifier: BaseCh
         outcome = asyncio.run(run_jobs(graph, todo, store, concurrency=plan.concurrency))
     except KeyboardInterrupt:
         print(
-            f"\ninterrupted: finished questions are saved in {store.path}; rerun the same "
+            f"\ninterrupted: finished questions are saved in {store.folder}; rerun the same "
             "command to finish the rest",
             file=sys.stderr,
         )
@@ -288,14 +288,14 @@ def run_benchmark(plan: BenchmarkPlan, backbone: BaseChatModel, verifier: BaseCh
     if outcome.server_gone:
         print(
             f"the model server stopped answering ({outcome.server_gone}); "
-            f"{outcome.finished} runs finished and are saved in {store.path}. Start the server "
+            f"{outcome.finished} runs finished and are saved in {store.folder}. Start the server "
             "again and rerun the same command to finish the rest.",
             file=sys.stderr,
         )
         return 1
     report = write_report(out)
     print(report.markdown)
-    print(f"records: {store.path}\nreport: {report.markdown_path}", file=sys.stderr)
+    print(f"records: {store.folder}\nreport: {report.markdown_path}", file=sys.stderr)
     if outcome.failed:
         print(
             f"{outcome.failed} runs failed (reasons in {store.errors_path}); rerun the same "

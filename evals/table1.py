@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from evals.records import load_records
+from evals.records import has_records, load_records
 from evals.report import matched_random_rate
 from evals.runner import gate_variants
 from graphs.refine import STRATEGIES
@@ -126,7 +126,7 @@ class Table1Plan:
 
 
 def _records(folder: Path) -> list[dict]:
-    return load_records(folder) if (folder / "records.jsonl").exists() else []
+    return load_records(folder) if has_records(folder) else []
 
 
 def _same(gamma: float | None, wanted: float | None) -> bool:

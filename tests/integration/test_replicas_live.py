@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from evals.records import RECORDS, load_records
+from evals.records import has_records, load_records
 from servers.metrics import REQUESTS_DONE, read_counter
 from servers.model import ensure_model
 from servers.paths import mur_home, vllm_cache_dir
@@ -111,7 +111,7 @@ def benchmark(base_url: str, out: Path, env: dict[str, str]) -> subprocess.Popen
 
 def records(out: Path) -> list[dict]:
     """The runner's complete records so far (none before its first)."""
-    return load_records(out) if (out / RECORDS).exists() else []
+    return load_records(out) if has_records(out) else []
 
 
 def test_a_killed_replica_is_taken_out_and_the_run_finishes(replicas, tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from evals.records import RECORDS, load_records
+from evals.records import has_records, load_records
 from servers.launcher import status, up
 
 pytestmark = pytest.mark.integration
@@ -58,7 +58,7 @@ def benchmark(base_url: str, out: Path, data: Path) -> subprocess.Popen:
 
 def records(out: Path) -> list[dict]:
     """The runner's complete records so far (none before its first)."""
-    return load_records(out) if (out / RECORDS).exists() else []
+    return load_records(out) if has_records(out) else []
 
 
 @pytest.mark.timeout(3600)  # a benchmark, a restart of the server (up to 900 s), the rerun

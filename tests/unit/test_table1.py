@@ -32,8 +32,8 @@ def write_mur(folder: Path, questions: int, steps: int = 5, scaled: int = 1) -> 
     folder.mkdir(parents=True, exist_ok=True)
     with (folder / "records.jsonl").open("a") as handle:
         for q in range(questions):
-            record = {"key": f"k{q}", "problem_id": f"p{q}", "gate": "mur", "gamma": 0.9,
-                      "steps_total": steps, "steps_scaled": scaled}  # fmt: skip
+            record = {"key": f"p{q}/{steps}/{scaled}", "problem_id": f"p{q}", "gate": "mur",
+                      "gamma": 0.9, "steps_total": steps, "steps_scaled": scaled}  # fmt: skip
             handle.write(json.dumps(record) + "\n")
 
 

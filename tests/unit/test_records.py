@@ -1,0 +1,93 @@
+"""The record store packs old records into records.jsonl.gz; readers see one folder."""
+
+from __future__ import annotations
+
+import gzip
+import os
+from pathlib import Path
+
+import pytest
+
+from evals import records as records_module
+from evals.records import PACKED, RECORDS, RecordStore, has_records, load_records
+
+
+def record(n: int) -> dict:
+    return {"key": f"math500/{n}/critic/mur/0.9/0", "trace": "step " * 50, "n": n}
+
+
+@pytest.fixture
+def small_packs(monkeypatch: pytest.MonkeyPatch) -> int:
+    """Pack after about three records instead of a megabyte."""
+    monkeypatch.setattr(records_module, "PACK_AT", 600)
+    return 600
+
+
+def test_records_past_the_limit_move_into_the_packed_file(tmp_path: Path, small_packs) -> None:
+    store = RecordStore(tmp_path)
+    for n in range(10):
+        store.append(record(n))
+        assert store.path.stat().st_size <= small_packs + len(str(record(n))) + 10
+    assert (tmp_path / PACKED).exists()
+    assert [r["n"] for r in load_records(tmp_path)] == list(range(10))
+    assert store.done_keys() == {record(n)["key"] for n in range(10)}
+    # A resumed store sees the packed runs as done.
+    assert RecordStore(tmp_path).done_keys() == store.done_keys()
+
+
+def test_packing_is_reproducible_and_loses_nothing(tmp_path: Path) -> None:
+    store = RecordStore(tmp_path)
+    for n in range(5):
+        store.append(record(n))
+    store.pack()
+    first = (tmp_path / PACKED).read_bytes()
+    assert store.path.stat().st_size == 0
+    store.pack()  # nothing new: the same bytes, so git sees no change
+    assert (tmp_path / PACKED).read_bytes() == first
+    with gzip.open(tmp_path / PACKED, "rt") as handle:
+        assert len(handle.read().splitlines()) == 5
+
+
+def test_a_pack_stopped_before_emptying_the_plain_file_counts_each_record_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = RecordStore(tmp_path)
+    for n in range(4):
+        store.append(record(n))
+    plain = store.path.read_bytes()
+    store.pack()
+    store.path.write_bytes(plain)  # as if the crash came between the swap and the truncate
+    assert [r["n"] for r in load_records(tmp_path)] == [0, 1, 2, 3]
+    store = RecordStore(tmp_path)
+    store.append(record(4))
+    store.pack()
+    assert [r["n"] for r in load_records(tmp_path)] == [0, 1, 2, 3, 4]
+
+
+def test_a_pack_stopped_while_writing_leaves_the_old_packed_file(tmp_path: Path) -> None:
+    store = RecordStore(tmp_path)
+    store.append(record(0))
+    store.pack()
+    store.append(record(1))
+    partial = tmp_path / (PACKED + ".partial")
+    partial.write_bytes(b"\x1f\x8b half a gzip")  # the crash: a partial file, never swapped in
+    assert [r["n"] for r in load_records(tmp_path)] == [0, 1]
+    store.pack()
+    assert not partial.exists()
+    assert [r["n"] for r in load_records(tmp_path)] == [0, 1]
+
+
+def test_a_folder_with_only_packed_records_reads_and_resumes(tmp_path: Path) -> None:
+    store = RecordStore(tmp_path)
+    store.append(record(0))
+    store.pack()
+    os.remove(tmp_path / RECORDS)  # a clone of a folder whose plain file was left out
+    assert has_records(tmp_path)
+    assert [r["n"] for r in load_records(tmp_path)] == [0]
+    assert RecordStore(tmp_path).done_keys() == {record(0)["key"]}
+
+
+def test_a_folder_without_records_says_so(tmp_path: Path) -> None:
+    assert not has_records(tmp_path)
+    with pytest.raises(FileNotFoundError, match=r"no records\.jsonl"):
+        load_records(tmp_path)
