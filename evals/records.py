@@ -132,6 +132,11 @@ class RecordStore:
             raw.flush()
             os.fsync(raw.fileno())
         os.replace(partial, self.packed_path)
+        folder = os.open(self.folder, os.O_RDONLY)  # the rename itself on disk, then the truncate
+        try:
+            os.fsync(folder)
+        finally:
+            os.close(folder)
         with self.path.open("r+b") as handle:
             handle.truncate(0)
             os.fsync(handle.fileno())
