@@ -187,3 +187,8 @@ def load_records(folder: str | os.PathLike[str]) -> list[dict[str, Any]]:
     if not has_records(folder):
         raise FileNotFoundError(f"no {RECORDS} in {folder}: run a benchmark with --out {folder}")
     return _folder_records(Path(folder))
+
+
+def records_so_far(folder: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """The complete records of a folder a benchmark may not have written into yet."""
+    return load_records(folder) if has_records(folder) else []

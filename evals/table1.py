@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from evals.records import has_records, load_records
+from evals.records import records_so_far
 from evals.report import matched_random_rate
 from evals.runner import gate_variants
 from graphs.refine import STRATEGIES
@@ -84,7 +84,7 @@ class Table1Plan:
     def progress(self, phase: Phase) -> tuple[int, int]:
         """(runs recorded, runs the phase asks for), by run.py's own rule
         (`evals.runner.gate_variants`); the random phase counts any random@ rate."""
-        records = _records(phase.folder)
+        records = records_so_far(phase.folder)
         if not phase.gates:
             done = sum(1 for r in records if r["gate"].startswith("random@"))
             return done, self.limit
@@ -100,7 +100,7 @@ class Table1Plan:
 
     def random_gate(self, folder: Path) -> str:
         """`random@<rate>` at MUR's measured rate: only once MUR has every question."""
-        records = _records(folder)
+        records = records_so_far(folder)
         mur = [r for r in records if r["gate"] == "mur" and _same(r["gamma"], self.gamma)]
         done = len({r["problem_id"] for r in mur})
         if done < self.limit:
@@ -123,10 +123,6 @@ class Table1Plan:
         if phase.gammas:
             argv += ["--gamma", ",".join(f"{g:g}" for g in phase.gammas)]
         return [*argv, *self.run_args, "--out", str(phase.folder)]
-
-
-def _records(folder: Path) -> list[dict]:
-    return load_records(folder) if has_records(folder) else []
 
 
 def _same(gamma: float | None, wanted: float | None) -> bool:

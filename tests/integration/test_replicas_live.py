@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from evals.records import has_records, load_records
+from evals.records import records_so_far
 from servers.metrics import REQUESTS_DONE, read_counter
 from servers.model import ensure_model
 from servers.paths import mur_home, vllm_cache_dir
@@ -109,11 +109,6 @@ def benchmark(base_url: str, out: Path, env: dict[str, str]) -> subprocess.Popen
     )
 
 
-def records(out: Path) -> list[dict]:
-    """The runner's complete records so far (none before its first)."""
-    return load_records(out) if has_records(out) else []
-
-
 def test_a_killed_replica_is_taken_out_and_the_run_finishes(replicas, tmp_path: Path) -> None:
     env, servers = replicas
     by_name = {s["profile"]: s for s in servers}
@@ -129,7 +124,7 @@ def test_a_killed_replica_is_taken_out_and_the_run_finishes(replicas, tmp_path: 
     while victim is None:  # wait until one replica is busy with a question, then kill it
         assert run.poll() is None, run.stderr.read() if run.stderr else ""
         assert time.monotonic() - begin < 600, "no replica got work within 10 minutes"
-        if len(records(out)) >= 1:
+        if len(records_so_far(out)) >= 1:
             busy = [url for url in replica_urls if read_counter(url, RUNNING) > 0]
             victim = busy[0] if busy else None
         time.sleep(0.5)
@@ -137,12 +132,12 @@ def test_a_killed_replica_is_taken_out_and_the_run_finishes(replicas, tmp_path: 
     victim_pid = next(s["pid"] for s in servers if s["base_url"] == victim)
     done_before = read_counter(survivor, REQUESTS_DONE)
     os.killpg(victim_pid, signal.SIGKILL)
-    killed_at = len(records(out))
+    killed_at = len(records_so_far(out))
 
     _, stderr = run.communicate(timeout=900)
     assert run.returncode == 0, stderr
     assert "Traceback" not in stderr
-    keys = [record["key"] for record in records(out)]
+    keys = [record["key"] for record in records_so_far(out)]
     assert len(keys) == len(set(keys)) == QUESTIONS * len(GATES)
     assert killed_at < QUESTIONS * len(GATES)  # the kill came in the middle of the run
     assert read_counter(survivor, REQUESTS_DONE) > done_before  # the router moved work over
@@ -152,4 +147,4 @@ def test_a_killed_replica_is_taken_out_and_the_run_finishes(replicas, tmp_path: 
     _, stderr = rerun.communicate(timeout=300)
     assert rerun.returncode == 0, stderr
     assert f"{QUESTIONS * len(GATES)} already in" in stderr and "0 to go" in stderr
-    assert [record["key"] for record in records(out)] == keys
+    assert [record["key"] for record in records_so_far(out)] == keys

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from evals.records import has_records, load_records
+from evals.records import records_so_far
 from servers.launcher import status, up
 
 pytestmark = pytest.mark.integration
@@ -56,11 +56,6 @@ def benchmark(base_url: str, out: Path, data: Path) -> subprocess.Popen:
     )
 
 
-def records(out: Path) -> list[dict]:
-    """The runner's complete records so far (none before its first)."""
-    return load_records(out) if has_records(out) else []
-
-
 @pytest.mark.timeout(3600)  # a benchmark, a restart of the server (up to 900 s), the rerun
 def test_killing_the_server_mid_run_loses_and_duplicates_nothing(
     cpu_server, tmp_path, test_data
@@ -68,7 +63,7 @@ def test_killing_the_server_mid_run_loses_and_duplicates_nothing(
     out = tmp_path / "run"
     run = benchmark(cpu_server.base_url, out, test_data)
     deadline = time.monotonic() + 600
-    while len(records(out)) < 2:
+    while len(records_so_far(out)) < 2:
         assert run.poll() is None, run.stderr.read()
         assert time.monotonic() < deadline, "no records after 10 minutes"
         time.sleep(0.5)
@@ -78,7 +73,7 @@ def test_killing_the_server_mid_run_loses_and_duplicates_nothing(
     assert run.returncode == 1
     assert "stopped answering" in stderr and "rerun the same command" in stderr
     assert "Traceback" not in stderr
-    partial = len(records(out))
+    partial = len(records_so_far(out))
     assert 2 <= partial < QUESTIONS * len(GATES)
 
     eager = os.environ.get("MUR_TEST_COMPILED", "") != "1"
@@ -88,6 +83,6 @@ def test_killing_the_server_mid_run_loses_and_duplicates_nothing(
     _, stderr = rerun.communicate(timeout=900)
     assert rerun.returncode == 0, stderr
     assert f"{partial} already in" in stderr
-    keys = [record["key"] for record in records(out)]
+    keys = [record["key"] for record in records_so_far(out)]
     assert len(keys) == len(set(keys)) == QUESTIONS * len(GATES)
     assert (out / "report.md").exists()
