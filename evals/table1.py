@@ -11,6 +11,9 @@ For each strategy, into `<results>/<dataset>-<strategy>-<tag>/`, three phases, e
    (computed from its records, so phase 1 must be complete);
 3. sweep (`--sweep-strategies`, default the first strategy): mur at each `--sweep` gamma.
 
+Every strategy's main phase runs before any random phase, and those before any sweep, so a
+table stopped part-way holds the headline rows of every strategy first.
+
 run.py skips what a folder already holds, so rerunning the same command after a stop (or in
 the next session) goes on where it stopped. Arguments after `--` go to every run.py command
 (e.g. `-- --max-steps 8`).
@@ -72,14 +75,17 @@ class Table1Plan:
         return self.results / f"{self.dataset}-{strategy}-{self.tag}"
 
     def phases(self) -> list[Phase]:
-        phases = []
-        for strategy in self.strategies:
-            folder = self.folder(strategy)
-            phases.append(Phase(strategy, "main", folder, MAIN_GATES, (self.gamma,)))
-            phases.append(Phase(strategy, "random", folder, (), ()))
-            if self.sweep and strategy in self.sweep_strategies:
-                phases.append(Phase(strategy, "sweep", folder, ("mur",), self.sweep))
-        return phases
+        """Every strategy's main phase first, then the random baselines, then the sweeps: a
+        table stopped part-way has the headline rows of every strategy before the extras."""
+        gammas = (self.gamma,)
+        main = [Phase(s, "main", self.folder(s), MAIN_GATES, gammas) for s in self.strategies]
+        random = [Phase(s, "random", self.folder(s), (), ()) for s in self.strategies]
+        sweep = [
+            Phase(s, "sweep", self.folder(s), ("mur",), self.sweep)
+            for s in self.strategies
+            if self.sweep and s in self.sweep_strategies
+        ]
+        return [*main, *random, *sweep]
 
     def progress(self, phase: Phase) -> tuple[int, int]:
         """(runs recorded, runs the phase asks for), by run.py's own rule
