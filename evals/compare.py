@@ -19,18 +19,15 @@ from pathlib import Path
 
 from evals import stats
 from evals.records import load_records
-from evals.report import SettingKey, group_settings, setting_order
+from evals.settings import Pairing, SettingKey, group_settings, pair, setting_order
 
 
 @dataclass(frozen=True)
 class Comparison:
+    """One setting of both folders: B paired against A (the reference)."""
+
     key: SettingKey
-    n: int
-    accuracy_a: float
-    accuracy_b: float
-    paired: stats.PairedComparison
-    tokens_a: float
-    tokens_b: float
+    pairing: Pairing
 
 
 def compare(
@@ -40,26 +37,9 @@ def compare(
     a, b = group_settings(records_a), group_settings(records_b)
     out = []
     for key in a.keys() & b.keys():
-        scores_a, scores_b = a[key].scores(), b[key].scores()
-        common = sorted(scores_a.keys() & scores_b.keys())
-        if not common:
-            continue
-        tokens_a, tokens_b = a[key].total_tokens(), b[key].total_tokens()
-        paired = stats.compare_paired(
-            {q: scores_b[q] for q in common}, {q: scores_a[q] for q in common}, resamples=resamples
-        )
-        assert paired is not None  # common is not empty
-        out.append(
-            Comparison(
-                key=key,
-                n=len(common),
-                accuracy_a=stats.mean([scores_a[q] for q in common]),
-                accuracy_b=stats.mean([scores_b[q] for q in common]),
-                paired=paired,
-                tokens_a=stats.mean([tokens_a[q] for q in common]),
-                tokens_b=stats.mean([tokens_b[q] for q in common]),
-            )
-        )
+        pairing = pair(b[key], a[key], resamples=resamples)
+        if pairing is not None:
+            out.append(Comparison(key, pairing))
     return sorted(out, key=lambda c: setting_order(c.key))
 
 
@@ -79,13 +59,14 @@ def to_markdown(comparisons: Sequence[Comparison], folder_a: str, folder_b: str)
     for c in comparisons:
         dataset, strategy, gate, gamma = c.key
         setting = f"{dataset} {strategy} {gate}" + ("" if gamma is None else f" {gamma:g}")
-        interval = c.paired.interval
+        p = c.pairing
+        interval = p.comparison.interval
         ci = f" [{_points(interval.low)}, {_points(interval.high)}]" if interval else ""
-        ratio = f"{c.tokens_b / c.tokens_a:.2f}x" if c.tokens_a else "-"
+        ratio = f"{p.tokens_ratio:.2f}x" if p.reference_tokens else "-"
         lines.append(
-            f"| {setting} | {c.n} | {100 * c.accuracy_a:.1f} | {100 * c.accuracy_b:.1f} | "
-            f"{_points(c.paired.difference)}{ci} | {c.paired.p_value:.2f} | "
-            f"{c.tokens_a:,.0f} | {c.tokens_b:,.0f} | {ratio} |"
+            f"| {setting} | {p.n} | {100 * p.reference_accuracy:.1f} | {100 * p.accuracy:.1f} | "
+            f"{_points(p.comparison.difference)}{ci} | {p.comparison.p_value:.2f} | "
+            f"{p.reference_tokens:,.0f} | {p.tokens:,.0f} | {ratio} |"
         )
     return "\n".join(lines) + "\n"
 

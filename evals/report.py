@@ -20,25 +20,32 @@ import json
 import math
 import sys
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from evals import stats
+from evals.choices import Choice, mur_choices
 from evals.records import load_records
 from evals.report_markdown import to_markdown
+from evals.settings import (
+    AVERAGE,
+    Record,
+    SettingKey,
+    SettingRuns,
+    group_settings,
+    mean_over,
+    pair,
+    setting_order,
+)
 
-AVERAGE = "average"
 REFERENCE_GATE = "always"
 #: Gate labels the headline compares with always: MUR as the paper runs it, and with bias
 #: correction.
 HEADLINE_GATES = ("mur", "mur+bc")
 HEADLINE_GAMMA = 0.9  # the paper's default
-
-Record = dict[str, Any]
-SettingKey = tuple[str, str, str, float | None]  # dataset, strategy, gate label, gamma
 
 
 @dataclass(frozen=True)
@@ -110,32 +117,12 @@ class RunTime:
 class Report:
     rows: list[Row]
     headlines: list[Headline]
+    choices: list[Choice]
     markdown: str
     markdown_path: Path
     json_path: Path
     plot_path: Path | None
     sweep_path: Path | None
-
-
-class SettingRuns:
-    """The runs of one setting, with per-question means (question = problem id)."""
-
-    def __init__(self, records: Sequence[Record]) -> None:
-        self.records = list(records)
-        self.by_question: dict[str, list[Record]] = defaultdict(list)
-        for record in self.records:
-            self.by_question[str(record["problem_id"])].append(record)
-
-    def per_question(self, value: Callable[[Record], float]) -> dict[str, float]:
-        return {q: stats.mean([value(r) for r in rs]) for q, rs in self.by_question.items()}
-
-    def scores(self) -> dict[str, float]:
-        return self.per_question(lambda r: 1.0 if r["correct"] else 0.0)
-
-    def total_tokens(self) -> dict[str, float]:
-        return self.per_question(
-            lambda r: r["usage"]["backbone_tokens"] + r["usage"]["external_tokens"]
-        )
 
 
 def matched_random_rate(records: Sequence[Record]) -> float:
@@ -154,32 +141,6 @@ def run_time(records: Sequence[Record]) -> RunTime:
             end = datetime.fromisoformat(record["finished_at"]).timestamp()
             intervals.append((end - float(record["latency_s"]), end))
     return RunTime(len(intervals), len(records), stats.busy_seconds(intervals))
-
-
-def group_settings(records: Sequence[Record]) -> dict[SettingKey, SettingRuns]:
-    """The records by setting (dataset, strategy, gate label, gamma)."""
-    groups: dict[SettingKey, list[Record]] = defaultdict(list)
-    for record in records:
-        key = (record["dataset"], record["strategy"], record["gate"], record["gamma"])
-        groups[key].append(record)
-    return {key: SettingRuns(group) for key, group in groups.items()}
-
-
-def _mean_of(values: dict[str, float], questions: Sequence[str] | None = None) -> float:
-    keys = values.keys() if questions is None else questions
-    return stats.mean([values[q] for q in keys])
-
-
-def gate_family(gate: str) -> str:
-    """`mur+bc` -> mur, `random@0.12` -> random, `mur[budget=80]` -> mur."""
-    return gate.split("+")[0].split("@")[0].split("[")[0]
-
-
-def setting_order(key: SettingKey) -> tuple:
-    """Datasets, strategies, then the paper's order: never, always, the baselines, MUR."""
-    dataset, strategy, gate, gamma = key
-    rank = {"never": 0, "always": 1, "mur": 3}.get(gate_family(gate), 2)
-    return (dataset == AVERAGE, dataset, strategy, rank, gate, -1.0 if gamma is None else gamma)
 
 
 def row_order(row: Row) -> tuple:
@@ -206,23 +167,16 @@ def _row(
     dataset, strategy, gate, gamma = key
     scores = setting.scores()
     accuracy = stats.bootstrap_interval(list(scores.values()), resamples=resamples, seed=seed)
-    backbone = _mean_of(setting.per_question(lambda r: r["usage"]["backbone_tokens"]))
-    external = _mean_of(setting.per_question(lambda r: r["usage"]["external_tokens"]))
-    steps_total = _mean_of(setting.per_question(lambda r: r["steps_total"]))
-    steps_scaled = _mean_of(setting.per_question(lambda r: r["steps_scaled"]))
+    backbone = mean_over(setting.per_question(lambda r: r["usage"]["backbone_tokens"]))
+    external = mean_over(setting.per_question(lambda r: r["usage"]["external_tokens"]))
+    steps_total = mean_over(setting.per_question(lambda r: r["steps_total"]))
+    steps_scaled = mean_over(setting.per_question(lambda r: r["steps_scaled"]))
     latency = [float(r["latency_s"]) for r in setting.records]
-    paired = (
-        stats.compare_paired(scores, always.scores(), resamples=resamples, seed=seed)
-        if always is not None
-        else None
+    pairing = pair(setting, always, resamples=resamples, seed=seed) if always else None
+    paired = pairing.comparison if pairing else None
+    tokens_vs_always = (
+        pairing.tokens / pairing.reference_tokens if pairing and pairing.reference_tokens else None
     )
-    tokens_vs_always = None
-    if always is not None and paired is not None:
-        common = sorted(setting.by_question.keys() & always.by_question.keys())
-        reference = _mean_of(always.total_tokens(), common)
-        tokens_vs_always = (
-            _mean_of(setting.total_tokens(), common) / reference if reference else None
-        )
     return Row(
         dataset=dataset,
         strategy=strategy,
@@ -230,7 +184,7 @@ def _row(
         gamma=gamma,
         questions=len(scores),
         runs=len(setting.records),
-        accuracy=_mean_of(scores),
+        accuracy=mean_over(scores),
         accuracy_low=accuracy.low if accuracy else None,
         accuracy_high=accuracy.high if accuracy else None,
         paired_questions=paired.n if paired else None,
@@ -246,7 +200,7 @@ def _row(
         tokens_vs_always=tokens_vs_always,
         steps_total=steps_total,
         steps_scaled=steps_scaled,
-        scaled_share=steps_scaled / steps_total if steps_total else 0.0,
+        scaled_share=setting.scaled_share(),
         wall_mean=stats.mean(latency),
         wall_p50=stats.percentile(latency, 50),
         wall_p95=stats.percentile(latency, 95),
@@ -319,23 +273,21 @@ def headlines(
         always = settings.get((dataset, strategy, REFERENCE_GATE, None))
         if always is None:
             continue
-        scores, reference = setting.scores(), always.scores()
-        comparison = stats.compare_paired(scores, reference, resamples=resamples, seed=seed)
-        if comparison is None:
+        pairing = pair(setting, always, resamples=resamples, seed=seed)
+        if pairing is None:
             continue
-        common = sorted(scores.keys() & reference.keys())
         found.append(
             Headline(
                 dataset=dataset,
                 strategy=strategy,
                 gate=gate,
                 gamma=setting_gamma,
-                tokens=_mean_of(setting.total_tokens(), common),
-                always_tokens=_mean_of(always.total_tokens(), common),
-                accuracy=_mean_of(scores, common),
-                always_accuracy=_mean_of(reference, common),
-                comparison=comparison,
-                one_sample=all(len(s.records) == len(s.by_question) for s in (setting, always)),
+                tokens=pairing.tokens,
+                always_tokens=pairing.reference_tokens,
+                accuracy=pairing.accuracy,
+                always_accuracy=pairing.reference_accuracy,
+                comparison=pairing.comparison,
+                one_sample=setting.one_sample() and always.one_sample(),
                 random_rate=matched_random_rate(setting.records),
             )
         )
@@ -361,6 +313,7 @@ def write_report(
     records = load_records(folder)
     rows = summarize(records, resamples=resamples, seed=seed)
     heads = headlines(records, headline_gamma, resamples=resamples, seed=seed)
+    choices = mur_choices(records, headline_gamma, resamples=resamples, seed=seed)
     timing = run_time(records)
     plot_path = plot_accuracy_vs_tokens(rows, folder / PLOT_NAME)
     sweep_path = plot_gamma_sweep(rows, folder / SWEEP_NAME)
@@ -372,6 +325,7 @@ def write_report(
         resamples=resamples,
         seed=seed,
         run_time=timing,
+        choices=choices,
         plots=[p.name for p in (plot_path, sweep_path) if p is not None],
     )
     markdown_path = folder / "report.md"
@@ -380,11 +334,15 @@ def write_report(
     document = {
         "rows": [asdict(r) for r in rows],
         "headlines": [{**asdict(h), "tokens_ratio": h.tokens_ratio} for h in heads],
+        "mur_choices": [
+            {**asdict(c), "pairing": {**asdict(c.pairing), "tokens_ratio": c.pairing.tokens_ratio}}
+            for c in choices
+        ],
         "run_time": asdict(timing),
         "method": {"resamples": resamples, "seed": seed, "confidence": stats.CONFIDENCE},
     }
     json_path.write_text(json.dumps(_finite(document), indent=1, allow_nan=False) + "\n")
-    return Report(rows, heads, markdown, markdown_path, json_path, plot_path, sweep_path)
+    return Report(rows, heads, choices, markdown, markdown_path, json_path, plot_path, sweep_path)
 
 
 def _finite(value: Any) -> Any:

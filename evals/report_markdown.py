@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from evals.choices import Choice
     from evals.report import Headline, Row, RunTime
 
 
@@ -181,6 +182,34 @@ def _missing_headline(rows: Sequence[Row], gamma: float) -> list[str]:
     return out
 
 
+def _choices_table(choices: Sequence[Choice]) -> list[str]:
+    header = ["dataset / strategy", "gate", "gamma", "paired n", "accuracy %", "default %"]
+    header += ["difference, points [95% CI]", "better / worse", "exact p", "tokens/q"]
+    header += ["default tokens/q", "vs default", "scaled %"]
+    lines = []
+    for c in choices:
+        p = c.pairing.comparison
+        lines.append(
+            [
+                f"{c.dataset} / {c.strategy}",
+                c.gate,
+                _gamma(c.gamma),
+                str(p.n),
+                _pct(c.pairing.accuracy),
+                _pct(c.pairing.reference_accuracy),
+                _points(p.difference)
+                + (_interval(p.interval.low, p.interval.high, _points) if p.interval else ""),
+                f"{p.better} / {p.worse}",
+                _p(p.p_value),
+                _num(c.pairing.tokens),
+                _num(c.pairing.reference_tokens),
+                _ratio(c.pairing.tokens_ratio),
+                _pct(c.scaled_share),
+            ]
+        )
+    return _table(header, lines)
+
+
 def _sections(rows: Sequence[Row]) -> dict[tuple[str, str], list[Row]]:
     sections: dict[tuple[str, str], list[Row]] = defaultdict(list)
     for row in rows:
@@ -198,6 +227,7 @@ def to_markdown(
     resamples: int = 10_000,
     seed: int = 0,
     run_time: RunTime | None = None,
+    choices: Sequence[Choice] = (),
     plots: Sequence[str] = (),
 ) -> str:
     runs = sum(r.runs for r in rows if r.dataset != "average")
@@ -231,6 +261,16 @@ def to_markdown(
                 "",
             ]
         lines += [*_accuracy_table(group, paired), "", *_cost_table(group, paired)]
+    if choices:
+        lines += [
+            "",
+            f"## MUR's settings against the default (`mur`, gamma {headline_gamma:g})",
+            "",
+            "What bias correction and each gamma of the sweep change against MUR as the paper "
+            "runs it, on the questions both ran: the numbers to choose them by.",
+            "",
+            *_choices_table(choices),
+        ]
     averages = [r for r in rows if r.dataset == "average"]
     if averages:
         lines += ["", "## Average over datasets (unweighted, point estimates)", ""]

@@ -24,10 +24,12 @@ def test_each_shared_setting_is_paired_on_common_questions_only() -> None:
     ]
     (row,) = compare(a, b, resamples=200)
     assert row.key == ("math500", "critic", "always", None)
-    assert row.n == 2
-    assert (row.accuracy_a, row.accuracy_b) == (0.5, 1.0)
-    assert row.paired.difference == pytest.approx(0.5) and row.paired.better == 1
-    assert (row.tokens_a, row.tokens_b) == (400, 200)
+    pairing = row.pairing
+    assert pairing.n == 2
+    assert (pairing.reference_accuracy, pairing.accuracy) == (0.5, 1.0)
+    assert pairing.comparison.difference == pytest.approx(0.5)
+    assert pairing.comparison.better == 1
+    assert (pairing.reference_tokens, pairing.tokens) == (400, 200)
     table = to_markdown([row], "A", "B")
     assert "| math500 critic always | 2 | 50.0 | 100.0 | +50.0 [+0.0, +100.0] | 1.00 |" in table
     assert "| 400 | 200 | 0.50x |" in table
