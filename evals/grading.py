@@ -219,7 +219,10 @@ class _Verifier:
     Workers are forked: a spawned or fork-server worker would run the caller's main module
     again (all of run.py's imports, or a script without a main guard), where a forked one
     starts in milliseconds and only loads math-verify. A forked child of this process builds a
-    pool of its own.
+    pool of its own. The price of forking: a worker forked (the pool replaces a killed one from
+    its own thread) while another thread is inside `subprocess.Popen` inherits Popen's
+    exec-status pipe, and Popen then waits until that worker exits. Start subprocesses before
+    grading, or `close()` the pool first (it restarts on the next comparison).
     """
 
     def __init__(self, size: int) -> None:

@@ -214,6 +214,10 @@ def test_grading_from_a_script_without_a_main_guard(tmp_path: Path) -> None:
         "from evals.grading import math_equal\n"
         "print('verdict', math_equal('\\\\frac{1}{2}', '0.5'))\n"
     )
+    # The previous test's timeout had its worker killed, and the pool forks a replacement from
+    # a thread of its own. A worker forked while subprocess.run starts the script inherits
+    # run's exec-status pipe and run then waits for that worker to exit: stop the pool first.
+    grading._VERIFIER.close()
     done = subprocess.run(
         [sys.executable, str(script)], capture_output=True, text=True, timeout=120
     )
