@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from evals.choices import Choice
     from evals.report import Headline, Row, RunTime
+    from evals.stats import PairedComparison
 
 
 def _num(value: float | None, digits: int = 0) -> str:
@@ -126,23 +127,46 @@ def _average_table(rows: Sequence[Row]) -> list[str]:
 
 
 def headline_sentence(h: Headline) -> str:
-    c = h.comparison
+    name = "MUR" if h.gate == "mur" else "MUR with bias correction"
+    return (
+        f"**{h.dataset} / {h.strategy}, {name} (`{h.gate}`, gamma {h.gamma:g})**: "
+        f"{_ratio(h.tokens_ratio)} the tokens of always ({h.tokens:,.0f} vs "
+        f"{h.always_tokens:,.0f} per question); accuracy {_pct(h.accuracy)}% vs "
+        f"{_pct(h.always_accuracy)}%, {_paired_clause(h.comparison, h.one_sample)}. "
+        + _random_sentence(h)
+    )
+
+
+def _random_sentence(h: Headline) -> str:
+    """MUR against random at its rate when the folder ran it; else the command's gate."""
+    match = h.against_random
+    if match is None:
+        return (
+            "Random at its rate (the matched baseline, not run here): "
+            f"`--gate random@{h.random_rate:.3g}`."
+        )
+    p = match.pairing
+    return (
+        f"Against random at its rate (`{match.gate}`, which scaled {_pct(match.scaled_share)}% "
+        f"of steps): {_ratio(p.tokens_ratio)} its tokens ({p.tokens:,.0f} vs "
+        f"{p.reference_tokens:,.0f}); accuracy {_pct(p.accuracy)}% vs "
+        f"{_pct(p.reference_accuracy)}%, {_paired_clause(p.comparison, match.one_sample)}."
+    )
+
+
+def _paired_clause(c: PairedComparison, one_sample: bool) -> str:
+    """'a difference of -3.0 points (interval ...); exact McNemar p = ... on the N questions'."""
     interval = (
         f" (95% paired bootstrap interval {_points(c.interval.low)} to {_points(c.interval.high)})"
         if c.interval
         else " (one question: no interval)"
     )
-    name = "MUR" if h.gate == "mur" else "MUR with bias correction"
     plural = "" if c.better == 1 else "s"
-    test = "exact McNemar" if h.one_sample else "exact sign test (samples averaged per question)"
+    test = "exact McNemar" if one_sample else "exact sign test (samples averaged per question)"
     return (
-        f"**{h.dataset} / {h.strategy}, {name} (`{h.gate}`, gamma {h.gamma:g})**: "
-        f"{_ratio(h.tokens_ratio)} the tokens of always ({h.tokens:,.0f} vs "
-        f"{h.always_tokens:,.0f} per question); accuracy {_pct(h.accuracy)}% vs "
-        f"{_pct(h.always_accuracy)}%, a difference of {_points(c.difference)} points"
-        f"{interval}; {test} p = {_p(c.p_value)} ({c.better} question{plural} better, "
-        f"{c.worse} worse), on the {c.n} questions both ran. Random at its rate (the "
-        f"matched baseline): `--gate random@{h.random_rate:.3g}`."
+        f"a difference of {_points(c.difference)} points{interval}; {test} p = "
+        f"{_p(c.p_value)} ({c.better} question{plural} better, {c.worse} worse), on the "
+        f"{c.n} questions both ran"
     )
 
 

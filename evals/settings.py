@@ -73,6 +73,12 @@ def gate_family(gate: str) -> str:
     return gate.split("+")[0].split("@")[0].split("[")[0]
 
 
+def random_rate(gate: str) -> float | None:
+    """`random@0.218` -> 0.218; None for any other gate (run.py validated the label)."""
+    family, at, rate = gate.partition("@")
+    return float(rate) if family == "random" and at else None
+
+
 def setting_order(key: SettingKey) -> tuple:
     """Datasets, strategies, then the paper's order: never, always, the baselines, MUR."""
     dataset, strategy, gate, gamma = key

@@ -89,11 +89,15 @@ class Table1Plan:
 
     def progress(self, phase: Phase) -> tuple[int, int]:
         """(runs recorded, runs the phase asks for), by run.py's own rule
-        (`evals.runner.gate_variants`); the random phase counts any random@ rate."""
+        (`evals.runner.gate_variants`); the random phase counts the runs at MUR's rate only
+        (a folder may also hold random at another rate, e.g. mur+bc's)."""
         records = records_so_far(phase.folder)
         if not phase.gates:
-            done = sum(1 for r in records if r["gate"].startswith("random@"))
-            return done, self.limit
+            try:
+                matched = self.random_gate(phase.folder)
+            except Table1Error:
+                return 0, self.limit  # MUR unfinished: the random phase has not started
+            return sum(1 for r in records if r["gate"] == matched), self.limit
         settings = [
             (label, gamma) for label, _, gamma, _ in gate_variants(phase.gates, phase.gammas)
         ]

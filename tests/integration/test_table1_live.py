@@ -49,7 +49,8 @@ def test_table1_runs_every_phase_and_resumes(cpu_server, tmp_path: Path, test_da
     }
     assert len(records) == 2 * (len(MAIN_GATES) + 2)
     assert len((folder / "command.txt").read_text().splitlines()) == 3
-    assert "Random at its rate (the matched baseline)" in (folder / "report.md").read_text()
+    # MUR's headline pairs it with the random run the table made at its rate.
+    assert f"Against random at its rate (`{random_labels[0]}`" in (folder / "report.md").read_text()
 
     again = table1(*args)
     assert again.returncode == 0, again.stderr[-3000:]

@@ -249,9 +249,43 @@ def test_headline_names_the_random_rate_that_matches_mur() -> None:
     records += [record(1, "mur", True, gamma=0.9, steps=5, scaled=2)]
     (head,) = headlines(records)
     assert head.random_rate == pytest.approx(3 / 8)
-    assert "Random at its rate (the matched baseline): `--gate random@0.375`." in to_markdown(
-        summarize(records), [head]
+    assert head.against_random is None
+    assert (
+        "Random at its rate (the matched baseline, not run here): `--gate random@0.375`."
+        in to_markdown(summarize(records), [head])
     )
+
+
+def test_headline_pairs_mur_with_the_random_run_at_its_rate(tmp_path: Path) -> None:
+    # MUR scales 1 of 4 eligible steps (rate 0.25) and is right on q0-q2; random@0.26 (within
+    # 10%) only on q0; random@0.5 is further from MUR's rate and must not be the one chosen.
+    records = [record(q, "always", True, steps=5, scaled=5) for q in range(3)]
+    records += [record(q, "mur", True, gamma=0.9, steps=5, scaled=1) for q in range(3)]
+    records += [record(q, "random@0.26", q == 0, steps=5, scaled=1, backbone=200)
+                for q in range(3)]  # fmt: skip
+    records += [record(q, "random@0.5", True, steps=5, scaled=2) for q in range(3)]
+    report = write_report(write_records(tmp_path, records), resamples=100)
+    (head,) = report.headlines
+    match = head.against_random
+    assert match is not None and match.gate == "random@0.26" and match.one_sample
+    assert match.scaled_share == pytest.approx(0.2)
+    assert (match.pairing.accuracy, match.pairing.reference_accuracy) == (1.0, pytest.approx(1 / 3))
+    assert (match.pairing.comparison.better, match.pairing.comparison.worse) == (2, 0)
+    assert match.pairing.tokens_ratio == pytest.approx(0.5)
+    assert (
+        "Against random at its rate (`random@0.26`, which scaled 20.0% of steps): 0.50x its "
+        "tokens (100 vs 200); accuracy 100.0% vs 33.3%, a difference of +66.7 points"
+    ) in report.markdown
+    (document,) = json.loads(report.json_path.read_text())["headlines"]
+    assert document["against_random"]["gate"] == "random@0.26"
+    assert document["against_random"]["pairing"]["tokens_ratio"] == pytest.approx(0.5)
+
+
+def test_a_random_run_far_from_murs_rate_is_no_match() -> None:
+    records = [record(0, "always", True), record(0, "mur", True, gamma=0.9, steps=5, scaled=1)]
+    records += [record(0, "random@0.3", True, steps=5, scaled=1)]  # MUR's rate is 0.25
+    (head,) = headlines(records)
+    assert head.against_random is None
 
 
 def test_headline_with_several_samples_names_the_sign_test() -> None:

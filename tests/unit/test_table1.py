@@ -79,7 +79,9 @@ def test_progress_counts_the_runs_each_phase_asks_for(tmp_path: Path) -> None:
     ]
     write_mur(table.folder("critic"), 2)  # gamma 0.9: the main phase's, not the sweep's
     with (table.folder("critic") / "records.jsonl").open("a") as handle:
-        for gate, gamma in [("never", None), ("random@0.3", None), ("mur", 0.7)]:
+        # random@0.5 is not MUR's rate (0.25): a hand-run baseline, not the phase's runs.
+        for gate, gamma in [("never", None), ("random@0.25", None), ("random@0.5", None),
+                            ("mur", 0.7)]:  # fmt: skip
             handle.write(json.dumps({"key": gate, "gate": gate, "gamma": gamma}) + "\n")
     assert [table.progress(p) for p in (main_phase, random_phase, sweep)] == [
         (3, 12),
