@@ -11,10 +11,12 @@ then starts empty again. Readers take both files, so a folder is read the same a
 
 from __future__ import annotations
 
+import argparse
 import gzip
 import json
 import os
-from collections.abc import Iterator
+import sys
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -118,11 +120,24 @@ class RecordStore:
         return _folder_records(self.folder)
 
     def pack(self) -> None:
-        """Move every plain record into the packed file. The new packed file is written and
-        synced beside the old one, then renamed over it; only then is the plain file emptied.
-        A crash at any point leaves each record in at least one file, and load() counts a
-        record found in both once."""
+        """Move every plain record into the packed file."""
+        self._rewrite(self.load())
+
+    def drop(self, gate: str) -> int:
+        """Remove every run of one gate label (e.g. runs a since-fixed bug made), so that the
+        next run of the folder's command records them again; returns how many were removed.
+        A crash part-way can leave some of them in place: drop again."""
         records = self.load()
+        kept = [record for record in records if record["gate"] != gate]
+        if len(kept) < len(records):
+            self._rewrite(kept)
+        return len(records) - len(kept)
+
+    def _rewrite(self, records: list[dict[str, Any]]) -> None:
+        """Make ``records`` the folder's records, all packed. The new packed file is written
+        and synced beside the old one, then renamed over it; only then is the plain file
+        emptied. A crash at any point leaves each record in at least one file, and load()
+        counts a record found in both once."""
         partial = self.packed_path.with_name(PACKED + ".partial")
         with partial.open("wb") as raw:
             # mtime=0 and no file name: the same records give the same bytes.
@@ -192,3 +207,38 @@ def load_records(folder: str | os.PathLike[str]) -> list[dict[str, Any]]:
 def records_so_far(folder: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """The complete records of a folder a benchmark may not have written into yet."""
     return load_records(folder) if has_records(folder) else []
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m evals.records drop DIR --gate LABEL`: remove one gate's runs from a folder."""
+    parser = argparse.ArgumentParser(
+        prog="python -m evals.records",
+        description="Maintain a run folder's records. drop: remove every run of one gate label "
+        "(runs a since-fixed bug made), so that rerunning the folder's command.txt records "
+        "them again.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    drop = commands.add_parser("drop", help="remove every run of one gate label")
+    drop.add_argument("folder", type=Path)
+    drop.add_argument("--gate", required=True, help="the label as recorded, e.g. random@0.218")
+    args = parser.parse_args(argv)
+    if not has_records(args.folder):
+        print(f"error: no {RECORDS} in {args.folder}: not a run folder", file=sys.stderr)
+        return 2
+    store = RecordStore(args.folder)
+    gates = sorted({record["gate"] for record in store.load()})
+    if args.gate not in gates:
+        print(
+            f"error: {args.folder} has no runs of gate {args.gate!r} (its gates: "
+            f"{', '.join(gates)})",
+            file=sys.stderr,
+        )
+        return 2
+    dropped = store.drop(args.gate)
+    print(f"dropped {dropped} runs of {args.gate} from {args.folder}; rerun its command.txt "
+          "to record them again")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -150,6 +150,7 @@ def build_graph(
                 kept_uncertainties=[step["uncertainty"] for step in steps],
             ),
             params=ctx.gate_params(
+                state["question"],
                 budget_margin(
                     steps,
                     spent_tokens=sum(state.get("usage", {}).get(k, 0) for k in SPENT_KEYS),
@@ -157,7 +158,7 @@ def build_graph(
                     settings=ctx.budget_settings(),
                 )
                 if ctx.budget_mode
-                else None
+                else None,
             ),
         )
         return {"gate": {**record, "threshold": decision.threshold, "scale": decision.scale}}

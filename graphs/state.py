@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from nodes.budget import BudgetSettings
 from nodes.draft import STEP_FORMATS, StepCandidate, StepFormat
-from nodes.gates import GateName, GateParams
+from nodes.gates import GateName, GateParams, question_seed
 from nodes.llm import add_usage
 
 FinishReason = Literal["answer", "end_of_sequence", "max_steps", "empty_step", "context_length"]
@@ -70,7 +70,11 @@ class Context(BaseModel):
     random_rate: float = Field(
         0.5, ge=0, le=1, description="Random gate: probability of scaling a step (t >= 2)."
     )
-    seed: int = Field(0, description="Seed of the random gate and of foresight's selection.")
+    seed: int = Field(
+        0,
+        description="Seed of the random gate and of foresight's selection, mixed with the "
+        "question text so that each question draws its own numbers.",
+    )
     budget_tokens: int | None = Field(
         None,
         ge=1,
@@ -176,14 +180,15 @@ class Context(BaseModel):
             bias_correction=self.bias_correction,
         )
 
-    def gate_params(self, margin: float | None = None) -> GateParams:
+    def gate_params(self, question: str, margin: float | None = None) -> GateParams:
+        """The gate's numbers for one question (its own random draws, see `question_seed`)."""
         return GateParams(
             alpha=self.alpha,
             gamma=self.gamma,
             bias_correction=self.bias_correction,
             tau=self.tau,
             rate=self.random_rate,
-            seed=self.seed,
+            seed=question_seed(self.seed, question),
             margin=margin,
         )
 

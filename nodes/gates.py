@@ -7,6 +7,7 @@ offline to the same decisions.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import random
 from collections.abc import Sequence
@@ -83,6 +84,15 @@ def mur_threshold(momentum: float, steps_seen: int, params: GateParams) -> float
 def derive_seed(seed: int, step: int) -> int:
     """A per-step seed, so each step's draw is fixed by (run seed, step) and replays."""
     return seed * 1_000_003 + step
+
+
+def question_seed(seed: int, question: str) -> int:
+    """One question's seed: the run's seed mixed with the question text (sha256, stable across
+    processes). With the run seed alone every question of a benchmark drew the same numbers,
+    so the random gate scaled the same step numbers everywhere: at rate 0.218 only steps 14
+    and 18, 3% of steps instead of 22%."""
+    digest = hashlib.sha256(f"{seed}\n{question}".encode()).digest()
+    return int.from_bytes(digest[:8], "big")
 
 
 def random_draw(seed: int, step: int) -> float:

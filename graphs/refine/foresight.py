@@ -23,7 +23,7 @@ from graphs.refine.base import (
 )
 from graphs.state import Context, RefineInput, RefineOutput
 from nodes.draft import StepCandidate, contains_answer, conversation
-from nodes.gates import derive_seed
+from nodes.gates import derive_seed, question_seed
 from nodes.llm import Request, Usage, add_usage, gather_all, generate
 from nodes.select import (
     argmax_first,
@@ -117,7 +117,8 @@ def build(backbone: BaseChatModel, verifier: BaseChatModel, context_of: ContextO
         if ctx.foresight_selection == "argmax":
             chosen = argmax_first(weights)
         else:
-            chosen = sample_index(weights, derive_seed(ctx.seed, step_index(state)))
+            seed = question_seed(ctx.seed, state["question"])
+            chosen = sample_index(weights, derive_seed(seed, step_index(state)))
         record = ForesightRecord(
             strategy="foresight",
             draft=CandidateSummary.of(state["draft"]),

@@ -13,7 +13,7 @@ from fakes import FakeLogprobChat, Scripted
 from graphs.mur import build_graph
 from graphs.solve import solve as solve_graph
 from graphs.state import OUTPUT_KEYS, Context
-from nodes.gates import replay_decisions
+from nodes.gates import question_seed, replay_decisions
 
 # Draft uncertainty per step (all tokens share one logprob); step 5 states the answer.
 DRAFT_M = {1: 1.0, 2: 1.3, 3: 0.2, 4: 2.5, 5: 0.15}
@@ -78,6 +78,21 @@ async def test_mur_gate_scales_exactly_the_uncertain_steps() -> None:
     assert [e["index"] for e in events] == [1, 2, 3, 4, 5]
     assert events[1]["threshold"] == pytest.approx(0.1 - math.log(0.9))
     assert events[1]["draft_uncertainty"] == pytest.approx(DRAFT_M[2])
+
+
+async def test_random_gate_draws_per_question_and_replays() -> None:
+    model = FakeLogprobChat(responder=scripted_backbone(verdict="Yes"))
+    graph = build_graph("critic", backbone=model)
+    patterns = set()
+    for k in range(6):
+        question = f"What is 6 * 7? (variant {k})"
+        result, _ = await solve(graph, Context(gate="random", random_rate=0.5), question)
+        scaled = [s["scaled"] for s in result["steps"]]
+        kept = [s["uncertainty"] for s in result["steps"]]
+        seed = question_seed(0, question)
+        assert replay_decisions("random", kept, rate=0.5, seed=seed) == scaled
+        patterns.add(tuple(scaled))
+    assert len(patterns) > 1  # one seed for all questions scaled the same steps in each
 
 
 async def test_token_accounting_counts_every_generated_token() -> None:

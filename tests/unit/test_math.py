@@ -8,7 +8,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nodes.gates import GATES, GateHistory, GateParams, decide, mur_threshold, replay_decisions
+from nodes.gates import (
+    GATES,
+    GateHistory,
+    GateParams,
+    decide,
+    mur_threshold,
+    question_seed,
+    replay_decisions,
+)
 from nodes.uncertainty import (
     corrected_momentum,
     step_confidence,
@@ -124,6 +132,19 @@ def test_random_gate_is_seeded_and_matches_rate_extremes(seq, seed) -> None:
     assert once == replay_decisions("random", seq, rate=0.5, seed=seed)
     assert replay_decisions("random", seq, rate=0.0, seed=seed) == [False] * len(seq)
     assert replay_decisions("random", seq, rate=1.0, seed=seed) == [False] + [True] * (len(seq) - 1)
+
+
+def test_each_question_draws_its_own_random_steps_at_the_rate() -> None:
+    # With one seed for every question the gate scaled the same step numbers everywhere
+    # (rate 0.218: steps 14 and 18 only). Mixed with the question, the share is the rate.
+    questions = [f"Problem {k}: what is {k} + 1?" for k in range(400)]
+    seeds = [question_seed(0, q) for q in questions]
+    assert len(set(seeds)) == len(questions) and seeds[0] == question_seed(0, questions[0])
+    assert question_seed(1, questions[0]) != seeds[0]
+    decisions = [replay_decisions("random", [0.1] * 10, rate=0.218, seed=s) for s in seeds]
+    share = sum(sum(d[1:]) for d in decisions) / (len(decisions) * 9)
+    assert 0.19 < share < 0.25
+    assert len({tuple(d) for d in decisions}) > 100  # patterns differ from question to question
 
 
 def test_draft_uncertainties_replay_a_refined_trace() -> None:

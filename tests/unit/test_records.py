@@ -91,3 +91,34 @@ def test_a_folder_without_records_says_so(tmp_path: Path) -> None:
     assert not has_records(tmp_path)
     with pytest.raises(FileNotFoundError, match=r"no records\.jsonl"):
         load_records(tmp_path)
+
+
+def gated(n: int, gate: str) -> dict:
+    return {"key": f"math500/{n}/critic/{gate}/-/0", "gate": gate, "n": n}
+
+
+def test_drop_removes_one_gates_runs_from_both_files(tmp_path: Path) -> None:
+    store = RecordStore(tmp_path)
+    for n in range(3):
+        store.append(gated(n, "random@0.2"))
+        store.append(gated(n, "never"))
+    store.pack()
+    store.append(gated(3, "random@0.2"))  # one in the plain file too
+    store.append(gated(3, "never"))
+    assert store.drop("random@0.2") == 4
+    assert [(r["gate"], r["n"]) for r in load_records(tmp_path)] == [("never", n) for n in range(4)]
+    assert store.drop("random@0.2") == 0
+    # A resumed run sees them as not done, so the folder's command records them again.
+    assert gated(0, "random@0.2")["key"] not in RecordStore(tmp_path).done_keys()
+
+
+def test_drop_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    store = RecordStore(tmp_path)
+    store.append(gated(0, "random@0.2"))
+    store.append(gated(0, "never"))
+    assert records_module.main(["drop", str(tmp_path), "--gate", "random@0.2"]) == 0
+    assert "dropped 1 runs of random@0.2" in capsys.readouterr().out
+    assert records_module.main(["drop", str(tmp_path), "--gate", "mur"]) == 2
+    assert "has no runs of gate 'mur' (its gates: never)" in capsys.readouterr().err
+    assert records_module.main(["drop", str(tmp_path / "none"), "--gate", "mur"]) == 2
+    assert "not a run folder" in capsys.readouterr().err
