@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from evals.choices import Choice
-    from evals.report import Headline, Row, RunTime
+    from evals.headlines import Headline
+    from evals.report import Row, RunTime
     from evals.stats import PairedComparison
 
 

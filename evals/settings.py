@@ -11,12 +11,13 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from evals import stats
 
 AVERAGE = "average"  # the dataset label of the rows averaged over datasets
+REFERENCE_GATE = "always"  # Per-Step Scale: every setting is paired with it
 
 Record = dict[str, Any]
 SettingKey = tuple[str, str, str, float | None]  # dataset, strategy, gate label, gamma
@@ -103,6 +104,11 @@ class Pairing:
     @property
     def tokens_ratio(self) -> float:
         return self.tokens / self.reference_tokens if self.reference_tokens else math.nan
+
+
+def pairing_json(pairing: Pairing) -> dict[str, Any]:
+    """A pairing as report.json writes it, its token ratio included."""
+    return {**asdict(pairing), "tokens_ratio": pairing.tokens_ratio}
 
 
 def pair(

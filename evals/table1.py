@@ -30,8 +30,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from evals.headlines import matched_random_rate
 from evals.records import records_so_far
-from evals.report import matched_random_rate
 from evals.runner import gate_variants
 from graphs.refine import STRATEGIES
 from servers.errors import ServerError

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from evals import stats
+from evals.headlines import headlines
 from evals.plots import accuracy_figure, accuracy_limits, gamma_figure
-from evals.report import headlines, main, summarize, write_report
+from evals.report import main, summarize, write_report
 from evals.report_markdown import to_markdown
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
