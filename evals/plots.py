@@ -88,6 +88,11 @@ def _grid(count: int, width: float = 9.0, height: float = 5.5) -> tuple[Figure, 
     return fig, axes[:count]
 
 
+def _fewer(row: Row, most: int) -> str:
+    """A setting still running (a resumed table) is marked with its question count."""
+    return f"n={row.questions}" if row.questions < most else ""
+
+
 def accuracy_figure(rows: Sequence[Row]) -> Figure | None:
     """Accuracy (95% CI bars) against total tokens per question, one point per setting, each
     gamma sweep joined as a line; one panel per dataset and strategy. None without rows."""
@@ -99,6 +104,7 @@ def accuracy_figure(rows: Sequence[Row]) -> Figure | None:
     fig, axes = _grid(len(panels))
     for ax, ((dataset, strategy), group) in zip(axes, panels.items(), strict=True):
         sweeps = _sweeps(group)
+        most = max(r.questions for r in group)
         for index, (gate, series) in enumerate(sweeps.items()):
             ax.errorbar(
                 [r.total_tokens for r in series],
@@ -112,7 +118,7 @@ def accuracy_figure(rows: Sequence[Row]) -> Figure | None:
             )
             for r in series:
                 ax.annotate(
-                    f"γ={r.gamma:g}",
+                    ", ".join(filter(None, [f"γ={r.gamma:g}", _fewer(r, most)])),
                     (r.total_tokens, 100 * r.accuracy),
                     textcoords="offset points",
                     xytext=(6, 6) if index % 2 == 0 else (6, -13),  # two sweeps: above, below
@@ -122,7 +128,8 @@ def accuracy_figure(rows: Sequence[Row]) -> Figure | None:
         for r in group:
             if r.gate in sweeps:
                 continue
-            label = r.gate if r.gamma is None else f"{r.gate} (gamma {r.gamma:g})"
+            details = [f"gamma {r.gamma:g}" if r.gamma is not None else "", _fewer(r, most)]
+            label = f"{r.gate} ({', '.join(filter(None, details))})" if any(details) else r.gate
             ax.errorbar(
                 [r.total_tokens],
                 [100 * r.accuracy],
@@ -136,7 +143,10 @@ def accuracy_figure(rows: Sequence[Row]) -> Figure | None:
         bounds = [_bounds(r) for r in group]
         ax.set_ylim(*accuracy_limits([b[0] for b in bounds], [b[1] for b in bounds]))
         ax.set_xlim(*token_limits([r.total_tokens for r in group]))
-        ax.set_title(f"{dataset} / {strategy}: accuracy against tokens", fontsize=11)
+        ax.set_title(
+            f"{dataset} / {strategy}: accuracy against tokens ({most} questions unless marked)",
+            fontsize=11,
+        )
         ax.set_xlabel("total tokens per question (backbone + external)")
         ax.set_ylabel("accuracy (%), bars: 95% bootstrap CI")
         ax.grid(alpha=0.3)

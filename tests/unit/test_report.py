@@ -338,6 +338,20 @@ def test_degenerate_tables_keep_sane_axes(tmp_path: Path, case: str, records: li
         assert "(n=1: no interval)" in report.markdown
 
 
+def test_the_plot_marks_settings_on_fewer_questions() -> None:
+    # A table stopped part-way: the sweep's gamma 0.7 and mur+bc have 2 of the 4 questions.
+    records = [record(q, gate, True) for q in range(4) for gate in ("never", "always")]
+    records += [record(q, "mur", True, gamma=g) for q in range(4) for g in (0.9,)]
+    records += [record(q, "mur", True, gamma=0.7) for q in range(2)]
+    records += [record(q, "mur+bc", True, gamma=0.9) for q in range(2)]
+    figure = accuracy_figure(summarize(records, resamples=50))
+    (ax,) = figure.axes
+    assert sorted(t.get_text() for t in ax.texts) == ["γ=0.7, n=2", "γ=0.9"]
+    labels = ax.get_legend_handles_labels()[1]
+    assert "mur+bc (gamma 0.9, n=2)" in labels and "never" in labels
+    assert "(4 questions unless marked)" in ax.get_title()
+
+
 def test_accuracy_limits() -> None:
     assert accuracy_limits([0.0], [0.0]) == (0.0, 5.0)
     assert accuracy_limits([100.0], [100.0]) == (95.0, 100.0)
