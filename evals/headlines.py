@@ -139,16 +139,16 @@ def against_random(
 ) -> RandomMatch | None:
     """``setting`` against the random run of its dataset and strategy whose rate is closest to
     ``rate`` (within `RANDOM_MATCH_TOLERANCE`); None when no such run shares a question."""
-    runs = [
+    candidates = [
         (abs(run_rate - rate), gate, runs)
         for (dataset, strategy, gate, _), runs in settings.items()
         if (dataset, strategy) == section
         and (run_rate := random_rate(gate)) is not None
         and abs(run_rate - rate) <= RANDOM_MATCH_TOLERANCE * rate
     ]
-    if not runs:
+    if not candidates:
         return None
-    _, gate, random_runs = min(runs, key=lambda found: found[:2])
+    _, gate, random_runs = min(candidates, key=lambda found: found[:2])
     pairing = pair(setting, random_runs, resamples=resamples, seed=seed)
     if pairing is None:
         return None
