@@ -33,6 +33,7 @@ from pathlib import Path
 from evals.headlines import matched_random_rate
 from evals.records import records_so_far
 from evals.runner import gate_variants
+from evals.settings import Record
 from graphs.refine import STRATEGIES
 from servers.errors import ServerError
 
@@ -94,7 +95,7 @@ class Table1Plan:
         records = records_so_far(phase.folder)
         if not phase.gates:
             try:
-                matched = self.random_gate(phase.folder)
+                matched = self.random_gate(phase.folder, records)
             except Table1Error:
                 return 0, self.limit  # MUR unfinished: the random phase has not started
             return sum(1 for r in records if r["gate"] == matched), self.limit
@@ -108,9 +109,10 @@ class Table1Plan:
         )
         return done, self.limit * len(settings)
 
-    def random_gate(self, folder: Path) -> str:
-        """`random@<rate>` at MUR's measured rate: only once MUR has every question."""
-        records = records_so_far(folder)
+    def random_gate(self, folder: Path, records: Sequence[Record] | None = None) -> str:
+        """`random@<rate>` at MUR's measured rate: only once MUR has every question.
+        ``records``: the folder's, when the caller has read them already."""
+        records = records_so_far(folder) if records is None else records
         mur = [r for r in records if r["gate"] == "mur" and _same(r["gamma"], self.gamma)]
         done = len({r["problem_id"] for r in mur})
         if done < self.limit:
