@@ -226,15 +226,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: no {RECORDS} in {args.folder}: not a run folder", file=sys.stderr)
         return 2
     store = RecordStore(args.folder)
-    gates = sorted({record["gate"] for record in store.load()})
-    if args.gate not in gates:
+    dropped = store.drop(args.gate)
+    if not dropped:
+        gates = sorted({record["gate"] for record in store.load()})
         print(
             f"error: {args.folder} has no runs of gate {args.gate!r} (its gates: "
             f"{', '.join(gates)})",
             file=sys.stderr,
         )
         return 2
-    dropped = store.drop(args.gate)
     print(f"dropped {dropped} runs of {args.gate} from {args.folder}; rerun its command.txt "
           "to record them again")  # fmt: skip
     return 0
