@@ -31,8 +31,9 @@ from rich.text import Text
 from graphs.mur import MODEL_RETRY, build_graph
 from graphs.refine import STRATEGIES, summarise
 from graphs.solve import solve
-from graphs.state import Context, parse_gate_label
+from graphs.state import Context
 from nodes.draft import check_question
+from nodes.gate_labels import parse_gate_label
 from nodes.llm import MissingLogprobsError
 from servers import ServerError, check_single_url
 from servers.connect import Connection
@@ -46,9 +47,10 @@ SAMPLE_QUESTION = (
 
 # Context fields that take a comma-separated list with --dataset: the benchmark sweeps them.
 SWEEPS: tuple[str, ...] = ("gate", "gamma", "budget_tokens", "target_scale_rate")
-# What a flag takes beyond its Context field (graphs.state.parse_gate_label reads the labels).
+# What a flag takes beyond its Context field (nodes.gate_labels.parse_gate_label reads the labels).
 FLAG_NOTES: dict[str, str] = {
-    "gate": "Labels: mur+bc = mur with bias correction, random@0.12 = random at that rate.",
+    "gate": "Labels: mur+bc = mur with bias correction, random@0.12 = random at that rate, "
+    "mur[budget=800] / mur[rate=0.2] = budget mode (as --budget-tokens / --target-scale-rate).",
 }
 
 

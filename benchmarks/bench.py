@@ -41,7 +41,8 @@ from benchmarks.results import GraphRun, RawRun, ReplayRun
 from benchmarks.tables import fmt
 from evals.datasets import load_dataset
 from graphs.refine import check_strategy
-from graphs.state import Context, parse_gate_label
+from graphs.state import Context
+from nodes.gate_labels import parse_gate_label
 from nodes.gates import check_gate
 from servers.clients import resolve_model
 from servers.launcher import up

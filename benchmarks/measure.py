@@ -28,12 +28,13 @@ from benchmarks.recording import (
 )
 from benchmarks.results import GraphRun, NChoiceRun, RawRun, ReplayRun
 from graphs.mur import build_graph
-from graphs.state import Context, parse_gate_label
+from graphs.state import Context
+from nodes.gate_labels import parse_gate_label
 from servers.clients import make_chat_model
 from servers.probes import normalize_base_url, root_url
 
 DEFAULT_STRATEGIES: tuple[str, ...] = ("best_of_n", "critic")
-# Gate labels as the runner reads them (graphs.state.parse_gate_label): mur+bc = bias correction.
+# Gate labels as the runner reads them (nodes.gate_labels): mur+bc = bias correction.
 DEFAULT_GATES: tuple[str, ...] = ("mur", "mur+bc", "always", "never")
 DEFAULT_LEVELS: tuple[int, ...] = (1, 2, 4, 8, 16)
 # Small graph settings, so the whole benchmark runs in minutes on a 2-core CPU server.

@@ -17,11 +17,11 @@ from evals.settings import (
     Pairing,
     Record,
     SettingKey,
-    gate_family,
     group_settings,
     pair,
     setting_order,
 )
+from nodes.gate_labels import gate_family
 
 DEFAULT_GATE = "mur"  # the paper's MUR: no bias correction
 

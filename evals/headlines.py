@@ -24,8 +24,8 @@ from evals.settings import (
     group_settings,
     pair,
     pairing_json,
-    random_rate,
 )
+from nodes.gate_labels import random_rate
 
 #: Gate labels the headline compares with always: MUR as the paper runs it, and with bias
 #: correction.

@@ -21,7 +21,8 @@ from evals.progress import RunProgress
 from evals.records import JobKey, RecordStore, SettingsMismatchError
 from evals.report import write_report
 from graphs.mur import build_graph
-from graphs.state import Context, parse_gate_label
+from graphs.state import Context
+from nodes.gate_labels import budget_label, is_budget_label, parse_gate_label
 from nodes.llm import is_transient
 from servers.sessions import new_session_id, session
 
@@ -45,7 +46,6 @@ class Job:
 
 
 Budget = tuple[str, float]  # ("budget_tokens" | "target_scale_rate", value)
-BUDGET_LABELS = {"budget_tokens": "budget", "target_scale_rate": "rate"}
 Overrides = dict[str, Any]  # Context fields a setting sets on top of the run's
 
 
@@ -54,21 +54,17 @@ def model_name(model: BaseChatModel) -> str:
     return str(getattr(model, "model_name", None) or type(model).__name__)
 
 
-def budget_label(budget: Budget) -> str:
-    """How a budget-mode run of the mur gate is named in records and tables."""
-    return f"mur[{BUDGET_LABELS[budget[0]]}={budget[1]:g}]"
-
-
 Variant = tuple[str, str, float | None, Overrides]  # label, gate, gamma, overrides
 
 
 def gate_variants(gates: Sequence[str], gammas: Sequence[float]) -> list[Variant]:
-    """The settings gate labels ask for: a gamma gate once per gamma, the others once (their
-    gamma None)."""
+    """The settings gate labels ask for: a gamma gate once per gamma, the others and budget
+    mode (whose gamma adapts) once, their gamma None."""
     variants: list[Variant] = []
     for label in gates:
         gate, overrides = parse_gate_label(label)
-        for gamma in gammas if gate in GAMMA_GATES else [None]:
+        once = gate not in GAMMA_GATES or is_budget_label(label)
+        for gamma in [None] if once else gammas:
             variants.append((label, gate, gamma, overrides))
     return variants
 
@@ -124,10 +120,8 @@ class BenchmarkPlan:
     def jobs(self) -> list[Job]:
         """The cross product, with gamma-blind gates run once (their gamma recorded as None)
         and each budget-mode variant as a gate of its own (`mur[budget=B]`, `mur[rate=r]`)."""
-        variants = gate_variants(self.gates, self.gammas)
-        variants += [
-            (budget_label(budget), "mur", None, {budget[0]: budget[1]}) for budget in self.budgets
-        ]
+        budgets = [budget_label(name, value) for name, value in self.budgets]
+        variants = gate_variants([*self.gates, *budgets], self.gammas)
         jobs: list[Job] = []
         for problem in self.problems:
             for label, gate, gamma, overrides in variants:

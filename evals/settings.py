@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from evals import stats
+from nodes.gate_labels import gate_family
 
 AVERAGE = "average"  # the dataset label of the rows averaged over datasets
 REFERENCE_GATE = "always"  # Per-Step Scale: every setting is paired with it
@@ -67,17 +68,6 @@ def mean_over(values: dict[str, float], questions: Sequence[str] | None = None) 
     """The mean of per-question values, over ``questions`` (all of them by default)."""
     keys = values.keys() if questions is None else questions
     return stats.mean([values[q] for q in keys])
-
-
-def gate_family(gate: str) -> str:
-    """`mur+bc` -> mur, `random@0.12` -> random, `mur[budget=80]` -> mur."""
-    return gate.split("+")[0].split("@")[0].split("[")[0]
-
-
-def random_rate(gate: str) -> float | None:
-    """`random@0.218` -> 0.218; None for any other gate (run.py validated the label)."""
-    family, at, rate = gate.partition("@")
-    return float(rate) if family == "random" and at else None
 
 
 def setting_order(key: SettingKey) -> tuple:

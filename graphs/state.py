@@ -200,25 +200,6 @@ class Context(BaseModel):
         return tuple(cls.model_fields)
 
 
-def parse_gate_label(label: str) -> tuple[str, dict[str, Any]]:
-    """A gate label -> (gate, Context overrides), so that one benchmark folder holds every
-    row of the paper's table and a single run reads the same labels:
-    `mur` -> ("mur", {}); `mur+bc` -> ("mur", {"bias_correction": True});
-    `random@0.12` -> ("random", {"random_rate": 0.12}) (e.g. at MUR's measured scaled rate).
-    Raises ValueError naming the label when it is none of these."""
-    if label.endswith("+bc"):
-        return label.removesuffix("+bc"), {"bias_correction": True}
-    gate, at, rate = label.partition("@")
-    if not at:
-        return label, {}
-    if gate != "random":
-        raise ValueError(f"gate label {label!r}: only random takes a rate (random@0.12)")
-    try:
-        return gate, {"random_rate": float(rate)}
-    except ValueError:
-        raise ValueError(f"gate label {label!r}: {rate!r} is not a number") from None
-
-
 class StepRecord(TypedDict):
     """A kept step, as the output contract shows it."""
 

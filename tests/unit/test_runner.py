@@ -15,7 +15,6 @@ from evals.runner import BenchmarkPlan, record_command, run_benchmark, run_jobs
 from fakes import FakeLogprobChat, Scripted
 from faulty_server import faulty_server
 from graphs import Context, build_graph
-from graphs.state import parse_gate_label
 from servers import make_chat_model
 
 TEST_DATA = Path(__file__).resolve().parents[1] / "data"  # a math500.jsonl of the tests' own
@@ -219,25 +218,6 @@ def test_command_txt_keeps_every_command_that_filled_the_folder(tmp_path: Path) 
         "python run.py --gate mur,always",
         "python run.py --gate mur --gamma 0.5,1.2",
     ]
-
-
-@pytest.mark.parametrize(
-    ("label", "gate", "overrides"),
-    [
-        ("mur", "mur", {}),
-        ("mur+bc", "mur", {"bias_correction": True}),
-        ("random@0.12", "random", {"random_rate": 0.12}),
-        ("always", "always", {}),
-    ],
-)
-def test_gate_labels_name_a_gate_and_its_settings(label, gate, overrides) -> None:
-    assert parse_gate_label(label) == (gate, overrides)
-
-
-@pytest.mark.parametrize("label", ["mur@0.5", "random@often"])
-def test_bad_gate_labels_say_what_is_wrong(label: str) -> None:
-    with pytest.raises(ValueError, match=label):
-        parse_gate_label(label)
 
 
 async def test_a_context_overflow_is_a_record_not_an_error(tmp_path: Path) -> None:

@@ -1,0 +1,82 @@
+"""Gate labels: the one parser that `--gate`, the runner and the reports read."""
+
+from __future__ import annotations
+
+import pytest
+
+from evals.datasets import load_dataset
+from evals.runner import BenchmarkPlan
+from graphs import Context
+from nodes.gate_labels import (
+    budget_label,
+    gate_family,
+    is_budget_label,
+    parse_gate_label,
+    random_rate,
+)
+
+
+@pytest.mark.parametrize(
+    ("label", "gate", "overrides"),
+    [
+        ("mur", "mur", {}),
+        ("mur+bc", "mur", {"bias_correction": True}),
+        ("random@0.12", "random", {"random_rate": 0.12}),
+        ("always", "always", {}),
+        ("mur[budget=800]", "mur", {"budget_tokens": 800}),
+        ("mur[rate=0.25]", "mur", {"target_scale_rate": 0.25}),
+    ],
+)
+def test_gate_labels_name_a_gate_and_its_settings(label, gate, overrides) -> None:
+    assert parse_gate_label(label) == (gate, overrides)
+    assert gate_family(label) == gate
+    Context(gate=gate, **overrides)  # every form names valid Context settings
+
+
+@pytest.mark.parametrize(
+    "label",
+    [
+        "mur@0.5",
+        "random@often",
+        "mur[tokens=5]",
+        "never[budget=300]",
+        "mur[budget=lots]",
+        "mur[budget=2.5]",
+    ],
+)
+def test_bad_gate_labels_say_what_is_wrong(label: str) -> None:
+    with pytest.raises(ValueError, match=label.replace("[", r"\[")):
+        parse_gate_label(label)
+
+
+def test_budget_labels_read_back_what_they_name() -> None:
+    for name, value in [
+        ("budget_tokens", 300),
+        ("target_scale_rate", 0.25),
+        ("budget_tokens", 1e6),
+    ]:
+        label = budget_label(name, value)
+        assert parse_gate_label(label) == ("mur", {name: value})
+        assert is_budget_label(label)
+    assert not is_budget_label("mur+bc")
+
+
+def test_only_random_labels_carry_a_rate() -> None:
+    assert random_rate("random@0.218") == 0.218
+    assert random_rate("mur[rate=0.2]") is None  # a target scale rate, not the random gate's
+    assert random_rate("random") is None
+
+
+def test_a_budget_gate_label_runs_once_like_the_budget_flag() -> None:
+    """`--gate mur[budget=300]` is the label `--budget-tokens 300` records: same jobs."""
+    problems = tuple(load_dataset("math500", limit=1))
+    common = {
+        "dataset": "math500",
+        "strategy": "critic",
+        "problems": problems,
+        "gammas": (0.7, 0.9),
+    }
+    by_flag = BenchmarkPlan(**common, gates=(), budgets=(("budget_tokens", 300),)).jobs()
+    by_label = BenchmarkPlan(**common, gates=("mur[budget=300]",)).jobs()
+    assert [(j.key, j.context) for j in by_flag] == [(j.key, j.context) for j in by_label]
+    assert [j.key.gamma for j in by_label] == [None]
