@@ -78,6 +78,19 @@ def _sweeps(rows: Sequence[Row]) -> dict[str, list[Row]]:
     }
 
 
+def _label_above(row: Row, series: Sequence[Row], default: bool) -> bool:
+    """Whether a sweep point's label goes above it: below when a point of the same sweep at
+    nearly the same tokens (within 5% of the sweep's token span) lies higher, so the two
+    labels do not overlap; `default` otherwise."""
+    span = max(r.total_tokens for r in series) - min(r.total_tokens for r in series)
+    close = [
+        r for r in series if r is not row and abs(r.total_tokens - row.total_tokens) <= 0.05 * span
+    ]
+    if not close:
+        return default
+    return all(r.accuracy <= row.accuracy for r in close)
+
+
 def _grid(count: int, width: float = 9.0, height: float = 5.5) -> tuple[Figure, list[Axes]]:
     cols = min(2, count)
     rows = math.ceil(count / cols)
@@ -117,11 +130,12 @@ def accuracy_figure(rows: Sequence[Row]) -> Figure | None:
                 label=f"{gate} (gamma sweep)",
             )
             for r in series:
+                above = _label_above(r, series, default=index % 2 == 0)  # two sweeps: split
                 ax.annotate(
                     ", ".join(filter(None, [f"γ={r.gamma:g}", _fewer(r, most)])),
                     (r.total_tokens, 100 * r.accuracy),
                     textcoords="offset points",
-                    xytext=(6, 6) if index % 2 == 0 else (6, -13),  # two sweeps: above, below
+                    xytext=(6, 6) if above else (6, -13),
                     fontsize=8,
                     color=colors[gate],
                 )

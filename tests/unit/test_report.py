@@ -352,6 +352,20 @@ def test_the_plot_marks_settings_on_fewer_questions() -> None:
     assert "(4 questions unless marked)" in ax.get_title()
 
 
+def test_sweep_labels_of_points_at_nearly_the_same_tokens_do_not_overlap() -> None:
+    # As in the critic table: gamma 0.7 and 0.8 spend nearly the same tokens, 0.8 scores higher.
+    runs = {0.7: (660, [True, False]), 0.8: (650, [True, True]), 0.95: (1300, [False, False])}
+    records = [
+        record(q, "mur", correct, gamma=gamma, backbone=tokens)
+        for gamma, (tokens, answers) in runs.items()
+        for q, correct in enumerate(answers)
+    ]
+    (ax,) = accuracy_figure(summarize(records, resamples=50)).axes
+    offsets = {t.get_text(): t.xyann[1] for t in ax.texts}
+    assert offsets["γ=0.8"] > 0 > offsets["γ=0.7"]  # the higher point's label above
+    assert offsets["γ=0.95"] > 0  # no neighbour: above, as a single sweep's labels are
+
+
 def test_accuracy_limits() -> None:
     assert accuracy_limits([0.0], [0.0]) == (0.0, 5.0)
     assert accuracy_limits([100.0], [100.0]) == (95.0, 100.0)
