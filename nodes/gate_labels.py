@@ -17,8 +17,10 @@ _BUDGET_FIELDS = {short: name for name, short in BUDGET_LABELS.items()}
 
 
 def budget_label(name: str, value: float) -> str:
-    """`("budget_tokens", 800)` -> `mur[budget=800]`: a budget-mode run of the mur gate."""
-    return f"mur[{BUDGET_LABELS[name]}={value:g}]"
+    """`("budget_tokens", 800)` -> `mur[budget=800]`: a budget-mode run of the mur gate.
+    12 significant digits, so the label reads back the value it names (the runner runs what
+    the label says)."""
+    return f"mur[{BUDGET_LABELS[name]}={value:.12g}]"
 
 
 def parse_gate_label(label: str) -> tuple[str, dict[str, Any]]:

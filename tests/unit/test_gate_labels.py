@@ -54,6 +54,8 @@ def test_budget_labels_read_back_what_they_name() -> None:
         ("budget_tokens", 300),
         ("target_scale_rate", 0.25),
         ("budget_tokens", 1e6),
+        ("budget_tokens", 1234567),  # more digits than %g keeps: the run gets this, not 1234570
+        ("target_scale_rate", 0.1234567),
     ]:
         label = budget_label(name, value)
         assert parse_gate_label(label) == ("mur", {name: value})
