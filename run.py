@@ -33,7 +33,7 @@ from graphs.refine import STRATEGIES, summarise
 from graphs.solve import solve
 from graphs.state import Context
 from nodes.draft import check_question
-from nodes.gate_labels import parse_gate_label
+from nodes.gate_labels import budget_label, parse_gate_label
 from nodes.llm import MissingLogprobsError
 from servers import ServerError, check_single_url
 from servers.connect import Connection
@@ -208,11 +208,15 @@ def budget_settings(args: argparse.Namespace) -> list[tuple[str, float]]:
     ]
 
 
+def budget_labels(args: argparse.Namespace) -> list[str]:
+    """The budget-mode variants as the gate labels their records carry (`mur[budget=300]`)."""
+    return [budget_label(name, value) for name, value in budget_settings(args)]
+
+
 def single_context(args: argparse.Namespace, recommended: dict[str, Any]) -> Context:
     """The Context of a single solve (no lists: validate() refused them): a budget makes it
     the mur gate; a gate label brings its own settings (`mur+bc`, `random@0.12`)."""
-    budgets = budget_settings(args)
-    gate, overrides = ("mur", dict(budgets[:1])) if budgets else parse_gate_label(gates(args)[0])
+    gate, overrides = parse_gate_label((budget_labels(args) or gates(args))[0])
     settings = {**shared_settings(args, recommended), **overrides}
     return Context(**settings, gate=gate, gamma=gammas(args)[0])
 
@@ -220,12 +224,10 @@ def single_context(args: argparse.Namespace, recommended: dict[str, Any]) -> Con
 def validate(args: argparse.Namespace) -> None:
     """Every bad value fails here, before any server is touched."""
     settings = flag_settings(args)
-    for label in gates(args):
+    for label in [*gates(args), *budget_labels(args)]:
         gate, overrides = parse_gate_label(label)
         for gamma in gammas(args):
             Context(**{**settings, **overrides}, gate=gate, gamma=gamma)
-    for name, value in budget_settings(args):
-        Context(**settings, gate="mur", gamma=gammas(args)[0], **{name: value})
     if args.limit is not None and args.limit <= 0:
         raise UsageError(f"--limit must be > 0, got {args.limit}")
     if args.samples <= 0 or args.concurrency <= 0:
