@@ -20,6 +20,7 @@ from evals.grading import grade
 from evals.progress import RunProgress
 from evals.records import JobKey, RecordStore, SettingsMismatchError
 from evals.report import write_report
+from evals.stopping import STOPPED_EXIT, StopSignals
 from graphs.mur import build_graph
 from graphs.state import Context
 from nodes.gate_labels import budget_label, is_budget_label, parse_gate_label
@@ -36,6 +37,7 @@ class RunOutcome:
     failed: int
     skipped: int
     server_gone: str | None  # why the run gave up early, if it did
+    stopped_by: str | None = None  # the signal (SIGINT, SIGTERM) that stopped it early
 
 
 @dataclass(frozen=True)
@@ -179,61 +181,100 @@ async def run_jobs(
 
     A question that fails is recorded in errors.jsonl and the run goes on, unless
     `give_up_after` questions in a row fail on the server itself (unreachable, 5xx after the
-    graph's retries): then the server is gone, and the rest is left for a rerun. Every request
-    of one job carries the session id `<run_id>/<job key>` (servers.sessions), so a router in
-    front of replicas keeps each job on one replica.
+    graph's retries): then the server is gone, and the rest is left for a rerun. A first
+    SIGINT/SIGTERM starts no new question and waits for those in flight; a second cancels
+    them (evals.stopping). Every request of one job carries the session id
+    `<run_id>/<job key>` (servers.sessions), so a router in front of replicas keeps each job
+    on one replica.
     """
     run_id = run_id or uuid.uuid4().hex[:8]
     limit = asyncio.Semaphore(concurrency)
     give_up_after = give_up_after or concurrency + 2
-    finished = failed = 0
+    finished = failed = in_flight = 0
     consecutive_server_failures = 0
     server_gone: str | None = None
     tokens = 0
     # A bar on a terminal; a plain line every few questions in a log (see evals/progress.py).
     progress = RunProgress(len(jobs), enabled=show_progress)
+    tasks: list[asyncio.Task[None]] = []
+
+    def finish_in_flight(name: str) -> None:
+        print(
+            f"\n{name}: starting no new questions; the {in_flight} in flight finish and are "
+            f"saved. {name} again stops them too (they rerun next time).",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    def cancel_in_flight(name: str) -> None:
+        print(
+            f"\n{name} again: stopping the {in_flight} questions in flight now",
+            file=sys.stderr,
+            flush=True,
+        )
+        for task in tasks:
+            task.cancel()
+
+    stop = StopSignals(on_first=finish_in_flight, on_second=cancel_in_flight)
 
     async def run_one(job: Job) -> None:
-        nonlocal finished, failed, tokens, consecutive_server_failures, server_gone
+        nonlocal finished, tokens, in_flight
         async with limit:
-            if server_gone:
+            if server_gone or stop.requested:
                 return
-            begin = time.monotonic()
+            in_flight += 1
             try:
-                with session(new_session_id(run_id, job.key.text)):
-                    result = await graph.ainvoke(
-                        {
-                            "question": job.problem.question,
-                            "system_prompt": job.problem.system_prompt,
-                        },
-                        context=job.context,
-                    )
-            except Exception as exc:  # recorded with its reason; the run goes on
-                failed += 1
-                store.append_error(
-                    {"key": job.key.text, "error": type(exc).__name__, "message": str(exc)[:2000]}
-                )
-                progress.update(finished=finished, failed=failed, tokens=tokens)
-                consecutive_server_failures = (
-                    consecutive_server_failures + 1 if is_transient(exc) else 0
-                )
-                if consecutive_server_failures >= give_up_after:
-                    server_gone = f"{type(exc).__name__}: {str(exc)[:300]}"
-                return
-            consecutive_server_failures = 0
-            latency = time.monotonic() - begin
-            # Grading may take seconds (bounded by math-verify's timeouts): off the event loop.
-            correct = await asyncio.to_thread(grade, job.problem, result["answer"])
-            record = make_record(job, result, correct, latency)
-            store.append(record)
+                record = await solve_and_grade(job)
+            finally:
+                in_flight -= 1
+        if record is None:
+            return
         finished += 1
         usage = record["usage"]
         tokens += usage["backbone_tokens"] + usage["external_tokens"]
         progress.update(finished=finished, failed=failed, tokens=tokens)
 
+    async def solve_and_grade(job: Job) -> dict[str, Any] | None:
+        """The job's record, appended to the store; None when it failed (recorded as such)."""
+        nonlocal failed, consecutive_server_failures, server_gone
+        begin = time.monotonic()
+        try:
+            with session(new_session_id(run_id, job.key.text)):
+                result = await graph.ainvoke(
+                    {"question": job.problem.question, "system_prompt": job.problem.system_prompt},
+                    context=job.context,
+                )
+        except Exception as exc:  # recorded with its reason; the run goes on
+            failed += 1
+            store.append_error(
+                {"key": job.key.text, "error": type(exc).__name__, "message": str(exc)[:2000]}
+            )
+            progress.update(finished=finished, failed=failed, tokens=tokens)
+            consecutive_server_failures = (
+                consecutive_server_failures + 1 if is_transient(exc) else 0
+            )
+            if consecutive_server_failures >= give_up_after:
+                server_gone = f"{type(exc).__name__}: {str(exc)[:300]}"
+            return None
+        consecutive_server_failures = 0
+        latency = time.monotonic() - begin
+        # Grading may take seconds (bounded by math-verify's timeouts): off the event loop.
+        correct = await asyncio.to_thread(grade, job.problem, result["answer"])
+        record = make_record(job, result, correct, latency)
+        store.append(record)
+        return record
+
     async with progress:
-        await asyncio.gather(*(run_one(job) for job in jobs))
-    return RunOutcome(finished, failed, len(jobs) - finished - failed, server_gone)
+        with stop:
+            tasks.extend(asyncio.ensure_future(run_one(job)) for job in jobs)
+            try:
+                await asyncio.gather(*tasks)
+            except asyncio.CancelledError:
+                if not stop.forced:
+                    raise
+                await asyncio.gather(*tasks, return_exceptions=True)  # let each one unwind
+    skipped = len(jobs) - finished - failed
+    return RunOutcome(finished, failed, skipped, server_gone, stop.requested)
 
 
 def record_command(path: Path, command: str) -> None:
@@ -272,13 +313,21 @@ def run_benchmark(plan: BenchmarkPlan, backbone: BaseChatModel, verifier: BaseCh
     graph = build_graph(plan.strategy, backbone=backbone, verifier=verifier)
     try:
         outcome = asyncio.run(run_jobs(graph, todo, store, concurrency=plan.concurrency))
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # before the run's own signal handling was in place
         print(
             f"\ninterrupted: finished questions are saved in {store.folder}; rerun the same "
             "command to finish the rest",
             file=sys.stderr,
         )
-        return 130
+        return STOPPED_EXIT
+    if outcome.stopped_by:
+        print(
+            f"stopped ({outcome.stopped_by}): {outcome.finished} runs finished this time and "
+            f"are saved in {store.folder}, {outcome.skipped} left; rerun the same command to "
+            "finish the rest",
+            file=sys.stderr,
+        )
+        return STOPPED_EXIT
     if outcome.server_gone:
         print(
             f"the model server stopped answering ({outcome.server_gone}); "

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import signal
 import subprocess
 import sys
@@ -34,6 +35,7 @@ from evals.headlines import matched_random_rate
 from evals.records import records_so_far
 from evals.runner import gate_variants
 from evals.settings import Record
+from evals.stopping import STOPPED_EXIT
 from graphs.refine import STRATEGIES
 from servers.errors import ServerError
 
@@ -147,15 +149,32 @@ def _same(gamma: float | None, wanted: float | None) -> bool:
 Runner = Callable[[Sequence[str]], int]
 
 
-def run_py(argv: Sequence[str]) -> int:
-    """run.py in a child process; a SIGTERM to this process stops it the same way (its
-    finished questions are already saved)."""
-    child = subprocess.Popen([sys.executable, "run.py", *argv], cwd=ROOT)
-    previous = signal.signal(signal.SIGTERM, lambda *_: child.terminate())
+def run_py(argv: Sequence[str], program: Sequence[str] = (sys.executable, "run.py")) -> int:
+    """run.py in a child process, stopped the way run.py stops (evals.stopping): each SIGTERM
+    to this process goes on to it, and so does each SIGINT unless the terminal's Ctrl-C
+    reaches the child itself (this process group in the terminal's foreground); meanwhile this
+    process waits for the child's finished questions."""
+    child = subprocess.Popen([*program, *argv], cwd=ROOT)
+    forward_sigint = not _in_terminal_foreground()
+    previous = {
+        signal.SIGTERM: signal.signal(signal.SIGTERM, lambda *_: child.terminate()),
+        signal.SIGINT: signal.signal(
+            signal.SIGINT, lambda *_: child.send_signal(signal.SIGINT) if forward_sigint else None
+        ),
+    }
     try:
         return child.wait()
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _in_terminal_foreground() -> bool:
+    """Whether a Ctrl-C in this process's terminal goes to its process group."""
+    try:
+        return sys.stdin is not None and os.tcgetpgrp(sys.stdin.fileno()) == os.getpgrp()
+    except (OSError, ValueError):  # no terminal, or stdin closed
+        return False
 
 
 def run_table(plan: Table1Plan, runner: Runner = run_py, *, dry_run: bool = False) -> int:
@@ -174,6 +193,13 @@ def run_table(plan: Table1Plan, runner: Runner = run_py, *, dry_run: bool = Fals
         argv = plan.argv(phase)
         print(f"== {status}: python run.py {' '.join(argv)}", file=sys.stderr, flush=True)
         code = runner(argv)
+        if code == STOPPED_EXIT:
+            print(
+                f"evals.table1: {name} stopped; its finished questions are saved in "
+                f"{phase.folder}: rerun this command to go on",
+                file=sys.stderr,
+            )
+            return STOPPED_EXIT
         if code != 0:
             raise Table1Error(
                 f"{name} stopped (run.py exit {code}); its finished questions are saved in "
@@ -262,7 +288,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         print("\nevals.table1: interrupted; rerun the same command to go on", file=sys.stderr)
-        return 130
+        return STOPPED_EXIT
 
 
 if __name__ == "__main__":

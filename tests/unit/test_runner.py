@@ -3,7 +3,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
+import signal
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -263,3 +266,79 @@ async def test_every_request_of_a_job_carries_that_jobs_session(tmp_path: Path) 
     for record in load_records(tmp_path):
         calls = [sid for sid, _ in seen if sid == f"run-7/{record['key']}"]
         assert len(calls) == record["usage"]["llm_calls"]  # judge calls included
+
+
+class Signalling:
+    """A graph that sends this process `sig` when its first question starts (`times` times,
+    apart), then solves the question, or with `hang`, waits until it is cancelled."""
+
+    def __init__(self, graph, sig: signal.Signals, *, times: int = 1, hang: bool = False) -> None:
+        self.graph, self.sig, self.times, self.hang = graph, sig, times, hang
+        self.started = 0
+
+    async def ainvoke(self, *args, **kwargs):
+        self.started += 1
+        if self.started == 1:
+            for _ in range(self.times):
+                os.kill(os.getpid(), self.sig)
+                await asyncio.sleep(0.05)  # the loop takes the signal in between
+        if self.hang:
+            await asyncio.Event().wait()
+        return await self.graph.ainvoke(*args, **kwargs)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=lambda s: s.name)
+async def test_a_first_stop_signal_finishes_the_questions_in_flight_and_starts_no_more(
+    tmp_path: Path, sig: signal.Signals
+) -> None:
+    before = signal.getsignal(sig)
+    jobs = never_jobs(load_dataset("math500", TEST_DATA, limit=6), max_steps=3)
+    graph = Signalling(build_graph("critic", backbone=FakeLogprobChat(responder=respond)), sig)
+    store = RecordStore(tmp_path)
+    outcome = await run_jobs(graph, jobs, store, concurrency=2, show_progress=False)
+    # Those in flight when the signal came (1 or 2 of the 2 allowed) finished and are saved.
+    assert outcome.stopped_by == sig.name
+    assert 1 <= outcome.finished == graph.started <= 2
+    assert len(store.load()) == outcome.finished
+    assert (outcome.failed, outcome.skipped) == (0, len(jobs) - outcome.finished)
+    assert signal.getsignal(sig) is before  # the process's own handler is back
+
+
+async def test_a_second_stop_signal_cancels_the_questions_in_flight(tmp_path: Path) -> None:
+    jobs = never_jobs(load_dataset("math500", TEST_DATA, limit=4), max_steps=3)
+    graph = build_graph("critic", backbone=FakeLogprobChat(responder=respond))
+    hanging = Signalling(graph, signal.SIGTERM, times=2, hang=True)
+    store = RecordStore(tmp_path)
+    run = run_jobs(hanging, jobs, store, concurrency=2, show_progress=False)
+    outcome = await asyncio.wait_for(run, timeout=30)
+    assert (outcome.finished, outcome.failed, outcome.skipped) == (0, 0, len(jobs))
+    assert outcome.stopped_by == "SIGTERM" and store.load() == []
+
+
+def test_a_stopped_benchmark_says_what_is_saved_and_exits_130(tmp_path: Path, capsys) -> None:
+    calls = {"n": 0}
+
+    def stop_at_first_request(messages, kwargs):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return respond(messages, kwargs)
+
+    model = FakeLogprobChat(responder=stop_at_first_request)
+    plan = BenchmarkPlan(
+        dataset="math500",
+        strategy="critic",
+        problems=tuple(load_dataset("math500", TEST_DATA, limit=3)),
+        gates=("never",),
+        settings={"max_steps": 3},
+        out=tmp_path,
+        concurrency=1,
+    )
+    assert run_benchmark(plan, model, model) == 130
+    error = capsys.readouterr().err
+    assert "SIGTERM: starting no new questions; the 1 in flight finish and are saved" in error
+    assert f"stopped (SIGTERM): 1 runs finished this time and are saved in {tmp_path}" in error
+    assert "2 left; rerun the same command" in error
+    assert len(load_records(tmp_path)) == 1
+    assert run_benchmark(plan, model, model) == 0  # the rerun finishes the other two
+    assert len(load_records(tmp_path)) == 3

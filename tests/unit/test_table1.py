@@ -4,12 +4,17 @@ resuming and stopping."""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import sys
+import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 
-from evals.table1 import MAIN_GATES, Table1Error, Table1Plan, main, run_table
+from evals.table1 import MAIN_GATES, Table1Error, Table1Plan, main, run_py, run_table
 
 
 def plan(tmp_path: Path, **overrides) -> Table1Plan:
@@ -110,6 +115,42 @@ def test_a_failed_phase_stops_the_table_and_says_how_to_go_on(tmp_path: Path) ->
     with pytest.raises(Table1Error, match=r"critic / main stopped \(run.py exit 1\).*rerun"):
         run_table(plan(tmp_path), lambda argv: calls.append(argv) or 1)
     assert len(calls) == 1
+
+
+def test_a_stopped_phase_stops_the_table_with_130_not_as_a_failure(tmp_path: Path, capsys) -> None:
+    calls: list[Sequence[str]] = []
+    assert run_table(plan(tmp_path), lambda argv: calls.append(argv) or 130) == 130
+    assert len(calls) == 1
+    assert "critic / main stopped; its finished questions are saved" in capsys.readouterr().err
+
+
+# A stand-in for run.py: ready once its handlers are set, exit 130 on the first stop signal.
+CHILD = """
+import pathlib, signal, sys, time
+signal.signal(signal.SIGINT, lambda *_: sys.exit(130))
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(130))
+pathlib.Path(sys.argv[1]).touch()
+time.sleep(60)
+sys.exit(0)
+"""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=lambda s: s.name)
+def test_run_py_passes_a_stop_signal_on_and_waits_for_the_child(
+    tmp_path: Path, sig: signal.Signals
+) -> None:
+    """Under pytest stdin is no terminal, so a Ctrl-C could not reach the child by itself."""
+    ready = tmp_path / "ready"
+
+    def signal_when_ready() -> None:
+        while not ready.exists():
+            time.sleep(0.02)
+        os.kill(os.getpid(), sig)
+
+    before = signal.getsignal(sig)
+    threading.Thread(target=signal_when_ready, daemon=True).start()
+    assert run_py([str(ready)], program=(sys.executable, "-c", CHILD)) == 130
+    assert signal.getsignal(sig) is before
 
 
 def test_cli_dry_run_and_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
