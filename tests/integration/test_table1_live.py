@@ -4,8 +4,10 @@ rerun that finds everything done."""
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -56,3 +58,41 @@ def test_table1_runs_every_phase_and_resumes(cpu_server, tmp_path: Path, test_da
     assert again.returncode == 0, again.stderr[-3000:]
     assert again.stderr.count(", 0 to go") == 3
     assert len(load_records(folder)) == len(records)
+
+
+def test_a_sigterm_lets_the_questions_in_flight_finish_then_a_rerun_completes(
+    cpu_server, tmp_path: Path, test_data
+) -> None:
+    args = (
+        "--strategies", "critic", "--limit", "4", "--sweep", "0.5", "--concurrency", "2",
+        "--base-url", cpu_server.base_url, "--profile", "cpu-tiny",
+        "--results", str(tmp_path), "--tag", "tiny",
+        "--", "--data-dir", str(test_data),
+        "--max-steps", "2", "--max-step-tokens", "32", "--judge-max-tokens", "16",
+    )  # fmt: skip
+    folder = tmp_path / "math500-critic-tiny"
+    records_file = folder / "records.jsonl"
+    table = subprocess.Popen(
+        [sys.executable, "-m", "evals.table1", *args],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 600
+    while not (records_file.exists() and records_file.read_text().strip()):
+        assert table.poll() is None and time.monotonic() < deadline, "no record was written"
+        time.sleep(0.2)
+    table.send_signal(signal.SIGTERM)  # one: the question in flight finishes and is saved
+    _, stderr = table.communicate(timeout=600)
+    assert table.returncode == 130, stderr[-3000:]
+    assert "SIGTERM: starting no new questions" in stderr
+    assert "critic / main stopped; its finished questions are saved" in stderr
+    saved = load_records(folder)
+    assert 1 <= len(saved) < 4 * len(MAIN_GATES)
+    assert not (folder / "errors.jsonl").exists()
+
+    rest = table1(*args)
+    assert rest.returncode == 0, rest.stderr[-3000:]
+    keys = [record["key"] for record in load_records(folder)]
+    assert len(keys) == len(set(keys)) == 4 * (len(MAIN_GATES) + 2)
