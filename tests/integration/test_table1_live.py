@@ -29,14 +29,21 @@ def table1(*args: str) -> subprocess.CompletedProcess:
     )
 
 
-def test_table1_runs_every_phase_and_resumes(cpu_server, tmp_path: Path, test_data) -> None:
-    args = (
-        "--strategies", "critic", "--limit", "2", "--sweep", "0.5", "--concurrency", "4",
-        "--base-url", cpu_server.base_url, "--profile", "cpu-tiny",
-        "--results", str(tmp_path), "--tag", "tiny",
-        "--", "--data-dir", str(test_data),
+def tiny_table(
+    base_url: str, results: Path, data: Path, *, limit: int, concurrency: int
+) -> tuple[str, ...]:
+    """evals.table1's arguments for a small critic table (sweep 0.5) on the tiny model."""
+    return (
+        "--strategies", "critic", "--limit", str(limit), "--sweep", "0.5",
+        "--concurrency", str(concurrency), "--base-url", base_url, "--profile", "cpu-tiny",
+        "--results", str(results), "--tag", "tiny",
+        "--", "--data-dir", str(data),
         "--max-steps", "2", "--max-step-tokens", "32", "--judge-max-tokens", "16",
     )  # fmt: skip
+
+
+def test_table1_runs_every_phase_and_resumes(cpu_server, tmp_path: Path, test_data) -> None:
+    args = tiny_table(cpu_server.base_url, tmp_path, test_data, limit=2, concurrency=4)
     done = table1(*args)
     assert done.returncode == 0, done.stderr[-3000:]
     folder = tmp_path / "math500-critic-tiny"
@@ -63,13 +70,7 @@ def test_table1_runs_every_phase_and_resumes(cpu_server, tmp_path: Path, test_da
 def test_a_sigterm_lets_the_questions_in_flight_finish_then_a_rerun_completes(
     cpu_server, tmp_path: Path, test_data
 ) -> None:
-    args = (
-        "--strategies", "critic", "--limit", "4", "--sweep", "0.5", "--concurrency", "2",
-        "--base-url", cpu_server.base_url, "--profile", "cpu-tiny",
-        "--results", str(tmp_path), "--tag", "tiny",
-        "--", "--data-dir", str(test_data),
-        "--max-steps", "2", "--max-step-tokens", "32", "--judge-max-tokens", "16",
-    )  # fmt: skip
+    args = tiny_table(cpu_server.base_url, tmp_path, test_data, limit=4, concurrency=2)
     folder = tmp_path / "math500-critic-tiny"
     records_file = folder / "records.jsonl"
     table = subprocess.Popen(
