@@ -30,12 +30,13 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import FrameType
 
 from evals.headlines import matched_random_rate
 from evals.records import records_so_far
 from evals.runner import gate_variants
 from evals.settings import Record
-from evals.stopping import STOPPED_EXIT
+from evals.stopping import STOP_SIGNALS, STOPPED_EXIT
 from graphs.refine import STRATEGIES
 from servers.errors import ServerError
 
@@ -156,12 +157,12 @@ def run_py(argv: Sequence[str], program: Sequence[str] = (sys.executable, "run.p
     process waits for the child's finished questions."""
     child = subprocess.Popen([*program, *argv], cwd=ROOT)
     forward_sigint = not _in_terminal_foreground()
-    previous = {
-        signal.SIGTERM: signal.signal(signal.SIGTERM, lambda *_: child.terminate()),
-        signal.SIGINT: signal.signal(
-            signal.SIGINT, lambda *_: child.send_signal(signal.SIGINT) if forward_sigint else None
-        ),
-    }
+
+    def forward(sig: int, _frame: FrameType | None) -> None:
+        if sig != signal.SIGINT or forward_sigint:
+            child.send_signal(sig)
+
+    previous = {sig: signal.signal(sig, forward) for sig in STOP_SIGNALS}
     try:
         return child.wait()
     finally:
