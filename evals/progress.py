@@ -5,6 +5,12 @@ nothing until the end. There a line every few questions (and at least every minu
 far the run is, how fast it goes and when it should end:
 
     progress: 15/400 questions (3.8%), 0 failed, 2.1 q/min, 34 tok/s, elapsed 7m08s, ETA 3h03m
+
+With many questions in flight, counting only finished ones misleads early in a run: the first
+answers come after minutes, so tok/s reads near 0 and the ETA hours too long. Given a live count
+of the tokens the server has produced (`live_tokens`, in-flight questions included), tok/s is
+that count's rate, and the ETA is the tokens still expected (finished questions' mean per
+question, for each one not finished, less what those in flight have already spent) at that rate.
 """
 
 from __future__ import annotations
@@ -24,7 +30,6 @@ from rich.progress import (
     Progress,
     TextColumn,
     TimeElapsedColumn,
-    TimeRemainingColumn,
 )
 
 EVERY = 5  # questions between two plain lines
@@ -44,7 +49,9 @@ def duration(seconds: float) -> str:
 class RunProgress:
     """Counts questions as they finish or fail and shows it: the rich bar when ``stream`` is a
     terminal, plain lines (every ``every`` questions, and after ``interval`` seconds without
-    one) when it is not, nothing when ``enabled`` is false. Use as ``async with``."""
+    one) when it is not, nothing when ``enabled`` is false. ``live_tokens`` counts the tokens
+    produced so far, questions in flight included (a run-wide `nodes.llm.metered`); without it,
+    rates and ETA come from finished questions only. Use as ``async with``."""
 
     def __init__(
         self,
@@ -55,8 +62,10 @@ class RunProgress:
         every: int = EVERY,
         interval: float = INTERVAL,
         clock: Callable[[], float] = time.monotonic,
+        live_tokens: Callable[[], int] | None = None,
     ) -> None:
         self.total, self.every, self.interval, self.clock = total, every, interval, clock
+        self.live_tokens = live_tokens
         self.stream = stream if stream is not None else sys.stderr
         console = Console(file=self.stream)
         # rich's own test: isatty, unless TTY_COMPATIBLE / FORCE_COLOR say otherwise.
@@ -71,8 +80,6 @@ class RunProgress:
             MofNCompleteColumn(),
             TextColumn("{task.fields[rate]}"),
             TimeElapsedColumn(),
-            TextColumn("ETA"),
-            TimeRemainingColumn(),
             console=console,
             disable=not enabled or self.plain,
             transient=False,
@@ -83,25 +90,35 @@ class RunProgress:
     def done(self) -> int:
         return self.finished + self.failed
 
+    def _produced(self) -> int:
+        """Tokens produced so far: the live count, else those of finished questions."""
+        return self.live_tokens() if self.live_tokens is not None else self.tokens
+
     def _rates(self) -> tuple[float, float, float]:
         elapsed = max(self.clock() - self.started, 1e-9)
-        return elapsed, self.finished / elapsed * 60, self.tokens / elapsed
+        return elapsed, self.finished / elapsed * 60, self._produced() / elapsed
+
+    def _eta(self, elapsed: float, tokens_per_s: float) -> str:
+        remaining = self.total - self.done
+        if remaining <= 0:
+            return "done"
+        if not self.done:
+            return "ETA unknown"
+        if self.live_tokens is not None and self.finished and tokens_per_s > 0:
+            in_flight = self._produced() - self.tokens  # spent on questions not yet finished
+            expected = remaining * self.tokens / self.finished - in_flight
+            if expected > 0:
+                return f"ETA {duration(expected / tokens_per_s)}"
+        return f"ETA {duration(remaining * elapsed / self.done)}"
 
     def line(self) -> str:
         """The plain progress line for the counts so far."""
         elapsed, per_minute, tokens_per_s = self._rates()
         share = self.done / self.total * 100 if self.total else 100.0
-        remaining = self.total - self.done
-        if remaining <= 0:
-            eta = "done"
-        elif self.done:
-            eta = f"ETA {duration(remaining * elapsed / self.done)}"
-        else:
-            eta = "ETA unknown"
         return (
             f"progress: {self.done}/{self.total} questions ({share:.1f}%), {self.failed} failed, "
             f"{per_minute:.1f} q/min, {tokens_per_s:.0f} tok/s, elapsed {duration(elapsed)}, "
-            f"{eta}"
+            f"{self._eta(elapsed, tokens_per_s)}"
         )
 
     def _emit(self) -> None:
@@ -109,13 +126,16 @@ class RunProgress:
         self.last_line, self.shown = self.clock(), self.done
 
     def update(self, *, finished: int, failed: int, tokens: int) -> None:
-        """Record the new counts after a question finished (or failed), and show them."""
+        """Record the new counts after a question finished (or failed), and show them;
+        ``tokens`` are those of the finished questions."""
         step = finished + failed - self.done
         self.finished, self.failed, self.tokens = finished, failed, tokens
-        _, per_minute, tokens_per_s = self._rates()
-        self.bar.update(
-            self.task, advance=step, rate=f"{per_minute:.1f} q/min  {tokens_per_s:.0f} tok/s"
+        elapsed, per_minute, tokens_per_s = self._rates()
+        # The bar shows the same ETA as the lines (rich's own counts finished questions only).
+        rate = (
+            f"{per_minute:.1f} q/min  {tokens_per_s:.0f} tok/s  {self._eta(elapsed, tokens_per_s)}"
         )
+        self.bar.update(self.task, advance=step, rate=rate)
         if not self.plain:
             return
         due = self.done % self.every == 0 or self.done == self.total

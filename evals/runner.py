@@ -24,7 +24,7 @@ from evals.stopping import STOPPED_EXIT, StopSignals
 from graphs.mur import build_graph
 from graphs.state import Context
 from nodes.gate_labels import budget_label, is_budget_label, parse_gate_label
-from nodes.llm import is_transient
+from nodes.llm import CallMeter, is_transient, metered
 from servers.sessions import new_session_id, session
 
 # Gates whose decisions depend on gamma; the others run once, whatever the gamma list.
@@ -194,8 +194,14 @@ async def run_jobs(
     consecutive_server_failures = 0
     server_gone: str | None = None
     tokens = 0
-    # A bar on a terminal; a plain line every few questions in a log (see evals/progress.py).
-    progress = RunProgress(len(jobs), enabled=show_progress)
+    # A bar on a terminal; a plain line every few questions in a log (see evals/progress.py),
+    # its rate from every request answered so far, questions in flight included.
+    run_meter = CallMeter()
+    progress = RunProgress(
+        len(jobs),
+        enabled=show_progress,
+        live_tokens=lambda: run_meter.answered.generated_tokens,
+    )
     tasks: list[asyncio.Task[None]] = []
 
     def finish_in_flight(name: str) -> None:
@@ -265,7 +271,7 @@ async def run_jobs(
         return record
 
     async with progress:
-        with stop:
+        with stop, metered(run_meter):  # the tasks inherit the meter
             tasks.extend(asyncio.ensure_future(run_one(job)) for job in jobs)
             try:
                 await asyncio.gather(*tasks)

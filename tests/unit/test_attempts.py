@@ -128,6 +128,25 @@ async def test_the_meter_counts_answered_and_failed_requests() -> None:
     assert MODEL_RETRY.max_attempts == 3
 
 
+async def test_meters_nest_so_a_run_wide_meter_sees_every_attempt_in_flight() -> None:
+    model = FakeLogprobChat(responder=lambda messages, kwargs: Scripted(" ok", [-0.1] * 3))
+    request = Request(messages=[HumanMessage("q")], max_tokens=4)
+
+    async def attempt() -> Usage:
+        with metered() as inner:  # what the graph does for each attempt of a node
+            await generate(model, request)
+        return inner.total()
+
+    with metered() as run:
+        tasks = [asyncio.create_task(attempt()) for _ in range(3)]  # tasks inherit the meter
+        inner_totals = await asyncio.gather(*tasks)
+        mid = run.answered.generated_tokens  # counted as answered, not when the run ends
+    assert inner_totals == [Usage(3, 0, 10, 0, 1, 0)] * 3
+    assert mid == 9 and run.total() == Usage(9, 0, 30, 0, 3, 0)
+    await generate(model, request)  # outside every meter: nobody counts it
+    assert run.total().llm_calls == 3
+
+
 # ------------------------------------------------------------------------ context overflow
 
 

@@ -70,6 +70,33 @@ async def test_plain_lines_every_few_questions_with_rate_and_eta() -> None:
     assert lines[-1].endswith("elapsed 6m00s, done")
 
 
+async def test_live_tokens_give_the_rate_and_eta_while_questions_are_in_flight() -> None:
+    """24 questions start together and the server makes 60 tok/s; the first answer comes after
+    10 min. Counting finished questions only would say 2 tok/s and ETA 3h50m for the rest."""
+    stream, clock, live = io.StringIO(), Clock(), [0]
+    progress = RunProgress(24, stream=stream, every=1, interval=600, clock=clock)
+    progress.live_tokens = lambda: live[0]
+    async with progress:
+        clock.now += 600
+        live[0] = 36_000  # 600 s at 60 tok/s, spread over the 24 in flight
+        progress.update(finished=1, failed=0, tokens=2_400)
+    first = stream.getvalue().splitlines()[1]
+    # 23 left at 2,400 tokens each, less the 33,600 already spent on them: 360 s at 60 tok/s.
+    assert first == (
+        "progress: 1/24 questions (4.2%), 0 failed, 0.1 q/min, 60 tok/s, elapsed 10m00s, ETA 6m00s"
+    )
+
+
+async def test_eta_falls_back_to_questions_when_tokens_say_nothing_is_left() -> None:
+    stream, clock = io.StringIO(), Clock()
+    async with RunProgress(
+        4, stream=stream, every=1, interval=600, clock=clock, live_tokens=lambda: 10_000
+    ) as progress:
+        clock.now += 60
+        progress.update(finished=2, failed=0, tokens=200)  # in flight spent more than expected
+    assert stream.getvalue().splitlines()[1].endswith("ETA 1m00s")
+
+
 async def test_a_slow_question_still_prints_after_the_interval() -> None:
     stream, clock = io.StringIO(), Clock()
     async with RunProgress(100, stream=stream, every=5, interval=60, clock=clock) as progress:
@@ -100,6 +127,7 @@ async def test_terminal_gets_the_bar_not_lines() -> None:
             progress.update(finished=done, failed=0, tokens=10 * done)
     assert "progress:" not in stream.getvalue()
     assert "4/4" in stream.getvalue()  # rich's bar, drawn on the terminal
+    assert "tok/s  done" in stream.getvalue()  # with the lines' ETA, not rich's own
 
 
 async def test_disabled_shows_nothing() -> None:
@@ -134,3 +162,32 @@ async def test_run_jobs_prints_progress_lines_to_a_non_terminal_stderr(
     lines = [line for line in err.splitlines() if line.startswith("progress: ")]
     assert [line.split()[1] for line in lines] == ["0/6", "5/6", "6/6"]
     assert "q/min" in lines[-1] and "tok/s" in lines[-1] and lines[-1].endswith("done")
+
+
+async def test_run_jobs_counts_the_tokens_of_every_request_live(
+    tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The run-wide meter reaches the graph's requests: at the end it holds what the records
+    hold (no request failed), so mid-run it counts the questions in flight as well."""
+    seen: list[RunProgress] = []
+
+    class Watched(RunProgress):
+        def __init__(self, *args, **kwargs) -> None:
+            super().__init__(*args, **kwargs)
+            seen.append(self)
+
+    monkeypatch.setattr("evals.runner.RunProgress", Watched)
+    plan = BenchmarkPlan(
+        dataset="math500",
+        strategy="critic",
+        problems=tuple(load_dataset("math500", limit=3)),
+        gates=("always",),
+        settings={"max_steps": 2},
+    )
+    store = RecordStore(tmp_path)
+    graph = build_graph("critic", backbone=FakeLogprobChat(responder=respond))
+    await run_jobs(graph, plan.jobs(), store, concurrency=2, show_progress=False)
+    recorded = sum(
+        r["usage"]["backbone_tokens"] + r["usage"]["external_tokens"] for r in store.load()
+    )
+    assert recorded > 0 and seen[0].live_tokens() == recorded
