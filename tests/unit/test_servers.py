@@ -25,6 +25,7 @@ from servers.clients import SAMPLING_DEFAULTS, make_chat_model
 from servers.errors import ServerError, ServerUnavailable
 from servers.metrics import parse_counter
 from servers.profiles import (
+    CPU_DTYPE_ENV,
     EMBEDDED_MODEL,
     Profile,
     command_line,
@@ -196,7 +197,10 @@ def test_unknown_profile_names_the_valid_ones() -> None:
         get_profile("nope")
 
 
-def test_command_line_uses_module_entry_point(mur_home: Path) -> None:
+def test_command_line_uses_module_entry_point(
+    mur_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(CPU_DTYPE_ENV, "bfloat16")  # whatever this machine's CPU has
     tiny = get_profile("cpu-tiny")
     argv = command_line(tiny, eager=True, python="/py")
     assert argv[:3] == ["/py", "-m", "vllm.entrypoints.openai.api_server"]
@@ -206,6 +210,9 @@ def test_command_line_uses_module_entry_point(mur_home: Path) -> None:
     assert argv[argv.index("--host") + 1] == "127.0.0.1"
     assert argv[argv.index("--max-model-len") + 1] == "4096"
     assert argv[argv.index("--dtype") + 1] == "bfloat16"
+    monkeypatch.setenv(CPU_DTYPE_ENV, "float32")
+    plain = command_line(get_profile("cpu-tiny"), eager=True, python="/py")
+    assert plain[plain.index("--dtype") + 1] == "float32"
     assert argv[argv.index("--block-size") + 1] == "32"  # prefix-cache reuse, servers/profiles.py
     assert argv[-1] == "--enforce-eager"
     assert "--enforce-eager" not in command_line(tiny, eager=False, python="/py")
