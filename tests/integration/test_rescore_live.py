@@ -3,7 +3,6 @@ table's steps, asked to score them as prompt tokens, gives back the uncertaintie
 
 from __future__ import annotations
 
-import asyncio
 import json
 import subprocess
 import sys
@@ -14,50 +13,55 @@ import pytest
 
 from evals.datasets import load_dataset
 from evals.records import load_records
-from evals.rescore import Scorer, agreement, main, recorded_traces, rescore
+from evals.rescore import RecordedStep, Scorer, Trace, main, recorded_traces, rescore
 from evals.table1 import ROOT
+from nodes.llm import CONTINUE_FINAL_MESSAGE
 
 pytestmark = pytest.mark.integration
 
 
-def test_the_recording_server_scores_its_own_steps_as_recorded(
-    cpu_server, tmp_path: Path, test_data: Path
-) -> None:
-    folder = tmp_path / "never"
+async def test_a_step_the_server_generated_scores_as_generated(cpu_server) -> None:
+    """A step generated here (greedy, to the token cap, so no separator) and then sent back as
+    prompt tokens gets the uncertainty its generation logprobs gave."""
+    prefix = ({"role": "user", "content": "Tell me about a city you like, and why."},
+              {"role": "assistant", "content": "Step1:"})  # fmt: skip
+    async with httpx.AsyncClient(timeout=300) as client:
+        reply = await client.post(
+            f"{cpu_server.base_url}/chat/completions",
+            json={"model": cpu_server.model, "messages": list(prefix), "max_tokens": 6,
+                  "temperature": 0, "logprobs": True, **CONTINUE_FINAL_MESSAGE},
+        )  # fmt: skip
+        choice = reply.json()["choices"][0]
+        logprobs = [t["logprob"] for t in choice["logprobs"]["content"]]
+        assert choice["finish_reason"] == "length" and len(logprobs) == 6
+        m = -sum(logprobs) / len(logprobs)
+        step = RecordedStep("k", 1, prefix, choice["message"]["content"], "", m, 6)
+        trace = Trace("k", (m, m), (step,))
+        (scored,) = await rescore(Scorer(client, cpu_server.base_url, cpu_server.model), [trace], 1)
+    assert scored[0] is not None
+    assert abs(scored[0] - m) < 0.01 + 0.02 * m  # numeric noise only (batching, bf16)
+
+
+def test_rescore_runs_on_a_recorded_folder(cpu_server, tmp_path: Path) -> None:
+    folder = tmp_path / "never"  # MATH-500's first questions: the tests' own take one step
     run = subprocess.run(
         [
             sys.executable, "run.py", "--strategy", "critic", "--dataset", "math500",
-            "--limit", "3", "--gate", "never", "--base-url", cpu_server.base_url,
-            "--profile", "cpu-tiny", "--data-dir", str(test_data), "--step-format", "paragraph",
-            "--max-steps", "4", "--max-step-tokens", "48", "--out", str(folder),
+            "--limit", "2", "--gate", "never", "--base-url", cpu_server.base_url,
+            "--profile", "cpu-tiny", "--step-format", "paragraph",
+            "--max-steps", "3", "--max-step-tokens", "48", "--out", str(folder),
         ],
         cwd=ROOT, capture_output=True, text=True, timeout=900, check=False,
     )  # fmt: skip
     assert run.returncode == 0, run.stderr[-3000:]
-
     settings = json.loads((folder / "settings.json").read_text())
-    problems = {(p.dataset, p.id): p for p in load_dataset("math500", test_data)}
-    traces = list(recorded_traces(load_records(folder), problems, settings, "never", 3))
-    assert sum(len(t.steps) for t in traces) > 0
-
-    async def scores() -> list[list[float | None]]:
-        async with httpx.AsyncClient(timeout=300) as client:
-            scorer = Scorer(client, cpu_server.base_url, cpu_server.model)
-            return await rescore(scorer, traces, concurrency=2)
-
-    result = agreement(traces, asyncio.run(scores()), 0.9, [("mur", 0.9, False)])
-    assert result.aligned >= result.steps / 2  # most steps come out as the tokens generated
-    # Generated and prompt logprobs of one server differ by numeric noise only (batching,
-    # bf16), far less than steps differ from each other.
-    assert result.mean_abs_diff < 0.1 * result.between_steps_sd
-    assert result.correlation > 0.95
-
+    problems = {(p.dataset, p.id): p for p in load_dataset("math500")}
+    traces = list(recorded_traces(load_records(folder), problems, settings, "never", 2))
     out = tmp_path / "rescore.md"
-    code = main(
-        [str(folder), "--base-url", cpu_server.base_url, "--data-dir", str(test_data),
-         "--limit", "3", "--out", str(out)]
-    )  # fmt: skip
+    code = main([str(folder), "--base-url", cpu_server.base_url, "--limit", "2", "--out", str(out)])
     assert code == 0
     text = out.read_text()
-    assert "tokenized as generated and compared" in text and "| mur, gamma 0.9 |" in text
-    assert text.rstrip().endswith(f"--limit 3 --out {out}")
+    steps = sum(len(t.steps) for t in traces)
+    assert f"{len(traces)} traces, {steps} steps followed by another" in text
+    assert "| mur, gamma 0.9 |" in text
+    assert text.rstrip().endswith(f"--limit 2 --out {out}")
