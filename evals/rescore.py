@@ -212,6 +212,12 @@ def agreement(
         for step, new in zip(trace.steps, news, strict=True)
         if new is not None
     ]
+    if not pairs:
+        raise ValueError(
+            f"none of the {sum(len(t.steps) for t in traces)} steps tokenized as generated, so "
+            "there is nothing to compare (traces keep each step's text stripped, so steps "
+            "written after a StepN: marker never do: rescore paragraph-format runs)"
+        )
     old, new = (np.array(side, dtype=float) for side in zip(*pairs, strict=True))
     flips: dict[str, tuple[int, int, float, float]] = {}
     for label, gamma, bias_correction in gates:

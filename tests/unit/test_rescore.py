@@ -131,6 +131,8 @@ def test_agreement_counts_the_decisions_a_rescored_step_changes(problems) -> Non
     assert differ >= 1 and result.flips["mur 0.9"] == (differ, 3, sum(before) / 3, sum(after) / 3)
     text = report(result, "results/x", "http://vllm:8000/v1", "m", 1)
     assert "2 (67%) tokenized as generated" in text and f"| mur 0.9 | 3 | {differ} (" in text
+    with pytest.raises(ValueError, match="none of the 3 steps tokenized as generated"):
+        agreement([trace], [[None, None, None]], 0.9, [("mur 0.9", 0.9, False)])
     same = agreement([trace], [[0.1, 0.1, 0.05]], 0.9, [("mur 0.9", 0.9, False)])
     assert same.mean_abs_diff == 0 and same.flips["mur 0.9"][0] == 0
     assert math.isclose(same.correlation, 1.0)
