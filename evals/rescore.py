@@ -35,6 +35,7 @@ import httpx
 import numpy as np
 from langchain_core.messages import BaseMessage
 
+from evals.cli import float_list, publish
 from evals.datasets import Problem, load_dataset
 from evals.records import SETTINGS, load_records
 from nodes.draft import STEP_FORMATS, step_messages
@@ -274,13 +275,6 @@ def report(result: Agreement, folder: str, base_url: str, model: str, traces: in
     return "\n".join(lines) + "\n"
 
 
-def _gammas(text: str) -> tuple[float, ...]:
-    try:
-        return tuple(float(part) for part in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a list of numbers: {text!r}") from None
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m evals.rescore", description=__doc__.split("\n")[0]
@@ -290,7 +284,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--model", help="served model name (default: what the server serves)")
     parser.add_argument("--gate", default="never", help="whose traces (default never)")
     parser.add_argument("--limit", type=int, default=20, help="traces to re-score")
-    parser.add_argument("--gamma", type=_gammas, default=(0.9,), help="MUR gammas to replay")
+    parser.add_argument("--gamma", type=float_list, default=(0.9,), help="MUR gammas to replay")
     parser.add_argument(
         "--data-dir", help="where the runs' questions came from (as run.py's; default shipped)"
     )
@@ -314,11 +308,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"evals.rescore: {exc}", file=sys.stderr)
         return 1
     text = report(result, str(folder), args.base_url, model, len(traces))
-    print(text)
-    if args.out:
-        args.out.write_text(
-            text + f"\nCommand: python -m evals.rescore {' '.join(argv or sys.argv[1:])}\n"
-        )
+    publish(text, args.out, "evals.rescore", argv)
     return 0
 
 

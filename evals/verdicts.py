@@ -31,6 +31,7 @@ from typing import Any
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import HumanMessage
 
+from evals.cli import float_list, publish
 from evals.datasets import load_dataset
 from evals.records import load_records
 from nodes.judge import VERDICT_PATTERN, continue_to_verdict, forced_verdict, judge_prompt
@@ -185,10 +186,7 @@ def report(results: Sequence[Replayed], source: str, cap: int, model: str) -> st
 
 
 def _shares(text: str) -> tuple[float, ...]:
-    try:
-        shares = tuple(float(part) for part in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a list of numbers: {text!r}") from None
+    shares = float_list(text)
     if not all(0 <= share <= 1 for share in shares):
         raise argparse.ArgumentTypeError(f"shares are between 0 and 1, got {text!r}")
     return shares
@@ -225,12 +223,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (FileNotFoundError, ServerError) as exc:
         print(f"evals.verdicts: {exc}", file=sys.stderr)
         return 1
-    text = report(results, args.folder, args.cap, verifier.model_name)
-    print(text)
-    if args.out:
-        args.out.write_text(
-            text + f"\nCommand: python -m evals.verdicts {' '.join(argv or sys.argv[1:])}\n"
-        )
+    publish(
+        report(results, args.folder, args.cap, verifier.model_name),
+        args.out,
+        "evals.verdicts",
+        argv,
+    )
     return 0
 
 

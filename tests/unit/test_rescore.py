@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 from pathlib import Path
@@ -10,6 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
+from evals.cli import float_list, publish
 from evals.datasets import load_dataset
 from evals.records import RecordStore
 from evals.rescore import Scorer, agreement, main, recorded_traces, report
@@ -148,3 +150,15 @@ def test_cli_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[s
         main([str(tmp_path), "--base-url", "http://127.0.0.1:9"])
     assert exc.value.code == 2
     assert "holds no never traces without a scaled step" in capsys.readouterr().err
+
+
+def test_publish_prints_and_writes_the_summary_with_its_command(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "summary.md"
+    publish("# table\n", out, "evals.rescore", ["results/x", "--limit", "3"])
+    assert capsys.readouterr().out == "# table\n\n"
+    assert out.read_text() == "# table\n\nCommand: python -m evals.rescore results/x --limit 3\n"
+    assert float_list("0.8,0.9") == (0.8, 0.9)
+    with pytest.raises(argparse.ArgumentTypeError, match="not a list of numbers"):
+        float_list("0.8,x")

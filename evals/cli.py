@@ -1,0 +1,25 @@
+"""Pieces shared by the command lines that replay a results folder against a server
+(`evals.verdicts`, `evals.rescore`)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+
+def float_list(text: str) -> tuple[float, ...]:
+    """An argparse type: comma-separated numbers ("0,0.5")."""
+    try:
+        return tuple(float(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a list of numbers: {text!r}") from None
+
+
+def publish(text: str, out: Path | None, module: str, argv: Sequence[str] | None) -> None:
+    """Print a tool's markdown summary and, with `out`, write it there with the command that
+    made it (so a file in results/ says how to make it again)."""
+    print(text)
+    if out:
+        out.write_text(text + f"\nCommand: python -m {module} {' '.join(argv or sys.argv[1:])}\n")
