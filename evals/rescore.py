@@ -52,7 +52,6 @@ _ROLES = {"system": "system", "human": "user", "ai": "assistant"}
 class RecordedStep:
     """A kept step of a trace: its prompt up to the step, its text and what was recorded."""
 
-    key: str
     index: int
     prefix: tuple[dict[str, str], ...]
     text: str
@@ -97,7 +96,6 @@ def recorded_traces(
         texts = [s["text"] for s in steps]
         comparable = tuple(
             RecordedStep(
-                key=record["key"],
                 index=s["index"],
                 prefix=_as_openai(
                     step_messages(
@@ -144,9 +142,16 @@ class Scorer:
         those generated (another count, or tokenized differently at the step's edges)."""
         if not trace.steps:
             return []
+        known: dict[str, list[int]] = {}  # a step's "through" is the next one's "before"
+
+        async def tokens(assistant: str) -> list[int]:
+            if assistant not in known:
+                known[assistant] = await self._tokens(trace.steps[0].prefix, assistant)
+            return known[assistant]
+
         last = trace.steps[-1]
         whole = last.prefix[-1]["content"] + last.text + last.separator
-        ids = await self._tokens(last.prefix, whole)
+        ids = await tokens(whole)
         scored = await self._post(
             f"{self.v1}/chat/completions",
             {
@@ -160,8 +165,8 @@ class Scorer:
         found: list[float | None] = []
         for step in trace.steps:
             start = step.prefix[-1]["content"]
-            before = await self._tokens(step.prefix, start)
-            through = await self._tokens(step.prefix, start + step.text + step.separator)
+            before = await tokens(start)
+            through = await tokens(start + step.text + step.separator)
             cut, end = len(before), len(through)
             if through[:cut] != before or ids[:end] != through or end - cut != step.num_tokens:
                 found.append(None)
@@ -194,9 +199,8 @@ class Agreement:
     max_abs_diff: float
     between_steps_sd: float
     correlation: float
-    flips: dict[
-        str, tuple[int, int, float, float]
-    ]  # label -> (differ, decided, rate before, after)
+    # per MUR setting: (decisions that differ, decisions, scaled share recorded, rescored)
+    flips: dict[str, tuple[int, int, float, float]]
 
 
 def agreement(

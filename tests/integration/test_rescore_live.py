@@ -35,7 +35,7 @@ async def test_a_step_the_server_generated_scores_as_generated(cpu_server) -> No
         logprobs = [t["logprob"] for t in choice["logprobs"]["content"]]
         assert choice["finish_reason"] == "length" and len(logprobs) == 6
         m = -sum(logprobs) / len(logprobs)
-        step = RecordedStep("k", 1, prefix, choice["message"]["content"], "", m, 6)
+        step = RecordedStep(1, prefix, choice["message"]["content"], "", m, 6)
         trace = Trace("k", (m, m), (step,))
         (scored,) = await rescore(Scorer(client, cpu_server.base_url, cpu_server.model), [trace], 1)
     assert scored[0] is not None
