@@ -11,6 +11,9 @@ answers come after minutes, so tok/s reads near 0 and the ETA hours too long. Gi
 of the tokens the server has produced (`live_tokens`, in-flight questions included), tok/s is
 that count's rate, and the ETA is the tokens still expected (finished questions' mean per
 question, for each one not finished, less what those in flight have already spent) at that rate.
+That rate is taken over the last `WINDOW` seconds, not since the start: a resumed run that
+shared its server with other work for half an hour, or slowed down on a busier batch, shows the
+speed it has now, and the ETA follows it.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import asyncio
 import contextlib
 import sys
 import time
+from collections import deque
 from collections.abc import Callable
 from types import TracebackType
 from typing import TextIO
@@ -34,6 +38,7 @@ from rich.progress import (
 
 EVERY = 5  # questions between two plain lines
 INTERVAL = 60.0  # seconds: the longest silence without a line
+WINDOW = 600.0  # seconds of recent history behind tok/s and the ETA
 
 
 def duration(seconds: float) -> str:
@@ -63,15 +68,18 @@ class RunProgress:
         interval: float = INTERVAL,
         clock: Callable[[], float] = time.monotonic,
         live_tokens: Callable[[], int] | None = None,
+        window: float = WINDOW,
     ) -> None:
         self.total, self.every, self.interval, self.clock = total, every, interval, clock
-        self.live_tokens = live_tokens
+        self.live_tokens, self.window = live_tokens, window
+        self._samples: deque[tuple[float, int]] = deque()  # (time, tokens produced by then)
         self.stream = stream if stream is not None else sys.stderr
         console = Console(file=self.stream)
         # rich's own test: isatty, unless TTY_COMPATIBLE / FORCE_COLOR say otherwise.
         self.plain = enabled and (not console.is_terminal or console.is_dumb_terminal)
         self.finished = self.failed = self.tokens = 0
         self.started = self.last_line = clock()
+        self._samples.append((self.started, 0))
         self.shown = -1  # the count of questions the last plain line reported
         self._heartbeat: asyncio.Task[None] | None = None
         self.bar = Progress(
@@ -94,9 +102,22 @@ class RunProgress:
         """Tokens produced so far: the live count, else those of finished questions."""
         return self.live_tokens() if self.live_tokens is not None else self.tokens
 
+    def _token_rate(self, now: float, produced: int) -> float:
+        """Tokens per second over the last ``window`` seconds (since the start, when shorter).
+
+        The oldest sample kept is the newest one at least ``window`` old, so the rate always
+        spans a full window once the run is that long."""
+        samples = self._samples
+        samples.append((now, produced))
+        while len(samples) > 2 and now - samples[1][0] >= self.window:
+            samples.popleft()
+        since, before = samples[0]
+        return (produced - before) / max(now - since, 1e-9)
+
     def _rates(self) -> tuple[float, float, float]:
-        elapsed = max(self.clock() - self.started, 1e-9)
-        return elapsed, self.finished / elapsed * 60, self._produced() / elapsed
+        now = self.clock()
+        elapsed = max(now - self.started, 1e-9)
+        return elapsed, self.finished / elapsed * 60, self._token_rate(now, self._produced())
 
     def _eta(self, elapsed: float, tokens_per_s: float) -> str:
         remaining = self.total - self.done
@@ -151,6 +172,8 @@ class RunProgress:
 
     async def __aenter__(self) -> RunProgress:
         self.started = self.last_line = self.clock()
+        self._samples.clear()
+        self._samples.append((self.started, self._produced()))
         if self.plain:
             self._emit()
             self._heartbeat = asyncio.create_task(self._beat())

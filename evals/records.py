@@ -7,6 +7,11 @@ Full traces make about 8 KB a run, so a table of a thousand runs would be 8 MB o
 repository. Once records.jsonl passes PACK_AT bytes its records move into records.jsonl.gz
 (about 7x smaller), rewritten whole beside itself and swapped in atomically; the plain file
 then starts empty again. Readers take both files, so a folder is read the same at any moment.
+
+Several run.py processes may write into one folder at once (e.g. the random baseline started
+while the main phase's last questions finish): every change to a folder's files happens under
+its lock file (`.records.lock`), so a pack in one process never empties the plain file
+between another's append and its own reading of it.
 """
 
 from __future__ import annotations
@@ -21,11 +26,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from filelock import FileLock
+
 RECORDS = "records.jsonl"
 PACKED = "records.jsonl.gz"
 PACK_AT = 1 << 20  # bytes of plain records before they are packed
 ERRORS = "errors.jsonl"
 SETTINGS = "settings.json"
+LOCK = ".records.lock"
 
 
 class SettingsMismatchError(ValueError):
@@ -112,25 +120,30 @@ class RecordStore:
         self.path = self.folder / RECORDS
         self.errors_path = self.folder / ERRORS
         self.packed_path = self.folder / PACKED
-        self.path.touch(exist_ok=True)
-        self.dropped_bytes = _drop_partial_tail(self.path)
-        self._pack_if_large()
+        self.lock = FileLock(self.folder / LOCK)
+        with self.lock:
+            self.path.touch(exist_ok=True)
+            self.dropped_bytes = _drop_partial_tail(self.path)
+            self._pack_if_large()
 
     def load(self) -> list[dict[str, Any]]:
-        return _folder_records(self.folder)
+        with self.lock:
+            return _folder_records(self.folder)
 
     def pack(self) -> None:
         """Move every plain record into the packed file."""
-        self._rewrite(self.load())
+        with self.lock:
+            self._rewrite(self.load())
 
     def drop(self, gate: str) -> int:
         """Remove every run of one gate label (e.g. runs a since-fixed bug made), so that the
         next run of the folder's command records them again; returns how many were removed.
         A crash part-way can leave some of them in place: drop again."""
-        records = self.load()
-        kept = [record for record in records if record["gate"] != gate]
-        if len(kept) < len(records):
-            self._rewrite(kept)
+        with self.lock:
+            records = self.load()
+            kept = [record for record in records if record["gate"] != gate]
+            if len(kept) < len(records):
+                self._rewrite(kept)
         return len(records) - len(kept)
 
     def _rewrite(self, records: list[dict[str, Any]]) -> None:
@@ -165,17 +178,18 @@ class RecordStore:
         written by its first run); then record them. A setting the file does not name yet (a
         field added since) is taken as it comes."""
         path = self.folder / SETTINGS
-        recorded = json.loads(path.read_text()) if path.exists() else {}
-        differ = {k: v for k, v in recorded.items() if k in settings and settings[k] != v}
-        if differ:
-            name = sorted(differ)[0]
-            raise SettingsMismatchError(
-                f"{path} says the runs in {self.folder} were made with {name}="
-                f"{differ[name]!r}, this command asks {name}={settings[name]!r}"
-                + (f" (and {len(differ) - 1} more settings)" if len(differ) > 1 else "")
-                + ": pass the same settings to resume, or --out a new folder"
-            )
-        path.write_text(json.dumps({**recorded, **settings}, indent=2, sort_keys=True) + "\n")
+        with self.lock:
+            recorded = json.loads(path.read_text()) if path.exists() else {}
+            differ = {k: v for k, v in recorded.items() if k in settings and settings[k] != v}
+            if differ:
+                name = sorted(differ)[0]
+                raise SettingsMismatchError(
+                    f"{path} says the runs in {self.folder} were made with {name}="
+                    f"{differ[name]!r}, this command asks {name}={settings[name]!r}"
+                    + (f" (and {len(differ) - 1} more settings)" if len(differ) > 1 else "")
+                    + ": pass the same settings to resume, or --out a new folder"
+                )
+            path.write_text(json.dumps({**recorded, **settings}, indent=2, sort_keys=True) + "\n")
 
     def done_keys(self) -> set[str]:
         return {key_of(record) for record in self.load()}
@@ -183,14 +197,15 @@ class RecordStore:
     def _append(self, path: Path, record: dict[str, Any]) -> None:
         line = (json.dumps(record, ensure_ascii=False) + "\n").encode()
         # One write of one whole line, flushed to disk before the next question is counted.
-        with path.open("ab") as handle:
+        with self.lock, path.open("ab") as handle:
             handle.write(line)
             handle.flush()
             os.fsync(handle.fileno())
 
     def append(self, record: dict[str, Any]) -> None:
-        self._append(self.path, record)
-        self._pack_if_large()
+        with self.lock:
+            self._append(self.path, record)
+            self._pack_if_large()
 
     def append_error(self, record: dict[str, Any]) -> None:
         self._append(self.errors_path, record)

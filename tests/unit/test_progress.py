@@ -87,6 +87,25 @@ async def test_live_tokens_give_the_rate_and_eta_while_questions_are_in_flight()
     )
 
 
+async def test_rate_and_eta_follow_the_last_window_not_the_whole_run() -> None:
+    """20 min at 10 tok/s (the server was shared), then 10 min at 60 tok/s: the line says 60,
+    as the server does now, not the 26.7 averaged since the start."""
+    stream, clock, live = io.StringIO(), Clock(), [0]
+    async with RunProgress(
+        10, stream=stream, every=1, interval=6000, clock=clock, live_tokens=lambda: live[0]
+    ) as progress:
+        for minute in range(1, 31):
+            clock.now += 60
+            live[0] += 600 if minute <= 20 else 3_600
+            if minute in (20, 30):
+                progress.update(finished=minute // 10 - 1, failed=0, tokens=0)
+        progress.update(finished=3, failed=0, tokens=30_000)
+    lines = stream.getvalue().splitlines()
+    assert ", 10 tok/s, elapsed 20m00s" in lines[1]
+    # 7 left at 10,000 tokens each, less 18,000 spent on those in flight: 52,000 at 60 tok/s.
+    assert lines[-1].endswith(", 60 tok/s, elapsed 30m00s, ETA 14m27s")
+
+
 async def test_eta_falls_back_to_questions_when_tokens_say_nothing_is_left() -> None:
     stream, clock = io.StringIO(), Clock()
     async with RunProgress(

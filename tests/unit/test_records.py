@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import multiprocessing
 import os
 from pathlib import Path
 
@@ -33,6 +34,27 @@ def test_records_past_the_limit_move_into_the_packed_file(tmp_path: Path, small_
     assert store.done_keys() == {record(n)["key"] for n in range(10)}
     # A resumed store sees the packed runs as done.
     assert RecordStore(tmp_path).done_keys() == store.done_keys()
+
+
+def _append_records(folder: Path, first: int, count: int) -> None:
+    store = RecordStore(folder)
+    for n in range(first, first + count):
+        store.append(record(n))
+
+
+def test_two_processes_writing_one_folder_lose_no_record(tmp_path: Path, small_packs) -> None:
+    """Two run.py processes in one folder (e.g. the random phase beside the main one): with
+    packs every few records, one process's pack must never empty the plain file under the
+    other's append. Without the folder lock this loses records within a few hundred."""
+    fork = multiprocessing.get_context("fork")  # keeps the small PACK_AT in the children
+    writers = [fork.Process(target=_append_records, args=(tmp_path, n * 1000, 150)) for n in (1, 2)]
+    for writer in writers:
+        writer.start()
+    for writer in writers:
+        writer.join(timeout=120)
+        assert writer.exitcode == 0
+    numbers = sorted(r["n"] for r in load_records(tmp_path))
+    assert numbers == [*range(1000, 1150), *range(2000, 2150)]
 
 
 def test_packing_is_reproducible_and_loses_nothing(tmp_path: Path) -> None:
