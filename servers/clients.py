@@ -27,7 +27,7 @@ from __future__ import annotations
 import importlib
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import openai
@@ -74,8 +74,9 @@ class RequestTimeout:
     that crawls at 1 token/s inside a full batch of a 2-core CPU server, and still end a
     request to a stalled server: 316 s for cpu-tiny's 256-token steps, 2108 s for the default
     2048. Connecting gets `connect_s`: a server that does not accept a connection in 3 s is
-    not there. Override with MUR_TIMEOUT_FLOOR_S / MUR_TIMEOUT_PER_TOKEN_S, or pass a fixed
-    `timeout=` to `make_chat_model`.
+    not there. A server profile may set its own (`Profile.request_timeout`: the CPU ones allow
+    5 s a token); MUR_TIMEOUT_FLOOR_S / MUR_TIMEOUT_PER_TOKEN_S override both, and a fixed
+    `timeout=` to `make_chat_model` overrides everything.
     """
 
     floor_s: float = 60.0
@@ -96,8 +97,11 @@ class RequestTimeout:
         return openai.Timeout(self.seconds(max_tokens), connect=self.connect_s)
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> RequestTimeout:
-        """Defaults, with MUR_TIMEOUT_FLOOR_S / MUR_TIMEOUT_PER_TOKEN_S applied when set."""
+    def from_env(
+        cls, env: Mapping[str, str] | None = None, base: RequestTimeout | None = None
+    ) -> RequestTimeout:
+        """``base`` (default: the defaults), with MUR_TIMEOUT_FLOOR_S / MUR_TIMEOUT_PER_TOKEN_S
+        applied when set."""
         env = os.environ if env is None else env
         values: dict[str, float] = {}
         for name, key in ((TIMEOUT_FLOOR_ENV, "floor_s"), (TIMEOUT_PER_TOKEN_ENV, "per_token_s")):
@@ -110,7 +114,7 @@ class RequestTimeout:
                 raise ServerError(f"{name}={text!r} is not a number of seconds") from None
             if not values[key] > 0:
                 raise ServerError(f"{name} must be > 0 seconds, got {text}")
-        return cls(**values)
+        return replace(base or cls(), **values)
 
 
 def loop_safe_async_http_client() -> Any:

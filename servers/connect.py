@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from servers.clients import make_chat_model
+from servers.clients import RequestTimeout, make_chat_model
 from servers.errors import ServerUnavailable
 from servers.launcher import up
 from servers.probes import EMBEDDED_HINT, check_endpoint, check_single_url, normalize_base_url
@@ -168,6 +168,10 @@ def connect(
     )
     profile = profile or (DEFAULT_PROFILE if embedded else None)
     recommended = dict(get_profile(profile).recommended) if profile else {}  # before any server
+    if profile and "timeout" not in client_options:
+        client_options.setdefault(
+            "timeouts", RequestTimeout.from_env(env, get_profile(profile).request_timeout)
+        )
     if embedded and start:
         say(
             f"Using the embedded CPU vLLM server ({DEFAULT_PROFILE}); "

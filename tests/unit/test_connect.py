@@ -151,6 +151,22 @@ def test_timeouts_follow_the_environment(monkeypatch) -> None:
         make_chat_model("http://h:1/v1", "m")
 
 
+def test_a_cpu_profile_gives_requests_longer_and_the_environment_still_wins() -> None:
+    """A batched 2-core server gives each sequence ~0.3 tok/s: a CPU profile allows 5 s a
+    token (a 384-token step: 60 + 1,920 s); a GPU profile keeps the default 1 s."""
+
+    def read_timeout(connection) -> float:
+        return connection.backbone._get_request_payload("hi", max_tokens=384)["timeout"].read
+
+    cpu = dict(base_url="http://h:1/v1", model="a", profile="cpu-qwen-1.5b", probe=False)
+    assert read_timeout(connect(**cpu, env={})) == 60 + 384 * 5
+    gpu = connect(base_url="http://h:1/v1", model="a", profile="qwen3-8b", probe=False, env={})
+    assert read_timeout(gpu) == 60 + 384 * 1
+    env = {"MUR_TIMEOUT_PER_TOKEN_S": "2"}
+    assert read_timeout(connect(**cpu, env=env)) == 60 + 384 * 2
+    assert connect(**cpu, env={}, timeout=9.0).backbone.request_timeout == 9.0
+
+
 def test_a_fixed_timeout_replaces_the_derived_one() -> None:
     llm = make_chat_model("http://h:1/v1", "m", timeout=7.5)
     assert llm.request_timeout == 7.5
