@@ -20,6 +20,7 @@ import logging
 import multiprocessing
 import os
 import re
+import signal
 import sys
 import threading
 from concurrent.futures import TimeoutError as FutureTimeoutError
@@ -180,7 +181,11 @@ def _squash(answer: str) -> str:
 def _start_worker(extra_memory: int) -> None:
     """Runs once in each worker, before its first comparison: silent (math-verify logs and
     prints whole inputs, e.g. on a timeout; verdicts travel through pebble's pipes), with
-    math-verify loaded, and a cap on the memory it may add after that."""
+    math-verify loaded, and a cap on the memory it may add after that. First, it lets go of the
+    parent's signal wakeup socket (inherited at the fork when the parent runs an event loop
+    that takes signals, as the benchmark runner does): else the SIGTERM that ends a worker
+    over its time limit is written there and reaches the parent as a stop request."""
+    signal.set_wakeup_fd(-1)
     logging.disable(logging.CRITICAL)
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 1)

@@ -7,6 +7,7 @@ data assert on record ids and letters only.
 from __future__ import annotations
 
 import ast
+import asyncio
 import importlib.util
 import json
 import subprocess
@@ -31,6 +32,7 @@ from evals.grading import (
     parse_aime_int,
     parse_choice_letter,
 )
+from evals.stopping import StopSignals
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -204,6 +206,25 @@ def test_timeout_kills_and_recovers() -> None:
     # Shorter than math-verify's own 1 s minimum: only the process kill can stop it in time.
     assert math_equal("10^{10^{10^{10}}}", "7", timeout=0.3) is False
     assert math_equal("1/2", "0.5")
+
+
+@_bounded(60)
+async def test_a_grading_timeout_is_not_a_stop_signal_to_the_run() -> None:
+    """The pool ends a worker that runs over its time with SIGTERM. A worker forked while the
+    runner's event loop takes stop signals shares that loop's wakeup socket, and its SIGTERM
+    then reached the runner as the runner's own: a phantom stop, and with a second one every
+    question in flight cancelled (seen: `pkill -f run.py` matched the workers too)."""
+    verifier, stops = grading._Verifier(1), []
+    loop = asyncio.get_running_loop()
+    try:
+        with StopSignals(on_first=stops.append, on_second=stops.append):
+            assert await loop.run_in_executor(None, verifier.equal, "1/2", "0.5", 60)
+            slow = ("10^{10^{10^{10}}}", "7", 0.3)  # only the kill stops it in time
+            assert not await loop.run_in_executor(None, verifier.equal, *slow)
+            await asyncio.sleep(0.5)  # for a signal on its way to be handled
+    finally:
+        verifier.close()
+    assert stops == []
 
 
 def test_grading_from_a_script_without_a_main_guard(tmp_path: Path) -> None:
