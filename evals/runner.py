@@ -15,6 +15,7 @@ from typing import Any
 
 from langchain_core.language_models import BaseChatModel
 
+from evals.checkpoints import Solved, forget, open_checkpoints, solve_resumable
 from evals.datasets import Problem
 from evals.grading import grade
 from evals.progress import RunProgress
@@ -140,9 +141,11 @@ def make_record(
     correct: bool,
     latency_s: float,
     finished_at: datetime | None = None,
+    resumed: bool = False,
 ) -> dict[str, Any]:
     """One line of records.jsonl. `finished_at` (UTC, now by default) with `latency_s` dates
-    the run, so a report can tell how long a table resumed across sessions took."""
+    the run, so a report can tell how long a table resumed across sessions took; `resumed`
+    (recorded only when true) marks a question that went on from its checkpoint."""
     steps = result["steps"]
     finished_at = finished_at or datetime.now(UTC)
     trace = {k: v for k, v in result.items() if k != "question"}  # questions stay in datasets
@@ -163,6 +166,7 @@ def make_record(
         "finish_reason": result["finish_reason"],
         "latency_s": round(latency_s, 3),
         "finished_at": finished_at.isoformat(timespec="milliseconds"),
+        **({"resumed": True} if resumed else {}),
         "trace": trace,
     }
 
@@ -185,9 +189,11 @@ async def run_jobs(
     SIGINT/SIGTERM starts no new question and waits for those in flight; a second cancels
     them (evals.stopping). Every request of one job carries the session id
     `<run_id>/<job key>` (servers.sessions), so a router in front of replicas keeps each job
-    on one replica.
+    on one replica. A `graph` compiled with a checkpointer runs each question as the thread
+    named by its key: a question stopped part-way resumes there (evals.checkpoints).
     """
     run_id = run_id or uuid.uuid4().hex[:8]
+    checkpointed = getattr(graph, "checkpointer", None) is not None
     limit = asyncio.Semaphore(concurrency)
     give_up_after = give_up_after or concurrency + 2
     finished = failed = in_flight = 0
@@ -207,7 +213,7 @@ async def run_jobs(
     def finish_in_flight(name: str) -> None:
         print(
             f"\n{name}: starting no new questions; the {in_flight} in flight finish and are "
-            f"saved. {name} again stops them too (they rerun next time).",
+            f"saved. {name} again stops them too (they resume from their last finished step next time).",
             file=sys.stderr,
             flush=True,
         )
@@ -244,13 +250,17 @@ async def run_jobs(
         """The job's record, appended to the store; None when it failed (recorded as such)."""
         nonlocal failed, consecutive_server_failures, server_gone
         begin = time.monotonic()
+        question = {"question": job.problem.question, "system_prompt": job.problem.system_prompt}
         try:
             with session(new_session_id(run_id, job.key.text)):
-                result = await graph.ainvoke(
-                    {"question": job.problem.question, "system_prompt": job.problem.system_prompt},
-                    context=job.context,
-                )
+                if checkpointed:
+                    solved = await solve_resumable(graph, question, job.context, job.key.text)
+                else:
+                    result = await graph.ainvoke(question, context=job.context)
+                    solved = Solved(result, 0.0, False)
         except Exception as exc:  # recorded with its reason; the run goes on
+            if checkpointed and not is_transient(exc):
+                await forget(graph, job.key.text)  # its own fault: next time it starts afresh
             failed += 1
             store.append_error(
                 {"key": job.key.text, "error": type(exc).__name__, "message": str(exc)[:2000]}
@@ -263,11 +273,13 @@ async def run_jobs(
                 server_gone = f"{type(exc).__name__}: {str(exc)[:300]}"
             return None
         consecutive_server_failures = 0
-        latency = time.monotonic() - begin
+        latency = solved.earlier_s + time.monotonic() - begin
         # Grading may take seconds (bounded by math-verify's timeouts): off the event loop.
-        correct = await asyncio.to_thread(grade, job.problem, result["answer"])
-        record = make_record(job, result, correct, latency)
+        correct = await asyncio.to_thread(grade, job.problem, solved.output["answer"])
+        record = make_record(job, solved.output, correct, latency, resumed=solved.resumed)
         store.append(record)
+        if checkpointed:
+            await forget(graph, job.key.text)
         return record
 
     async with progress:
@@ -316,9 +328,16 @@ def run_benchmark(plan: BenchmarkPlan, backbone: BaseChatModel, verifier: BaseCh
         ),
         file=sys.stderr,
     )
-    graph = build_graph(plan.strategy, backbone=backbone, verifier=verifier)
+
+    async def run_checkpointed() -> RunOutcome:
+        async with open_checkpoints(out) as saver:
+            graph = build_graph(
+                plan.strategy, backbone=backbone, verifier=verifier, checkpointer=saver
+            )
+            return await run_jobs(graph, todo, store, concurrency=plan.concurrency)
+
     try:
-        outcome = asyncio.run(run_jobs(graph, todo, store, concurrency=plan.concurrency))
+        outcome = asyncio.run(run_checkpointed())
     except KeyboardInterrupt:  # before the run's own signal handling was in place
         print(
             f"\ninterrupted: finished questions are saved in {store.folder}; rerun the same "

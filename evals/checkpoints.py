@@ -1,0 +1,71 @@
+"""Benchmark questions that resume mid-way: every node of every question is checkpointed.
+
+On a slow server one question can outlast a session: best_of_n's always gate on a 2-core CPU
+takes over an hour of server time per question when 24 share the batch. Without checkpoints a
+question stopped part-way starts again from its first step, so such a question could never
+finish across sessions of a few hours. Here each question is a LangGraph thread (its id the
+record key) in the run folder's `checkpoints.sqlite`: a stopped question resumes after its
+last finished node, with the usage of the steps it kept. Work inside the node that was running
+when it stopped is done again (its lost tokens are in the server's counter, not the record),
+and its latency is the time it ran: first to last checkpoint before the stop, plus the run
+that finished it. A recorded question's thread is deleted, so the file only ever holds the
+questions in flight.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from langgraph.checkpoint.base import BaseCheckpointSaver
+
+from graphs.state import Context, output_of
+
+CHECKPOINTS = "checkpoints.sqlite"
+
+
+@asynccontextmanager
+async def open_checkpoints(folder: Path) -> AsyncIterator[BaseCheckpointSaver]:
+    """The folder's checkpoint saver, open for the run."""
+    # Local: only benchmark runs need SQLite's saver (aiosqlite).
+    from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+
+    async with AsyncSqliteSaver.from_conn_string(str(folder / CHECKPOINTS)) as saver:
+        yield saver
+
+
+@dataclass(frozen=True)
+class Solved:
+    output: dict[str, Any]
+    earlier_s: float  # seconds the question ran before this run (0 unless resumed)
+    resumed: bool
+
+
+async def _active_seconds(saver: BaseCheckpointSaver, config: dict[str, Any]) -> float:
+    """From the thread's first checkpoint to its last: how long it ran before it stopped."""
+    stamps = [datetime.fromisoformat(t.checkpoint["ts"]) async for t in saver.alist(config)]
+    return (max(stamps) - min(stamps)).total_seconds() if stamps else 0.0
+
+
+async def solve_resumable(
+    graph: Any, graph_input: dict[str, Any], context: Context, thread_id: str
+) -> Solved:
+    """Run the question on `graph` (compiled with a checkpointer) as thread `thread_id`, or go
+    on where that thread stopped; a thread that had finished gives its output again."""
+    config = {"configurable": {"thread_id": thread_id}}
+    snapshot = await graph.aget_state(config)
+    if not snapshot.values:
+        return Solved(await graph.ainvoke(graph_input, config=config, context=context), 0.0, False)
+    earlier = await _active_seconds(graph.checkpointer, config)
+    if not snapshot.next:  # finished, but stopped before it was recorded
+        return Solved(output_of(snapshot.values), earlier, True)
+    return Solved(await graph.ainvoke(None, config=config, context=context), earlier, True)
+
+
+async def forget(graph: Any, thread_id: str) -> None:
+    """Delete a question's checkpoints (once it is recorded, or when they cannot resume)."""
+    await graph.checkpointer.adelete_thread(thread_id)
