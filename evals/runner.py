@@ -213,7 +213,8 @@ async def run_jobs(
     def finish_in_flight(name: str) -> None:
         print(
             f"\n{name}: starting no new questions; the {in_flight} in flight finish and are "
-            f"saved. {name} again stops them too (they resume from their last finished step next time).",
+            f"saved. {name} again stops them too (they resume from their last finished step "
+            "next time).",
             file=sys.stderr,
             flush=True,
         )
