@@ -16,9 +16,10 @@ experiment. Only steps followed by another step are compared (they ended at the 
 prompt appends; the last one ended at the end of the sequence), and only where the step's
 tokens come out as many as were generated (a different tokenization scores other tokens). On
 Qwen2.5 with paragraph steps 238 of 239 steps line up. Steps after a `StepN:` marker do not:
-the trace keeps the text stripped of the space the model wrote after the marker. Nor, on
-SmolLM2, do steps that ended at the blank-line separator: its tokenizer writes a blank line
-that ends the text as one token (1116) and one that more text follows as two (198, 198).
+the trace keeps the text stripped of the space the model wrote after the marker. On SmolLM2
+only a paragraph trace's first step can: its tokenizer writes a blank line that ends the text
+as one token (1116), the one the model saw at the end of its prompt, and a blank line that
+more text follows as two (198, 198), so the steps joined by blank lines tokenize otherwise.
 """
 
 from __future__ import annotations

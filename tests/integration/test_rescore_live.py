@@ -43,10 +43,10 @@ async def test_a_step_the_server_generated_scores_as_generated(cpu_server) -> No
 
 
 def test_rescore_runs_on_a_recorded_folder(cpu_server, tmp_path: Path) -> None:
-    """Steps are capped at 8 tokens so that they end at the cap: SmolLM2's tokenizer splits a
-    blank line that a later step follows differently from one that ends the text, so a step
-    that ended at the blank-line separator never lines up (at 48 tokens, CI drew two such
-    steps and nothing was left to compare)."""
+    """Steps are capped at 8 tokens so that step 1 ends at the cap and lines up: SmolLM2's
+    tokenizer writes a blank line that more text follows otherwise than one that ends the text,
+    so a step that ended at the blank-line separator, or follows one, never does (at 48
+    tokens, CI drew two step 1s that ended at a blank line, and nothing was left to compare)."""
     folder = tmp_path / "never"  # MATH-500's first questions: the tests' own take one step
     run = subprocess.run(
         [
