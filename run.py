@@ -119,6 +119,19 @@ def _help(name: str, info: FieldInfo, choices: tuple[Any, ...] | None, sweep: bo
     return f"{text} ({'; '.join([*limits, f'default {info.default}'])})"
 
 
+def _concurrency(text: str) -> int | None:
+    """`auto` (None: measured) or a positive number of questions."""
+    if text == "auto":
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number or 'auto': {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be > 0 (or 'auto'), got {value}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="run.py", description="MUR: momentum-uncertainty-guided step-level reasoning."
@@ -141,7 +154,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--profile",
         default=None,
-        help="server profile whose recommended settings apply (default: the embedded one)",
+        help="server profile whose recommended settings apply; without --base-url, a CPU "
+        "profile is also the server used here (default: the embedded one)",
+    )
+    parser.add_argument(
+        "--verifier-profile",
+        default=None,
+        help="a second server profile as the external verifier/critic (without "
+        "--verifier-url: that profile's server here, started with the backbone's)",
     )
     parser.add_argument("--eager", action="store_true", help="start the embedded server eager")
     parser.add_argument("--json", action="store_true", help="print the result as one JSON object")
@@ -149,7 +169,19 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--data-dir", help="benchmark data folder (or 'hf' for the hub)")
     parser.add_argument("--limit", type=int, help="first N questions of the dataset")
     parser.add_argument("--samples", type=int, default=1, help="samples per question")
-    parser.add_argument("--concurrency", type=int, default=8, help="questions in flight")
+    parser.add_argument(
+        "--concurrency",
+        type=_concurrency,
+        default=None,
+        help="questions in flight (default auto: measured on the servers at 8/16/32/64 "
+        "streams, recorded in the folder's settings.json)",
+    )
+    parser.add_argument(
+        "--allow-mixed-servers",
+        action="store_true",
+        help="resume a benchmark folder on a server whose dtype, vLLM version or logprobs "
+        "mode differs from the recorded one (the mix is recorded)",
+    )
     parser.add_argument("--out", help="benchmark output folder (records.jsonl, tables)")
     parser.add_argument(
         "--checkpoint", help="SQLite file that checkpoints the run after every node (resumable)"
@@ -169,6 +201,7 @@ def connect(args: argparse.Namespace, say: Callable[[str], None]) -> Connection:
         verifier_url=args.verifier_url,
         verifier_model=args.verifier_model,
         profile=args.profile,
+        verifier_profile=args.verifier_profile,
         start=True,
         eager=args.eager,
         progress=not args.json,
@@ -230,8 +263,8 @@ def validate(args: argparse.Namespace) -> None:
             Context(**{**settings, **overrides}, gate=gate, gamma=gamma)
     if args.limit is not None and args.limit <= 0:
         raise UsageError(f"--limit must be > 0, got {args.limit}")
-    if args.samples <= 0 or args.concurrency <= 0:
-        raise UsageError("--samples and --concurrency must be > 0")
+    if args.samples <= 0:
+        raise UsageError("--samples must be > 0")
     if not args.dataset:
         if len(gates(args)) > 1 or len(gammas(args)) > 1 or len(budget_settings(args)) > 1:
             raise UsageError("lists of gates, gammas or budgets need --dataset")
@@ -412,6 +445,7 @@ def benchmark_plan(
         budgets=tuple(budget_settings(args)),
         samples=args.samples,
         concurrency=args.concurrency,
+        allow_mixed_servers=args.allow_mixed_servers,
         settings=shared_settings(args, connection.recommended),
         out=Path(args.out) if args.out else None,
         command=command,

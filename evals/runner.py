@@ -19,6 +19,7 @@ from evals.checkpoints import Solved, forget, open_checkpoints, solve_resumable
 from evals.datasets import Problem
 from evals.grading import grade
 from evals.progress import RunProgress
+from evals.provenance import choose_concurrency, record_servers, role_facts, servers_entry
 from evals.records import JobKey, RecordStore, SettingsMismatchError
 from evals.report import write_report
 from evals.stopping import STOPPED_EXIT, StopSignals
@@ -26,6 +27,7 @@ from graphs.mur import build_graph
 from graphs.state import Context
 from nodes.gate_labels import budget_label, is_budget_label, parse_gate_label
 from nodes.llm import CallMeter, is_transient, metered
+from servers.errors import ServerUnavailable
 from servers.sessions import new_session_id, session
 
 # Gates whose decisions depend on gamma; the others run once, whatever the gamma list.
@@ -89,7 +91,8 @@ class BenchmarkPlan:
     gammas: tuple[float, ...] = (0.9,)
     budgets: tuple[Budget, ...] = ()
     samples: int = 1
-    concurrency: int = 8
+    concurrency: int | None = None  # None: chosen by measuring the servers (evals.provenance)
+    allow_mixed_servers: bool = False  # resume on a server whose tokens differ, recording it
     settings: Mapping[str, Any] = field(default_factory=dict)
     out: Path | None = None  # default runs/<dataset>-<strategy>
     command: str = ""  # the command line that asked for it, kept in command.txt
@@ -306,15 +309,41 @@ def record_command(path: Path, command: str) -> None:
             fh.write(command + "\n")
 
 
+def servers_in_use(
+    store: RecordStore, plan: BenchmarkPlan, backbone: BaseChatModel, verifier: BaseChatModel
+) -> int:
+    """Record the servers' facts in settings.json (refusing a resume on servers whose tokens
+    differ) and return the questions to keep in flight: the plan's, or measured."""
+    facts = role_facts(backbone, verifier)
+    if plan.concurrency is None:
+        concurrency, rates = choose_concurrency(facts)
+        how = "measured" if rates else "default (no vLLM server to measure)"
+    else:
+        concurrency, rates, how = plan.concurrency, {}, "--concurrency"
+    entry = servers_entry(facts, concurrency, rates, how)
+    record_servers(store, entry, allow_mixed=plan.allow_mixed_servers)
+    if rates:
+        measured = "; ".join(
+            f"{role} " + ", ".join(f"{r.streams}: {r.tokens_per_s:.0f}" for r in rs)
+            for role, rs in rates.items()
+        )
+        print(f"throughput (streams: tok/s): {measured}; {concurrency} in flight", file=sys.stderr)
+    return concurrency
+
+
 def run_benchmark(plan: BenchmarkPlan, backbone: BaseChatModel, verifier: BaseChatModel) -> int:
     """Run a plan: skip what its folder already holds, run the rest, report."""
     out = plan.folder
     store = RecordStore(out)
     try:
         store.check_settings(plan.folder_settings(backbone, verifier))
+        concurrency = servers_in_use(store, plan, backbone, verifier)
     except SettingsMismatchError as exc:
         print(f"run.py: error: {exc}", file=sys.stderr)
         return 2
+    except ServerUnavailable as exc:
+        print(f"run.py: {exc}", file=sys.stderr)
+        return 1
     record_command(out / "command.txt", plan.command)
     jobs = plan.jobs()
     done = store.done_keys()
@@ -335,7 +364,7 @@ def run_benchmark(plan: BenchmarkPlan, backbone: BaseChatModel, verifier: BaseCh
             graph = build_graph(
                 plan.strategy, backbone=backbone, verifier=verifier, checkpointer=saver
             )
-            return await run_jobs(graph, todo, store, concurrency=plan.concurrency)
+            return await run_jobs(graph, todo, store, concurrency=concurrency)
 
     try:
         outcome = asyncio.run(run_checkpointed())

@@ -1,6 +1,7 @@
 """`python -m servers`: start, stop and inspect vLLM servers; prepare a profile's model.
 
 python -m servers up [--profile cpu-qwen-1.5b] [--eager] [--dtype float32] [--timeout S] [--port P]
+python -m servers up --profile cpu-qwen-0.5b --verifier-profile cpu-qwen-1.5b [--cores split]
 python -m servers up --replicas N [--policy consistent_hash] [--port P]   # N replicas + router
 python -m servers down [--profile P | --all]
 python -m servers status [--json]
@@ -17,7 +18,15 @@ import sys
 from dataclasses import replace
 
 from servers.errors import ServerError
-from servers.launcher import down, recorded_profiles, status, up
+from servers.launcher import (
+    CORE_SHARING,
+    PAIR_CORES,
+    down,
+    recorded_profiles,
+    status,
+    up,
+    up_pair,
+)
 from servers.model import ensure_model
 from servers.profiles import CPU_DTYPE_ENV, CPU_DTYPES, DEFAULT_PROFILE, get_profile, profiles
 from servers.replicas import DEFAULT_POLICY, POLICIES, down_group, up_replicas
@@ -48,6 +57,19 @@ def _parser() -> argparse.ArgumentParser:
         "--dtype",
         choices=CPU_DTYPES,
         help=f"CPU profiles: override the dtype chosen by the CPU's flags (env {CPU_DTYPE_ENV})",
+    )
+    p_up.add_argument(
+        "--verifier-profile",
+        choices=names,
+        help="also start this profile's server as the external verifier/critic (run.py, "
+        "evals take the pair with the same two --profile/--verifier-profile flags)",
+    )
+    p_up.add_argument(
+        "--cores",
+        choices=CORE_SHARING,
+        default=PAIR_CORES,
+        help=f"with --verifier-profile: both servers on every core (shared) or half each "
+        f"(split) (default {PAIR_CORES}, the faster on 2 cores: servers/README.md)",
     )
     p_up.add_argument("--quiet", action="store_true", help="no progress display")
     p_up.add_argument(
@@ -97,6 +119,8 @@ def _cmd_up(args: argparse.Namespace) -> int:
         raise ServerError(f"--replicas must be at least 1, got {args.replicas}")
     if args.policy is not None:
         raise ServerError("--policy is the router's: it needs --replicas N (N >= 2)")
+    if args.verifier_profile:
+        return _cmd_up_pair(args)
     profile = get_profile(args.profile)
     if args.port is not None:
         profile = replace(profile, port=args.port)
@@ -104,6 +128,24 @@ def _cmd_up(args: argparse.Namespace) -> int:
     how = "started" if server.started else "reused"
     print(f"{server.profile}: {how} {server.base_url} model={server.model} pid={server.pid}")
     print(f"  export MUR_BASE_URL={server.base_url} MUR_MODEL={server.model}")
+    return 0
+
+
+def _cmd_up_pair(args: argparse.Namespace) -> int:
+    if args.port is not None:
+        raise ServerError("--port names one server: with --verifier-profile each keeps its own")
+    backbone, verifier = up_pair(
+        args.profile,
+        args.verifier_profile,
+        cores=args.cores,
+        eager=args.eager,
+        timeout=args.timeout,
+        progress=not args.quiet,
+    )
+    for server in (backbone, verifier):
+        how = "started" if server.started else "reused"
+        print(f"{server.profile}: {how} {server.base_url} model={server.model} pid={server.pid}")
+    print(f"  run.py --profile {args.profile} --verifier-profile {args.verifier_profile} ...")
     return 0
 
 

@@ -21,9 +21,9 @@ from typing import Any
 
 from servers.clients import RequestTimeout, make_chat_model
 from servers.errors import ServerUnavailable
-from servers.launcher import up
+from servers.launcher import up, up_pair
 from servers.probes import EMBEDDED_HINT, check_endpoint, check_single_url, normalize_base_url
-from servers.profiles import DEFAULT_PROFILE, get_profile
+from servers.profiles import DEFAULT_PROFILE, Profile, get_profile
 
 PROBE_TIMEOUT_S = 3.0
 """Seconds to wait for GET /v1/models: a server that is up answers it in milliseconds."""
@@ -61,12 +61,21 @@ def _hint(origin: str) -> str:
     return f"check {origin}, or start the server there (e.g. `vllm serve MODEL --port PORT`)"
 
 
+def local_profile(profile: str | None) -> Profile:
+    """The server that runs here when no URL is given: the named profile if it is one this
+    machine serves (a CPU profile), else the default."""
+    named = get_profile(profile) if profile else None
+    return named if named is not None and named.device == "cpu" else get_profile(DEFAULT_PROFILE)
+
+
 def _sources(
     base_url: str | None,
     model: str | None,
     verifier_url: str | None,
     verifier_model: str | None,
     env: Mapping[str, str],
+    profile: str | None = None,
+    verifier_profile: str | None = None,
 ) -> tuple[_Source, _Source | None, bool]:
     """(backbone, verifier or None for "the backbone", embedded?) from flags, then env."""
     env_url = env.get("MUR_BASE_URL", "").strip()
@@ -78,11 +87,19 @@ def _sources(
             _urls(env_url, "MUR_BASE_URL"), model or env_model, _hint("MUR_BASE_URL")
         )
     else:
-        default = get_profile(DEFAULT_PROFILE)
+        default = local_profile(profile)
         backbone = _Source(
             [default.base_url], model or env_model or default.served_model_name, EMBEDDED_HINT
         )
     embedded = not base_url and not env_url
+    if verifier_profile and not verifier_url:
+        judge = get_profile(verifier_profile)
+        hint = f"start it with `python -m servers up --profile {judge.name}` or pass --verifier-url"
+        return (
+            backbone,
+            _Source([judge.base_url], verifier_model or judge.served_model_name, hint),
+            embedded,
+        )
     if verifier_url or verifier_model:
         if verifier_url:
             return (
@@ -140,6 +157,7 @@ def connect(
     verifier_url: str | Sequence[str] | None = None,
     verifier_model: str | None = None,
     profile: str | None = None,
+    verifier_profile: str | None = None,
     start: bool = False,
     eager: bool = False,
     probe: bool = True,
@@ -164,20 +182,23 @@ def connect(
     if isinstance(verifier_url, Sequence) and not isinstance(verifier_url, str):
         verifier_url = ",".join(verifier_url)
     backbone_src, verifier_src, embedded = _sources(
-        base_url, model, verifier_url, verifier_model, env
+        base_url, model, verifier_url, verifier_model, env, profile, verifier_profile
     )
-    profile = profile or (DEFAULT_PROFILE if embedded else None)
+    local = local_profile(profile)
+    profile = profile or (local.name if embedded else None)
     recommended = dict(get_profile(profile).recommended) if profile else {}  # before any server
     if profile and "timeout" not in client_options:
         client_options.setdefault(
             "timeouts", RequestTimeout.from_env(env, get_profile(profile).request_timeout)
         )
+    judge_here = verifier_profile is not None and not verifier_url
     if embedded and start:
-        say(
-            f"Using the embedded CPU vLLM server ({DEFAULT_PROFILE}); "
-            "pass --base-url to use another."
-        )
-        server = up(DEFAULT_PROFILE, eager=eager, progress=progress)
+        say(f"Using the embedded CPU vLLM server ({local.name}); pass --base-url to use another.")
+        if judge_here:
+            server, judge = up_pair(local, verifier_profile, eager=eager, progress=progress)
+            say(f"{'Started' if judge.started else 'Reusing'} {judge.model} at {judge.base_url}")
+        else:
+            server = up(local, eager=eager, progress=progress)
         say(f"{'Started' if server.started else 'Reusing'} {server.model} at {server.base_url}")
         backbone_src = _Source([server.base_url], backbone_src.model or server.model, EMBEDDED_HINT)
     elif probe or backbone_src.model is None:

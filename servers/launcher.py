@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import psutil
 from filelock import FileLock
@@ -27,8 +27,15 @@ from rich.markup import escape
 from servers.errors import ServerError, ServerUnavailable
 from servers.model import ensure_model
 from servers.paths import logs_dir, run_dir
-from servers.probes import check_endpoint, healthy, port_open, root_url
-from servers.profiles import Profile, command_line, get_profile, server_env
+from servers.probes import check_endpoint, healthy, normalize_base_url, port_open, root_url
+from servers.profiles import (
+    Profile,
+    command_line,
+    get_profile,
+    server_env,
+    split_cpus,
+    with_cpus,
+)
 
 LOG_TAIL_LINES = 40
 STOP_GRACE_S = 30.0
@@ -291,6 +298,37 @@ def up(
         return _start(p, list(command), env, timeout, progress, detail)
 
 
+CoreSharing = Literal["shared", "split"]
+CORE_SHARING: tuple[CoreSharing, ...] = ("shared", "split")
+PAIR_CORES: CoreSharing = "shared"
+"""How a backbone and a verifier server on this machine use its cores by default: both
+servers on every core (`shared`), or half each (`split`); measured in servers/README.md."""
+
+
+def up_pair(
+    backbone: str | Profile,
+    verifier: str | Profile,
+    *,
+    cores: CoreSharing = PAIR_CORES,
+    eager: bool = False,
+    timeout: float = 600,
+    progress: bool = True,
+) -> tuple[RunningServer, RunningServer]:
+    """A backbone and a verifier server on this machine, started one after the other (two
+    compiling at once would fight over the cores and memory); each is reused if it runs."""
+    first, second = _resolve(backbone), _resolve(verifier)
+    if first.port == second.port:
+        raise ServerError(
+            f"the backbone ({first.name}) and the verifier ({second.name}) profiles both use "
+            f"port {first.port}: choose two different profiles"
+        )
+    if cores == "split":
+        one, other = split_cpus()
+        first, second = with_cpus(first, one), with_cpus(second, other)
+    started = up(first, eager=eager, timeout=timeout, progress=progress)
+    return started, up(second, eager=eager, timeout=timeout, progress=progress)
+
+
 def _start(
     p: Profile,
     argv: list[str],
@@ -439,3 +477,17 @@ def status(probe: Callable[[str], bool] = healthy) -> list[RunningServer]:
             )
         )
     return servers
+
+
+def recorded_command(base_url: str) -> list[str] | None:
+    """The argv that started the live recorded server at `base_url` (None: not started by
+    `up`, or no longer running): what the server's own API does not say, such as its dtype."""
+    wanted = normalize_base_url(base_url)
+    for name in recorded_profiles():
+        record = _read_record(name)
+        if record is None or not _record_alive(record):
+            continue
+        if normalize_base_url(str(record.get("base_url", ""))) == wanted:
+            argv = record.get("argv")
+            return [str(arg) for arg in argv] if isinstance(argv, list) else None
+    return None

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Literal
@@ -49,6 +49,12 @@ _BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
 # continued and judged, 16 streams, Qwen2.5-Coder-1.5B, Zen 5) hits rose from 58% to 72% of
 # prompt tokens and generation from 54.8 to 59.1 tok/s; decode alone 66 -> 68 tok/s.
 CPU_BLOCK_SIZE = "32"
+
+# The gamma-gate is calibrated on the model's own (raw) token log-probabilities, before
+# temperature, penalties or top-k/top-p reshape them. vLLM's default is the same today, but a
+# default can move between versions, so every profile asks for it by name.
+LOGPROBS_MODE = "raw_logprobs"
+LOGPROBS_ARGS = ("--logprobs-mode", LOGPROBS_MODE)
 
 Role = Literal["backbone", "verifier"]
 Setting = int | float | str | bool
@@ -129,6 +135,25 @@ def format_cpus(cpus: Sequence[int]) -> str:
     return ",".join(ranges)
 
 
+def split_cpus() -> tuple[str, str]:
+    """This process's CPUs in two halves (`"0"`, `"1"` on two cores): one each for a backbone
+    and a verifier server that should not compete for cores."""
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    cpus = cpus or list(range(os.cpu_count() or 1))
+    if len(cpus) < 2:
+        raise ServerError(f"splitting cores between two servers needs 2 CPUs; this has {cpus}")
+    half = len(cpus) // 2
+    return format_cpus(cpus[:half]), format_cpus(cpus[half:])
+
+
+def with_cpus(profile: Profile, cpus: str) -> Profile:
+    """`profile` bound to the CPUs `cpus` (vLLM's bind list, e.g. `"0"` or `"2-3"`)."""
+    if profile.device != "cpu":
+        raise ServerError(f"profile {profile.name} runs on a GPU: it has no CPU binding to set")
+    env = {**profile.env, "VLLM_CPU_OMP_THREADS_BIND": cpus}
+    return replace(profile, env=_frozen(env))
+
+
 def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> frozenset[str]:
     """The CPU's feature flags (empty where /proc/cpuinfo is unreadable)."""
     try:
@@ -186,6 +211,7 @@ def _cpu_package(
             cpu_dtype(),
             "--block-size",
             CPU_BLOCK_SIZE,
+            *LOGPROBS_ARGS,
         ),
         env=_frozen(
             {
@@ -256,8 +282,12 @@ def _cpu_qwen(size: str, package: ModelPackage, port: int) -> Profile:
 
 # Two servers share one GPU: backbone 0.55 + verifier 0.35 of its memory (vLLM checks the
 # fraction against memory still free at start, so start the backbone first).
-_GPU_BACKBONE_ARGS = ("--gpu-memory-utilization", "0.55", "--max-model-len", "32768")
-_GPU_VERIFIER_ARGS = ("--gpu-memory-utilization", "0.35", "--max-model-len", "16384")
+_GPU_BACKBONE_ARGS = (
+    "--gpu-memory-utilization", "0.55", "--max-model-len", "32768", *LOGPROBS_ARGS
+)  # fmt: skip
+_GPU_VERIFIER_ARGS = (
+    "--gpu-memory-utilization", "0.35", "--max-model-len", "16384", *LOGPROBS_ARGS
+)  # fmt: skip
 # The graph's defaults are the paper's settings already; Qwen3 only needs its own thinking
 # switch (a fresh turn with enable_thinking, since its template rewrites continued messages).
 _QWEN3_RECOMMENDED = _frozen({"thinking_style": "qwen3"})

@@ -50,6 +50,24 @@ def test_without_flags_or_env_the_embedded_server_is_used() -> None:
     assert dict(connection.recommended) == dict(TINY.recommended)
 
 
+def test_a_cpu_profile_pair_is_the_backbone_and_the_external_judge_here() -> None:
+    """`--profile cpu-qwen-0.5b --verifier-profile cpu-qwen-1.5b`: the two local servers
+    (as `python -m servers up` with the same flags starts them), no URL written by hand."""
+    small, judge = get_profile("cpu-qwen-0.5b"), get_profile("cpu-qwen-1.5b")
+    connection = connect(profile=small.name, verifier_profile=judge.name, probe=False, env={})
+    assert connection.embedded and connection.profile == small.name
+    assert where(connection.backbone) == (small.served_model_name, small.base_url)
+    assert where(connection.verifier) == (judge.served_model_name, judge.base_url)
+    assert dict(connection.recommended) == dict(small.recommended)
+    # A URL given for the verifier wins over its profile; a GPU profile serves nothing here.
+    other = connect(
+        profile="qwen3-8b", verifier_profile=judge.name, verifier_url="http://gpu:8001/v1",
+        verifier_model="GenPRM-1.5B", probe=False, env={},
+    )  # fmt: skip
+    assert where(other.backbone) == (TINY.served_model_name, TINY.base_url)
+    assert where(other.verifier) == ("GenPRM-1.5B", "http://gpu:8001/v1")
+
+
 def test_env_names_backbone_and_verifier() -> None:
     env = {
         "MUR_BASE_URL": "http://gpu:8000",

@@ -1,0 +1,109 @@
+"""`python -m benchmarks.pair_cores`: a backbone and a verifier server on one machine, sharing
+every core or one half each: which serves MUR faster?
+
+For each way (`shared`, `split`) it stops both profiles' servers, starts the pair the way
+`python -m servers up --profile B --verifier-profile V --cores WAY` does, and runs the same
+benchmark load through run.py (the first N MATH-500 questions, the critic, gates never and
+always, so the load has a backbone-only half and a half where the verifier works on every
+step), then reports generated tokens per second of wall time, per server and in all. Tokens
+differ between the two runs (sampling); tokens per second is what compares. The winner is
+`servers.launcher.PAIR_CORES`; numbers in servers/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from evals.records import load_records
+from servers.launcher import CORE_SHARING, CoreSharing, down, up_pair
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True)
+class PairRun:
+    cores: str
+    wall_s: float
+    backbone_tokens: int
+    external_tokens: int
+    questions: int
+
+    @property
+    def tokens_per_s(self) -> float:
+        return (self.backbone_tokens + self.external_tokens) / self.wall_s
+
+
+def sharing(text: str) -> CoreSharing:
+    """One of `CORE_SHARING`, or an error naming the choices."""
+    for way in CORE_SHARING:
+        if text == way:
+            return way
+    raise SystemExit(f"pair_cores: unknown way {text!r}: choose from {', '.join(CORE_SHARING)}")
+
+
+def run_load(args: argparse.Namespace, cores: str, out: Path) -> PairRun:
+    for profile in (args.profile, args.verifier_profile):
+        down(profile)
+    up_pair(args.profile, args.verifier_profile, cores=sharing(cores), progress=False)
+    command = [
+        sys.executable, "run.py", "--strategy", "critic", "--dataset", "math500",
+        "--limit", str(args.limit), "--gate", "never,always", "--profile", args.profile,
+        "--verifier-profile", args.verifier_profile, "--concurrency", str(args.concurrency),
+        "--max-steps", str(args.max_steps), "--out", str(out),
+    ]  # fmt: skip
+    start = time.perf_counter()
+    subprocess.run(command, cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
+    wall = time.perf_counter() - start
+    records = load_records(out)
+    return PairRun(
+        cores=cores,
+        wall_s=wall,
+        backbone_tokens=sum(r["usage"]["backbone_tokens"] for r in records),
+        external_tokens=sum(r["usage"]["external_tokens"] for r in records),
+        questions=len(records),
+    )
+
+
+def table(runs: list[PairRun]) -> str:
+    lines = [
+        "| cores | runs | wall s | backbone tokens | verifier tokens | tok/s in all |",
+        "|---|---|---|---|---|---|",
+    ]
+    for run in runs:
+        lines.append(
+            f"| {run.cores} | {run.questions} | {run.wall_s:.0f} | {run.backbone_tokens:,} | "
+            f"{run.external_tokens:,} | {run.tokens_per_s:.1f} |"
+        )
+    return "\n".join(lines)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.pair_cores", description=__doc__)
+    parser.add_argument("--profile", default="cpu-qwen-0.5b", help="the backbone's profile")
+    parser.add_argument("--verifier-profile", default="cpu-qwen-1.5b")
+    parser.add_argument("--limit", type=int, default=8, help="first N MATH-500 questions")
+    parser.add_argument("--max-steps", type=int, default=6)
+    parser.add_argument("--concurrency", type=int, default=16, help="questions in flight")
+    parser.add_argument("--ways", default=",".join(CORE_SHARING), help="comma list")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    runs = []
+    with tempfile.TemporaryDirectory(prefix="pair-cores-") as tmp:
+        for cores in args.ways.split(","):
+            runs.append(run_load(args, cores, Path(tmp) / cores))
+            print(table(runs[-1:]).splitlines()[-1], file=sys.stderr, flush=True)
+    print(table(runs))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,109 @@
+"""Which servers made a folder's runs, and how many questions they were given at once.
+
+settings.json keeps, under "servers", one entry per server set the folder was filled on: each
+role's facts (`servers.facts`: vLLM version, dtype, logprobs mode, CPU) and the questions in
+flight with the throughput measurement that chose them. A resume on a server whose tokens
+would differ (another dtype, vLLM version or logprobs mode) stops with one line naming both;
+`--allow-mixed-servers` resumes anyway and the new entry says `"mixed": true`, so a table is
+never silently the work of two kinds of server.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from langchain_core.language_models import BaseChatModel
+
+from evals.records import SETTINGS, RecordStore, SettingsMismatchError
+from servers.facts import ServerFacts, server_facts, token_differences
+from servers.throughput import STREAMS, StreamRate, choose, measured_rates
+
+SERVERS = "servers"
+FALLBACK_CONCURRENCY = 8
+"""Questions in flight where no vLLM server can be measured (a fake in a test, another API)."""
+ROLES = ("backbone", "verifier")
+
+
+class ServerMixError(SettingsMismatchError):
+    """A folder's runs were made on a server whose tokens differ from this one's."""
+
+
+def endpoint(model: BaseChatModel) -> tuple[str, str] | None:
+    """(base URL, served model) of an OpenAI-compatible chat model; None for a fake."""
+    url = getattr(model, "openai_api_base", None)
+    name = getattr(model, "model_name", None)
+    return (str(url), str(name)) if url and name else None
+
+
+def role_facts(backbone: BaseChatModel, verifier: BaseChatModel) -> dict[str, ServerFacts]:
+    """Each role's server facts (roles served by no HTTP server are left out)."""
+    facts = {}
+    for role, model in zip(ROLES, (backbone, verifier), strict=True):
+        where = endpoint(model)
+        if where is not None:
+            facts[role] = server_facts(*where)
+    return facts
+
+
+def choose_concurrency(
+    facts: dict[str, ServerFacts], streams: tuple[int, ...] = STREAMS
+) -> tuple[int, dict[str, list[StreamRate]]]:
+    """Questions in flight: the fewest streams near each server's best throughput, the
+    smaller of the two where backbone and verifier are different servers."""
+    if not facts or any(f.vllm_version is None for f in facts.values()):
+        return FALLBACK_CONCURRENCY, {}  # a test double or another API: nothing to measure
+    distinct = {f.base_url: role for role, f in facts.items()}
+    rates = {role: measured_rates(facts[role], streams) for role in distinct.values()}
+    return min(choose(r) for r in rates.values()), rates
+
+
+def servers_entry(
+    facts: dict[str, ServerFacts],
+    concurrency: int,
+    rates: dict[str, list[StreamRate]],
+    how: str,
+) -> dict[str, Any]:
+    return {
+        **{role: f.as_json() for role, f in facts.items()},
+        "concurrency": concurrency,
+        "concurrency_chosen_by": how,
+        "throughput_tok_s": {
+            role: {str(r.streams): r.tokens_per_s for r in measured}
+            for role, measured in rates.items()
+        },
+    }
+
+
+def _same_servers(one: dict[str, Any], other: dict[str, Any]) -> bool:
+    keys = (*ROLES, "concurrency")
+    return all(one.get(k) == other.get(k) for k in keys)
+
+
+def record_servers(store: RecordStore, entry: dict[str, Any], *, allow_mixed: bool) -> None:
+    """Check `entry` against the servers the folder's runs were made on, then record it
+    (a new entry only when something changed; it says from which run on it holds)."""
+    path = store.folder / SETTINGS
+    with store.lock:
+        data = json.loads(path.read_text()) if path.exists() else {}
+        history: list[dict[str, Any]] = data.get(SERVERS, [])
+        last = history[-1] if history else None
+        mixed = []
+        for role in ROLES:
+            if last is None or role not in last or role not in entry:
+                continue
+            for fact in token_differences(last[role], entry[role]):
+                mixed.append((role, fact, last[role][fact], entry[role][fact]))
+        if mixed and not allow_mixed:
+            role, fact, was, now = mixed[0]
+            raise ServerMixError(
+                f"{path}: the runs in {store.folder} were made on a {role} server with "
+                f"{fact}={was!r}, and the {role} now has {fact}={now!r} (tokens differ): resume "
+                "on a server like the recorded one, or pass --allow-mixed-servers to go on and "
+                "record the mix"
+            )
+        if last is not None and _same_servers(last, entry):
+            return
+        runs = len(store.done_keys())
+        history.append({**entry, "from_run": runs, "mixed": bool(mixed)})
+        path.write_text(json.dumps({**data, SERVERS: history}, indent=2, sort_keys=True) + "\n")

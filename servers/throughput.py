@@ -1,0 +1,106 @@
+"""How many sequences to give a server at once: measured on the server, not a constant.
+
+A 2-core CPU server and a GPU batch well at very different widths (Qwen2.5-Coder-1.5B on an
+AMX Xeon: 7.6 tok/s at 1 stream, 59.7 at 8, 184 at 32), so the benchmark runner asks. It sends
+8, 16, 32 and 64 concurrent generations of a fixed length and takes the fewest streams whose
+throughput is within `NEAR_BEST` of the best: more streams than that only lengthen every
+request. A measurement is kept under MUR_HOME keyed by the server's facts (URL, model, vLLM
+version, dtype, CPU), so a resumed run on the same machine does not measure again and a run on
+another machine does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import httpx
+from filelock import FileLock
+
+from servers.errors import ServerUnavailable
+from servers.facts import ServerFacts
+from servers.paths import mur_home
+
+STREAMS = (8, 16, 32, 64)
+NEAR_BEST = 0.9
+"""Take the fewest streams that reach this share of the best measured throughput."""
+PROBE_TOKENS = 32
+"""Tokens each stream generates (ignore_eos): long enough that decoding, not prefill, counts."""
+_PROMPT = "Count from one to one hundred in words, separated by commas. Run {i}:"
+
+
+@dataclass(frozen=True)
+class StreamRate:
+    streams: int
+    tokens_per_s: float
+
+
+async def _generate(client: httpx.AsyncClient, url: str, model: str, i: int) -> int:
+    body = {
+        "model": model,
+        "prompt": _PROMPT.format(i=i),
+        "max_tokens": PROBE_TOKENS,
+        "min_tokens": PROBE_TOKENS,
+        "ignore_eos": True,
+        "temperature": 0.0,
+    }
+    try:
+        reply = await client.post(f"{url}/completions", json=body)
+    except httpx.HTTPError as exc:
+        raise ServerUnavailable(
+            f"measuring throughput: no answer from {url}/completions ({type(exc).__name__}): "
+            "is the server up (`python -m servers status`)? Or pass --concurrency N"
+        ) from None
+    if reply.status_code != 200:
+        raise ServerUnavailable(
+            f"measuring throughput: {url}/completions answered {reply.status_code}: "
+            f"{reply.text[:200]}"
+        )
+    return int(reply.json()["usage"]["completion_tokens"])
+
+
+async def measure(
+    base_url: str, model: str, streams: Sequence[int] = STREAMS, timeout: float = 600
+) -> list[StreamRate]:
+    """Generated tokens per second at each number of concurrent streams (after one warm-up
+    request, so no level pays for a cold start)."""
+    rates = []
+    async with httpx.AsyncClient(timeout=timeout) as client:
+        await _generate(client, base_url, model, -1)
+        for width in streams:
+            start = time.perf_counter()
+            counts = await asyncio.gather(
+                *(_generate(client, base_url, model, width * 1000 + i) for i in range(width))
+            )
+            rates.append(StreamRate(width, sum(counts) / (time.perf_counter() - start)))
+    return rates
+
+
+def choose(rates: Sequence[StreamRate], near_best: float = NEAR_BEST) -> int:
+    """The fewest streams within `near_best` of the best throughput."""
+    best = max(rate.tokens_per_s for rate in rates)
+    return min(rate.streams for rate in rates if rate.tokens_per_s >= near_best * best)
+
+
+def _key(facts: ServerFacts) -> str:
+    return "|".join(
+        str(part)
+        for part in (facts.base_url, facts.model, facts.vllm_version, facts.dtype, facts.cpu)
+    )
+
+
+def measured_rates(facts: ServerFacts, streams: Sequence[int] = STREAMS) -> list[StreamRate]:
+    """The server's rates at `streams`, measured once per server facts and kept on disk."""
+    path = mur_home() / "throughput.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    key = f"{_key(facts)}|{','.join(map(str, streams))}"
+    with FileLock(str(path) + ".lock"):
+        known = json.loads(path.read_text()) if path.exists() else {}
+        if key not in known:
+            rates = asyncio.run(measure(facts.base_url, facts.model, streams))
+            known[key] = [[rate.streams, round(rate.tokens_per_s, 2)] for rate in rates]
+            path.write_text(json.dumps(known, indent=2) + "\n")
+    return [StreamRate(int(width), float(rate)) for width, rate in known[key]]
