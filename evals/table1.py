@@ -74,6 +74,7 @@ class Table1Plan:
     results: Path
     tag: str
     run_args: tuple[str, ...]  # run.py flags shared by every command
+    main_gates: tuple[str, ...] = MAIN_GATES
 
     def folder(self, strategy: str) -> Path:
         return self.results / f"{self.dataset}-{strategy}-{self.tag}"
@@ -82,7 +83,7 @@ class Table1Plan:
         """Every strategy's main phase first, then the random baselines, then the sweeps: a
         table stopped part-way has the headline rows of every strategy before the extras."""
         gammas = (self.gamma,)
-        main = [Phase(s, "main", self.folder(s), MAIN_GATES, gammas) for s in self.strategies]
+        main = [Phase(s, "main", self.folder(s), self.main_gates, gammas) for s in self.strategies]
         random = [Phase(s, "random", self.folder(s), (), ()) for s in self.strategies]
         sweep = [
             Phase(s, "sweep", self.folder(s), ("mur",), self.sweep)
@@ -235,9 +236,11 @@ def build_parser() -> argparse.ArgumentParser:
     add("--gamma", type=float, default=0.9, help="MUR's gamma in the main table (default 0.9)")
     add("--sweep", type=_csv(float), default=DEFAULT_SWEEP, help="gammas of the sweep")
     add("--sweep-strategies", type=_csv(str), help="default: the first strategy")
-    add("--concurrency", type=int, default=16, help="questions in flight (default 16)")
+    add("--gates", type=_csv(str), default=MAIN_GATES, help="the main phase's gates")
+    add("--concurrency", type=int, help="questions in flight (default: measured by run.py)")
     add("--base-url", help="backbone server or router (default: the embedded server)")
     add("--profile", help="server profile whose recommended settings apply")
+    add("--verifier-profile", help="the external verifier/critic's profile (run.py's flag)")
     add("--results", type=Path, default=Path("results"), help="parent of the run folders")
     add("--tag", help="folder suffix naming the model (default: from --profile)")
     add("--dry-run", action="store_true", help="print the run.py commands, run nothing")
@@ -253,15 +256,21 @@ def _default_tag(profile: str | None) -> str:
 
 
 def make_plan(args: argparse.Namespace, extra: Sequence[str]) -> Table1Plan:
-    if args.limit <= 0 or args.concurrency <= 0:
+    if args.limit <= 0 or (args.concurrency is not None and args.concurrency <= 0):
         raise Table1Error("--limit and --concurrency must be positive")
+    if "mur" not in args.gates:
+        raise Table1Error(f"--gates {','.join(args.gates)}: the random phase needs mur")
     unknown = [s for s in (*args.strategies, *(args.sweep_strategies or ())) if s not in STRATEGIES]
     if unknown:
         raise Table1Error(
             f"unknown strategy {', '.join(unknown)}: choose from {', '.join(STRATEGIES)}"
         )
-    run_args = ["--concurrency", str(args.concurrency)]
-    for flag, value in (("--base-url", args.base_url), ("--profile", args.profile)):
+    run_args = ["--concurrency", str(args.concurrency)] if args.concurrency else []
+    for flag, value in (
+        ("--base-url", args.base_url),
+        ("--profile", args.profile),
+        ("--verifier-profile", args.verifier_profile),
+    ):
         if value:
             run_args += [flag, value]
     return Table1Plan(
@@ -274,6 +283,7 @@ def make_plan(args: argparse.Namespace, extra: Sequence[str]) -> Table1Plan:
         results=args.results,
         tag=args.tag or _default_tag(args.profile),
         run_args=(*run_args, *extra),
+        main_gates=args.gates,
     )
 
 

@@ -158,9 +158,15 @@ def test_cli_dry_run_and_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture
     assert main([*args, "--", "--max-steps", "8"]) == 0
     out = capsys.readouterr().out
     assert "--gate never,always,mur,mur+bc,average,smart --gamma 0.9" in out
-    assert "--concurrency 16 --max-steps 8 --out" in out
+    assert "--concurrency" not in out  # run.py measures it on the servers
+    assert "--gamma 0.7,0.8,0.95 --max-steps 8 --out" in out
+    pair = ["--gates", "never,always,mur", "--profile", "p", "--verifier-profile", "v"]
     assert "# critic / main (0 of 600 runs recorded)\npython run.py --strategy critic" in out
     assert "# critic / random (0 of 100 runs recorded): the random baseline needs MUR's" in out
+    assert main([*args, *pair, "--concurrency", "4", "--sweep", ""]) == 0
+    out = capsys.readouterr().out
+    assert "--gate never,always,mur --gamma 0.9 --concurrency 4 --profile p" in out
+    assert "--verifier-profile v --out" in out and "sweep" not in out
     assert main(["--strategies", "critic,beam", "--dry-run"]) == 2
     assert capsys.readouterr().err.strip() == (
         "evals.table1: unknown strategy beam: choose from critic, best_of_n, foresight, thinking"
