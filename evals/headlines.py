@@ -128,6 +128,24 @@ def headlines(
     return sorted(found, key=lambda h: (h.dataset, h.strategy, HEADLINE_GATES.index(h.gate)))
 
 
+def matched_random_runs(
+    settings: dict[SettingKey, SettingRuns], section: tuple[str, str], rate: float
+) -> tuple[str, SettingRuns] | None:
+    """The random run of a (dataset, strategy) whose rate is closest to ``rate`` (within
+    `RANDOM_MATCH_TOLERANCE`), with its label; None when there is none."""
+    candidates = [
+        (abs(run_rate - rate), gate, runs)
+        for (dataset, strategy, gate, _), runs in settings.items()
+        if (dataset, strategy) == section
+        and (run_rate := random_rate(gate)) is not None
+        and abs(run_rate - rate) <= RANDOM_MATCH_TOLERANCE * rate
+    ]
+    if not candidates:
+        return None
+    _, gate, runs = min(candidates, key=lambda found: found[:2])
+    return gate, runs
+
+
 def against_random(
     setting: SettingRuns,
     settings: dict[SettingKey, SettingRuns],
@@ -139,16 +157,10 @@ def against_random(
 ) -> RandomMatch | None:
     """``setting`` against the random run of its dataset and strategy whose rate is closest to
     ``rate`` (within `RANDOM_MATCH_TOLERANCE`); None when no such run shares a question."""
-    candidates = [
-        (abs(run_rate - rate), gate, runs)
-        for (dataset, strategy, gate, _), runs in settings.items()
-        if (dataset, strategy) == section
-        and (run_rate := random_rate(gate)) is not None
-        and abs(run_rate - rate) <= RANDOM_MATCH_TOLERANCE * rate
-    ]
-    if not candidates:
+    matched = matched_random_runs(settings, section, rate)
+    if matched is None:
         return None
-    _, gate, random_runs = min(candidates, key=lambda found: found[:2])
+    gate, random_runs = matched
     pairing = pair(setting, random_runs, resamples=resamples, seed=seed)
     if pairing is None:
         return None

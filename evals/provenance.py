@@ -53,7 +53,9 @@ def choose_concurrency(
     smaller of the two where backbone and verifier are different servers."""
     if not facts or any(f.vllm_version is None for f in facts.values()):
         return FALLBACK_CONCURRENCY, {}  # a test double or another API: nothing to measure
-    distinct = {f.base_url: role for role, f in facts.items()}
+    distinct: dict[str, str] = {}
+    for role, fact in facts.items():
+        distinct.setdefault(fact.base_url, role)  # one server in both roles: "backbone"
     rates = {role: measured_rates(facts[role], streams) for role in distinct.values()}
     return min(choose(r) for r in rates.values()), rates
 

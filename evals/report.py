@@ -30,6 +30,8 @@ from typing import Any
 from evals import stats
 from evals.choices import Choice, mur_choices
 from evals.headlines import HEADLINE_GAMMA, Headline, headline_json, headlines
+from evals.hypotheses import hypothesis_tests
+from evals.hypotheses import to_markdown as hypotheses_markdown
 from evals.records import load_records
 from evals.report_markdown import to_markdown
 from evals.settings import (
@@ -233,13 +235,19 @@ def write_report(
     headline_gamma: float = HEADLINE_GAMMA,
     resamples: int = stats.RESAMPLES,
     seed: int = stats.SEED,
+    sources: Sequence[str | Path] = (),
 ) -> Report:
-    """Recompute every table and plot of a run folder from its records (plain and packed)."""
+    """Recompute every table and plot of a run folder from its records (plain and packed).
+
+    With `sources` (several run folders, e.g. one per strategy) the report combines their
+    records into `folder`, and adds the pre-registered hypotheses per strategy and pooled
+    (`evals.hypotheses`)."""
     # Local: matplotlib (through evals.plots) takes seconds to import; only a written report plots.
     from evals.plots import plot_accuracy_vs_tokens, plot_gamma_sweep
 
     folder = Path(folder)
-    records = load_records(folder)
+    records = [r for source in sources for r in load_records(source)] or load_records(folder)
+    folder.mkdir(parents=True, exist_ok=True)
     rows = summarize(records, resamples=resamples, seed=seed)
     heads = headlines(records, headline_gamma, resamples=resamples, seed=seed)
     choices = mur_choices(records, headline_gamma, resamples=resamples, seed=seed)
@@ -257,6 +265,10 @@ def write_report(
         choices=choices,
         plots=[p.name for p in (plot_path, sweep_path) if p is not None],
     )
+    tests = hypothesis_tests(records, headline_gamma, resamples=resamples, seed=seed)
+    if sources:
+        listed = ", ".join(f"`{source}`" for source in sources)
+        markdown = f"Combined from {listed}.\n\n{hypotheses_markdown(tests)}\n{markdown}"
     markdown_path = folder / "report.md"
     json_path = folder / "report.json"
     markdown_path.write_text(markdown)
@@ -265,6 +277,7 @@ def write_report(
         "headlines": [headline_json(h) for h in heads],
         "mur_choices": [{**asdict(c), "pairing": pairing_json(c.pairing)} for c in choices],
         "run_time": asdict(timing),
+        **({"hypotheses": [asdict(t) for t in tests]} if sources else {}),
         "method": {"resamples": resamples, "seed": seed, "confidence": stats.CONFIDENCE},
     }
     json_path.write_text(json.dumps(_finite(document), indent=1, allow_nan=False) + "\n")
@@ -300,7 +313,18 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m evals.report", description="Tables and plots from a run's records."
     )
-    parser.add_argument("run_dir", help="a folder of benchmark records (run.py --out)")
+    parser.add_argument(
+        "run_dirs",
+        nargs="+",
+        metavar="run_dir",
+        help="a folder of benchmark records (run.py --out); several, with --out, combine",
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        help="with several folders: where the combined report.md and plots go (the "
+        "hypotheses H1-H3 per strategy and pooled are added)",
+    )
     parser.add_argument(
         "--headline-gamma",
         type=_positive_float,
@@ -315,15 +339,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if len(args.run_dirs) > 1 and args.out is None:
+        parser.error("several folders combine into one report: name it with --out DIR")
+    combined = len(args.run_dirs) > 1 or args.out is not None
     try:
         report = write_report(
-            args.run_dir,
+            args.out if combined else args.run_dirs[0],
             headline_gamma=args.headline_gamma,
             resamples=args.resamples,
             seed=args.seed,
+            sources=args.run_dirs if combined else (),
         )
-    except FileNotFoundError as exc:
+    except (FileNotFoundError, ValueError) as exc:
         print(f"evals.report: {exc}", file=sys.stderr)
         return 2
     print(report.markdown)
