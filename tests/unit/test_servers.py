@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage
 
-from servers import clients, launcher, probes
+from servers import clients, facts, launcher, probes
 from servers.__main__ import main
 from servers.clients import SAMPLING_DEFAULTS, make_chat_model
 from servers.errors import ServerError, ServerUnavailable
@@ -513,3 +513,53 @@ def test_generation_tokens_without_server() -> None:
 
     with pytest.raises(ServerUnavailable, match="metrics"):
         generation_tokens(f"http://127.0.0.1:{free_port()}/v1")
+
+
+def test_a_pair_starts_backbone_then_verifier_on_shared_or_split_cores(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`python -m servers up --profile A --verifier-profile B [--cores split]`: the backbone
+    first (two compiles at once fight over the cores), each on the cores the way asks for."""
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _: {0, 1}, raising=False)
+    started: list[tuple[str, str]] = []
+
+    def fake_up(profile, **_: object) -> launcher.RunningServer:
+        started.append((profile.name, profile.env["VLLM_CPU_OMP_THREADS_BIND"]))
+        return launcher.RunningServer(profile.name, profile.base_url, "m", 1, True, True, None)
+
+    monkeypatch.setattr(launcher, "up", fake_up)
+    launcher.up_pair("cpu-qwen-0.5b", "cpu-qwen-1.5b", cores="shared", progress=False)
+    launcher.up_pair("cpu-qwen-0.5b", "cpu-qwen-1.5b", cores="split", progress=False)
+    assert started == [
+        ("cpu-qwen-0.5b", "0-1"),
+        ("cpu-qwen-1.5b", "0-1"),
+        ("cpu-qwen-0.5b", "0"),
+        ("cpu-qwen-1.5b", "1"),
+    ]
+    with pytest.raises(ServerError, match="both use port 8021"):
+        launcher.up_pair("cpu-qwen-0.5b", "cpu-qwen-0.5b", progress=False)
+
+
+def test_cli_pair_refuses_one_port_for_two_servers(capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["up", "--profile", "cpu-qwen-0.5b", "--verifier-profile", "cpu-qwen-1.5b"]
+    assert main([*args, "--port", "9000"]) == 1
+    assert "--port names one server" in capsys.readouterr().err
+
+
+def test_facts_of_a_recorded_server_come_from_its_command_line(
+    mur_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """dtype and logprobs mode are not in vLLM's API: they are read from the argv `up` kept."""
+    argv = ["python", "-m", "vllm", "--dtype", "float32", "--logprobs-mode", "raw_logprobs"]
+    monkeypatch.setattr(facts, "recorded_command", lambda url: argv)
+    monkeypatch.setattr(facts, "vllm_version", lambda url, timeout: "0.32.0")
+    local = facts.server_facts("http://127.0.0.1:8022/v1", "m")
+    assert (local.dtype, local.logprobs_mode, local.vllm_version) == (
+        "float32",
+        "raw_logprobs",
+        "0.32.0",
+    )
+    assert local.cpu and local.cpu_flags is not None
+    monkeypatch.setattr(facts, "recorded_command", lambda url: None)
+    remote = facts.server_facts("http://gpu-host:8000/v1", "m")
+    assert (remote.dtype, remote.logprobs_mode, remote.cpu) == (None, None, None)
