@@ -191,10 +191,9 @@ def connect(
         client_options.setdefault(
             "timeouts", RequestTimeout.from_env(env, get_profile(profile).request_timeout)
         )
-    judge_here = verifier_profile is not None and not verifier_url
     if embedded and start:
         say(f"Using the embedded CPU vLLM server ({local.name}); pass --base-url to use another.")
-        if judge_here:
+        if verifier_profile is not None and not verifier_url:
             server, judge = up_pair(local, verifier_profile, eager=eager, progress=progress)
             say(f"{'Started' if judge.started else 'Reusing'} {judge.model} at {judge.base_url}")
         else:
