@@ -142,7 +142,7 @@ def test_the_recorded_command_is_the_one_typed() -> None:
 
 
 def test_absent_gpqa_exits_2_saying_where_to_put_it(tmp_path, capsys, monkeypatch) -> None:
-    from evals import datasets
+    from evals.questions import loading as datasets
 
     monkeypatch.delenv(datasets.DATA_DIR_ENV, raising=False)
     monkeypatch.setattr(datasets, "_SHARED_DATA_DIR", tmp_path / "absent")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from evals.datasets import load_dataset
-from evals.runner import BenchmarkPlan
+from evals.harness.plan import BenchmarkPlan
+from evals.questions import load_dataset
 from graphs import Context
 from nodes.gate_labels import (
     budget_label,

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from evals import records as records_module
-from evals.records import PACKED, RECORDS, RecordStore, has_records, load_records
+from evals.harness import records as records_module
+from evals.harness.records import PACKED, RECORDS, RecordStore, has_records, load_records
 
 
 def record(n: int) -> dict:
