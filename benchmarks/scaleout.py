@@ -305,12 +305,17 @@ def describe_plan(
     check_strategy(args.strategy)
     plan = load_plan(problems, args)
     jobs = plan.jobs()
-    context = jobs[0].context.model_dump(include={"gate", "gamma", *SMALL_SETTINGS})
+    context = jobs[0].context
+    shown = {
+        "gate": context.gate,
+        "gamma": context.gamma,
+        **context.model_dump(exclude_defaults=True),
+    }
     return "\n".join(
         [
             f"{len(jobs)} runs per configuration ({len(problems)} MATH-500 questions, strategy "
             f"{plan.strategy}, gate {args.gate}, {plan.concurrency} in flight), each with "
-            f"{context}",
+            f"{shown}",
             *(f"- {label(case)}" for case in cases),
             f"records under {args.home / 'runs'}",
         ]

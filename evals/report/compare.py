@@ -99,7 +99,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.out:
         args.out.write_text(text)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

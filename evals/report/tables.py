@@ -287,7 +287,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     written = [report.markdown_path, report.json_path, report.plot_path, report.sweep_path]
     print("written: " + ", ".join(str(p) for p in written if p), file=sys.stderr)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

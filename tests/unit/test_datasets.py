@@ -43,7 +43,8 @@ AIME_SYSTEM = "You are a helpful math assistant."
 GPQA_SYSTEM = 'You are a helpful assistant. Please answer "A", "B", "C", or "D".'
 
 
-# What the shipped copies must be: byte-identical to their upstream files (evals/data/README.md).
+# What the shipped copies must be: byte-identical to their upstream files
+# (evals/questions/data/README.md).
 SHIPPED = {
     "math500.jsonl": ("35dc41080a3680858b27fa7e0533d2d547825316fc5dafe5d316f4ccc5a06132", 500),
     "aime24.jsonl": ("af2b8bd2aa911b6333ad0df32f3ca05c7ae8ed10f1731f4372c8ae26990bf7ac", 30),

@@ -388,7 +388,8 @@ def test_grade_unknown_dataset() -> None:
 
 # --------------------------------------------------------------------------- real data
 
-# MATH-500 and AIME ship in evals/data; GPQA never does and is looked for where the loader would.
+# MATH-500 and AIME ship in evals/questions/data; GPQA never does and is looked for where the
+# loader would.
 
 
 def _gpqa_or_skip() -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from experiments.table1 import Table1Error, Table1Plan, main, run_mur, run_table
+from experiments.table1 import Table1Error, Table1Plan, main, mur_program, run_mur, run_table
 from nodes.gate_labels import PAPER_TABLE_LABELS as MAIN_GATES
 
 
@@ -167,3 +167,16 @@ def test_cli_dry_run_and_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture
         "experiments.table1: unknown strategy beam: "
         "choose from critic, best_of_n, foresight, thinking"
     )
+
+
+def test_the_mur_command_is_the_one_beside_the_interpreter(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A virtualenv's own `mur`, whether or not the environment is activated."""
+    (tmp_path / "python").touch()
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "python"))
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    with pytest.raises(Table1Error, match=r"mur command is not installed beside .*make setup"):
+        mur_program()
+    (tmp_path / "mur").touch()
+    assert mur_program() == [str(tmp_path / "mur")]
