@@ -40,6 +40,7 @@ from evals.harness.plan import gate_variants
 from evals.harness.record import RunRecord
 from evals.harness.records import records_so_far
 from evals.harness.stopping import STOP_SIGNALS, STOPPED_EXIT
+from evals.questions import DATASETS, check_dataset
 from evals.report.headlines import matched_random_rate
 from graphs.refine import STRATEGIES
 from nodes.gate_labels import PAPER_TABLE_LABELS
@@ -248,7 +249,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add = parser.add_argument
     add("--strategies", type=_csv(str), default=DEFAULT_STRATEGIES, help="comma list")
-    add("--dataset", default="math500")
+    add("--dataset", default="math500", help=f"one of {', '.join(DATASETS)} (default math500)")
     add("--limit", type=int, default=100, help="first N questions (default 100)")
     add("--gamma", type=float, default=0.9, help="MUR's gamma in the main table (default 0.9)")
     add("--sweep", type=_csv(float), default=DEFAULT_SWEEP, help="gammas of the sweep")
@@ -274,10 +275,14 @@ def make_plan(args: argparse.Namespace, extra: Sequence[str]) -> Table1Plan:
         raise Table1Error(
             f"unknown strategy {', '.join(unknown)}: choose from {', '.join(STRATEGIES)}"
         )
+    try:
+        dataset = check_dataset(args.dataset).name
+    except ValueError as exc:
+        raise Table1Error(str(exc)) from None
     run_args = ["--concurrency", str(args.concurrency), *connection_argv(args)]
     return Table1Plan(
         strategies=args.strategies,
-        dataset=args.dataset,
+        dataset=dataset,
         limit=args.limit,
         gamma=args.gamma,
         sweep=args.sweep,

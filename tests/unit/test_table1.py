@@ -180,3 +180,11 @@ def test_the_mur_command_is_the_one_beside_the_interpreter(
         mur_program()
     (tmp_path / "mur").touch()
     assert mur_program() == [str(tmp_path / "mur")]
+
+
+def test_the_dataset_comes_from_the_registry(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--dataset", "gsm8k", "--dry-run"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "experiments.table1: unknown dataset 'gsm8k'; "
+        "valid names: math500, aime24, aime25, gpqa_diamond"
+    )
