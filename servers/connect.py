@@ -13,7 +13,7 @@ so a wrong address fails in seconds with one line naming it and what to do; the
 
 `add_connection_arguments` declares the flags every command takes for this (run.py, the
 endpoint, the experiments, the benchmarks); `connection_options` hands them to `connect`, and
-`connection_argv` passes them on to a command a command starts.
+`connection_argv` passes them on to a command it starts.
 """
 
 from __future__ import annotations
