@@ -28,15 +28,19 @@ from pydantic.fields import FieldInfo
 from rich.console import Console
 from rich.text import Text
 
+from evals.harness.contexts import context_for
+from evals.harness.plan import BenchmarkPlan
+from evals.questions import Problem, load_dataset
+from evals.questions.datasets import describe as describe_datasets
 from graphs.mur import MODEL_RETRY, build_graph
 from graphs.refine import STRATEGIES, summarise
 from graphs.solve import solve
 from graphs.state import Context
 from nodes.draft import check_question
-from nodes.gate_labels import budget_label, parse_gate_label
+from nodes.gate_labels import budget_label
 from nodes.llm import MissingLogprobsError
 from servers import ServerError, check_single_url
-from servers.connect import Connection
+from servers.connect import Connection, add_connection_arguments, connection_options
 from servers.connect import connect as connect_servers
 from servers.sessions import new_session_id, session
 
@@ -140,32 +144,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_context_flags(parser)
     parser.add_argument("--question", help="the question to solve (default: a sample problem)")
     parser.add_argument("--system-prompt", default=None)
-    parser.add_argument(
-        "--base-url",
-        help="backbone OpenAI-compatible URL: one vLLM server, or a vllm-router in front of "
-        "replicas (`python -m servers up --replicas N`) (default: embedded)",
-    )
-    parser.add_argument("--model", help="backbone model name (default: what the server serves)")
-    parser.add_argument(
-        "--verifier-url",
-        help="verifier URL, a server or a router (default: the backbone's)",
-    )
-    parser.add_argument("--verifier-model", help="verifier model name")
-    parser.add_argument(
-        "--profile",
-        default=None,
-        help="server profile whose recommended settings apply; without --base-url, a CPU "
-        "profile is also the server used here (default: the embedded one)",
-    )
-    parser.add_argument(
-        "--verifier-profile",
-        default=None,
-        help="a second server profile as the external verifier/critic (without "
-        "--verifier-url: that profile's server here, started with the backbone's)",
-    )
+    add_connection_arguments(parser)
     parser.add_argument("--eager", action="store_true", help="start the embedded server eager")
     parser.add_argument("--json", action="store_true", help="print the result as one JSON object")
-    parser.add_argument("--dataset", help="run a benchmark: math500, aime24, aime25, gpqa_diamond")
+    parser.add_argument("--dataset", help=f"run a benchmark: {describe_datasets()}")
     parser.add_argument("--data-dir", help="benchmark data folder (or 'hf' for the hub)")
     parser.add_argument("--limit", type=int, help="first N questions of the dataset")
     parser.add_argument("--samples", type=int, default=1, help="samples per question")
@@ -196,12 +178,7 @@ def connect(args: argparse.Namespace, say: Callable[[str], None]) -> Connection:
     """Clients from the flags, else MUR_BASE_URL etc., else the embedded CPU server (started
     if needed): `servers.connect`, probing every URL first so a wrong one fails in seconds."""
     connection = connect_servers(
-        base_url=args.base_url,
-        model=args.model,
-        verifier_url=args.verifier_url,
-        verifier_model=args.verifier_model,
-        profile=args.profile,
-        verifier_profile=args.verifier_profile,
+        **connection_options(args),
         start=True,
         eager=args.eager,
         progress=not args.json,
@@ -249,18 +226,16 @@ def budget_labels(args: argparse.Namespace) -> list[str]:
 def single_context(args: argparse.Namespace, recommended: dict[str, Any]) -> Context:
     """The Context of a single solve (no lists: validate() refused them): a budget makes it
     the mur gate; a gate label brings its own settings (`mur+bc`, `random@0.12`)."""
-    gate, overrides = parse_gate_label((budget_labels(args) or gates(args))[0])
-    settings = {**shared_settings(args, recommended), **overrides}
-    return Context(**settings, gate=gate, gamma=gammas(args)[0])
+    label = (budget_labels(args) or gates(args))[0]
+    return context_for(label, shared_settings(args, recommended), gamma=gammas(args)[0])
 
 
 def validate(args: argparse.Namespace) -> None:
     """Every bad value fails here, before any server is touched."""
     settings = flag_settings(args)
     for label in [*gates(args), *budget_labels(args)]:
-        gate, overrides = parse_gate_label(label)
         for gamma in gammas(args):
-            Context(**{**settings, **overrides}, gate=gate, gamma=gamma)
+            context_for(label, settings, gamma=gamma)
     if args.limit is not None and args.limit <= 0:
         raise UsageError(f"--limit must be > 0, got {args.limit}")
     if args.samples <= 0:
@@ -413,29 +388,28 @@ def describe_failure(exc: BaseException, embedded: bool = False) -> str:
 
 
 def command_line(argv: Sequence[str] | None) -> str:
-    """The command as it was typed (interpreter, script, arguments), for command.txt."""
-    python = sys.executable
-    if Path(python).is_relative_to(Path.cwd()):
-        python = os.path.relpath(python)
+    """The command as it was typed, for command.txt: the `mur` command (the console script
+    for `main`), or the interpreter and run.py."""
+    words = list(sys.argv[1:] if argv is None else argv)
+    if argv is None and not sys.argv[0].endswith(".py"):  # the `mur` console script
+        return shlex.join([_relative(sys.argv[0]), *words])
     script = sys.argv[0] if argv is None else "run.py"
-    return shlex.join([python, script, *(sys.argv[1:] if argv is None else argv)])
+    return shlex.join([_relative(sys.executable), script, *words])
 
 
-def load_problems(args: argparse.Namespace) -> list[Any]:
-    # Here: datasets come with the evals package, whose grading imports take seconds.
-    from evals.datasets import load_dataset
+def _relative(path: str) -> str:
+    """`path` relative to the working folder when it lies inside it (.venv/bin/python)."""
+    return os.path.relpath(path) if Path(path).is_relative_to(Path.cwd()) else path
 
+
+def load_problems(args: argparse.Namespace) -> list[Problem]:
     return load_dataset(args.dataset, args.data_dir, limit=args.limit)
 
 
 def benchmark_plan(
-    args: argparse.Namespace, problems: Sequence[Any], connection: Connection, command: str
-) -> Any:
-    """The runner's typed plan (evals.runner.BenchmarkPlan) from the flags."""
-    # Here: the runner brings grading (math-verify, sympy) and statistics (scipy), seconds of
-    # imports that a single question, or a wrong --base-url, must not wait for.
-    from evals.runner import BenchmarkPlan
-
+    args: argparse.Namespace, problems: Sequence[Problem], connection: Connection, command: str
+) -> BenchmarkPlan:
+    """The runner's typed plan (evals.harness.plan.BenchmarkPlan) from the flags."""
     return BenchmarkPlan(
         dataset=args.dataset,
         strategy=args.strategy,
@@ -469,7 +443,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"run.py: {exc}", file=sys.stderr)
         return 1
     if problems is not None:
-        from evals.runner import run_benchmark  # loaded with the plan above
+        # Here: the benchmark brings statistics and plots (scipy, matplotlib), seconds of
+        # imports that a single question, or a wrong --base-url, must not wait for.
+        from evals.benchmark import run_benchmark
 
         plan = benchmark_plan(args, problems, connection, command_line(argv))
         return run_benchmark(plan, connection.backbone, connection.verifier)

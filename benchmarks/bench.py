@@ -39,14 +39,15 @@ from benchmarks.measure import (
 from benchmarks.report import load_line, machine_line, merge_notes, render
 from benchmarks.results import GraphRun, RawRun, ReplayRun
 from benchmarks.tables import fmt
-from evals.datasets import load_dataset
+from evals.harness.contexts import context_for
+from evals.questions import load_dataset
 from graphs.refine import check_strategy
-from graphs.state import Context
-from nodes.gate_labels import parse_gate_label
-from nodes.gates import check_gate
 from servers.clients import resolve_model
+from servers.connect import add_connection_arguments
 from servers.launcher import up
 from servers.profiles import get_profile
+
+BENCH_PROFILE = "cpu-tiny"  # the server started (or reused) when no --base-url is given
 
 
 def _csv(kind: type) -> Callable[[str], tuple[Any, ...]]:
@@ -109,12 +110,14 @@ def build_parser() -> argparse.ArgumentParser:
         parser.add_argument(
             f"--{name.replace('_', '-')}", type=int, default=default, help=f"(default {default})"
         )
-    parser.add_argument("--data-dir", help="benchmark data folder (default: ../shared/data)")
-    parser.add_argument(
-        "--base-url", help="a running vLLM server (default: start/reuse the embedded one)"
+    parser.add_argument("--data-dir", help="benchmark data folder (default: the shipped MATH-500)")
+    add_connection_arguments(
+        parser,
+        verifier=False,
+        defaults="The vLLM server under test: --base-url, else the --profile server (default "
+        f"{BENCH_PROFILE}), started here or reused.",
     )
-    parser.add_argument("--model", help="model name at --base-url (default: what it serves)")
-    parser.add_argument("--profile", default="cpu-tiny", help="server profile to start/reuse")
+    parser.set_defaults(profile=BENCH_PROFILE)
     parser.add_argument(
         "--profile-port",
         type=int,
@@ -228,8 +231,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         for strategy in args.strategies:
             check_strategy(strategy)
-        for spec in args.gates:
-            check_gate(parse_gate_label(spec)[0])
         if args.scaling_strategy:
             check_strategy(args.scaling_strategy)
         if args.questions < 2:
@@ -239,7 +240,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.window_seconds <= 0 or args.raw_seconds <= 0:
             raise ValueError("--window-seconds and --raw-seconds must be > 0")
         graph = {name: getattr(args, name) for name in SMALL_SETTINGS}
-        Context(gamma=args.gamma, **graph)  # validates the settings
+        for label in args.gates:  # each label, and the settings, as the runs will use them
+            context_for(label, graph, gamma=args.gamma)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -38,6 +38,7 @@ import httpx
 import numpy as np
 
 from benchmarks.fake_endpoint import expected_content
+from servers.connect import add_connection_arguments, connection_argv
 from servers.metrics import generation_tokens
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -338,7 +339,7 @@ def run(args: argparse.Namespace) -> Report:
     if args.backbone == "fake":
         command = [sys.executable, "-m", "benchmarks.fake_endpoint", "--max-runs", max_runs]
     else:
-        command = [sys.executable, "-m", "endpoint", "--base-url", args.base_url]
+        command = [sys.executable, "-m", "endpoint", *connection_argv(args)]
         command += ["--max-runs", max_runs, "--log-level", "warning"]
     command += ["--port", str(args.port)]
     with tempfile.TemporaryDirectory() as folder:
@@ -396,9 +397,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--max-runs", type=int, help="the endpoint's run limit (default: clients)")
     parser.add_argument("--port", type=int, help="the endpoint's port (fake 8051, cpu 8052)")
-    parser.add_argument(
-        "--base-url", default=CPU_BASE_URL, help=f"cpu: the vLLM server ({CPU_BASE_URL})"
+    add_connection_arguments(
+        parser,
+        defaults="--backbone cpu: the servers the endpoint under test uses (passed on to "
+        f"`python -m endpoint`); default --base-url {CPU_BASE_URL}.",
     )
+    parser.set_defaults(base_url=CPU_BASE_URL)
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     return parser
 

@@ -27,9 +27,9 @@ from benchmarks.recording import (
     replay_body,
 )
 from benchmarks.results import GraphRun, NChoiceRun, RawRun, ReplayRun
+from evals.harness.contexts import context_for
 from graphs.mur import build_graph
 from graphs.state import Context
-from nodes.gate_labels import parse_gate_label
 from servers.clients import make_chat_model
 from servers.probes import normalize_base_url, root_url
 
@@ -110,8 +110,7 @@ class Settings:
 
     def context(self, label: str) -> Context:
         """The run's Context for a gate label (`mur`, `mur+bc`, `random@0.2`, `always`, ...)."""
-        gate, overrides = parse_gate_label(label)
-        return Context(gate=gate, gamma=self.gamma, **self.graph, **overrides)
+        return context_for(label, self.graph, gamma=self.gamma)
 
 
 class Bench:

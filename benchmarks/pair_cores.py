@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from evals.records import load_records
+from evals.harness.records import load_records
 from servers.launcher import CORE_SHARING, CoreSharing, down, up_pair
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -1,7 +1,7 @@
 """`python -m benchmarks.scaleout`: prefix-cache hits and throughput of replicas behind vllm-router.
 
 The same benchmark load (the first N MATH-500 questions through the MUR graph, one strategy
-and gate, small settings, N questions in flight, run by `evals.runner` exactly as `run.py
+and gate, small settings, N questions in flight, run by `evals.harness.runner` exactly as `run.py
 --dataset` runs it, so every request of a question carries its `X-Session-ID`) runs against:
 
 - one: one server on every core (the cpu-tiny profile as it is);
@@ -38,10 +38,18 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from evals.harness.plan import BenchmarkPlan
+from evals.harness.record import total_tokens
+from evals.harness.records import RecordStore, load_records
+from evals.harness.runner import run_jobs
+from evals.questions import Problem, load_dataset
+from graphs.mur import build_graph
+from graphs.refine import check_strategy
+
 GIB = 1024**3
 NEED_GIB = {"one": 6.0, "two": 8.5}  # ~4.7 GiB server / two ~3.7 GiB replicas, plus headroom
 WAIT_S, WAIT_MAX_S = 30, 30 * 60
-SMALL_SETTINGS: dict[str, int] = {"max_steps": 6, "max_step_tokens": 96, "judge_max_tokens": 64}
+SMALL_SETTINGS: dict[str, Any] = {"max_steps": 6, "max_step_tokens": 96, "judge_max_tokens": 64}
 ONE = "one"
 
 
@@ -252,30 +260,33 @@ async def warm_up(model: Any) -> None:
     await asyncio.gather(*(one(i) for i in range(8)))
 
 
-def run_load(url: str, problems: Sequence[Any], args: argparse.Namespace, phase: Phase) -> None:
-    """The benchmark load through `evals.runner`, as `run.py --dataset` runs it; the records
-    (full traces) stay in `<home>/runs/<case>` for a look afterwards."""
-    from evals.records import RecordStore, load_records
-    from evals.runner import plan_jobs, run_jobs
-    from graphs.mur import build_graph
-    from graphs.state import Context
+def load_plan(problems: Sequence[Problem], args: argparse.Namespace) -> BenchmarkPlan:
+    """The benchmark load as the runner's plan: one strategy and gate label at one gamma, the
+    small settings, one sample per question."""
+    return BenchmarkPlan(
+        dataset="math500",
+        strategy=args.strategy,
+        problems=tuple(problems),
+        gates=(args.gate,),
+        gammas=(args.gamma,),
+        concurrency=args.concurrency,
+        settings=SMALL_SETTINGS,
+    )
+
+
+def run_load(url: str, problems: Sequence[Problem], args: argparse.Namespace, phase: Phase) -> None:
+    """The benchmark load through `evals.harness.runner`, as `run.py --dataset` runs it; the
+    records (full traces) stay in `<home>/runs/<case>` for a look afterwards."""
     from servers.clients import make_chat_model
 
-    graph = build_graph(args.strategy, backbone=make_chat_model(url))
-    jobs = plan_jobs(
-        problems,
-        args.strategy,
-        [args.gate],
-        [args.gamma],
-        1,
-        lambda gate, gamma, sample, budget: Context(gate=gate, gamma=gamma, **SMALL_SETTINGS),
-    )
+    plan = load_plan(problems, args)
+    graph = build_graph(plan.strategy, backbone=make_chat_model(url))
     folder = args.home / "runs" / phase.case
     shutil.rmtree(folder, ignore_errors=True)  # a fresh run each time, never resumed
     store = RecordStore(folder)
     begin = time.monotonic()
     outcome = asyncio.run(
-        run_jobs(graph, jobs, store, concurrency=args.concurrency, show_progress=False)
+        run_jobs(graph, plan.jobs(), store, concurrency=plan.concurrency, show_progress=False)
     )
     phase.wall_s = time.monotonic() - begin
     records = load_records(folder)
@@ -283,12 +294,35 @@ def run_load(url: str, problems: Sequence[Any], args: argparse.Namespace, phase:
         errors = store.errors_path.read_text().splitlines()
         phase.errors = [json.loads(line)["message"][:200] for line in errors[:3]]
     phase.finished, phase.failed = outcome.finished, outcome.failed
-    phase.graph_tokens = sum(
-        r["usage"]["backbone_tokens"] + r["usage"]["external_tokens"] for r in records
+    phase.graph_tokens = sum(total_tokens(r) for r in records)
+
+
+def describe_plan(
+    cases: Sequence[str], problems: Sequence[Problem], args: argparse.Namespace
+) -> str:
+    """What a run would measure, without starting anything (`--dry-run`); raises ValueError
+    for an unknown strategy or a bad gate label or setting."""
+    check_strategy(args.strategy)
+    plan = load_plan(problems, args)
+    jobs = plan.jobs()
+    context = jobs[0].context
+    shown = {
+        "gate": context.gate,
+        "gamma": context.gamma,
+        **context.model_dump(exclude_defaults=True),
+    }
+    return "\n".join(
+        [
+            f"{len(jobs)} runs per configuration ({len(problems)} MATH-500 questions, strategy "
+            f"{plan.strategy}, gate {args.gate}, {plan.concurrency} in flight), each with "
+            f"{shown}",
+            *(f"- {label(case)}" for case in cases),
+            f"records under {args.home / 'runs'}",
+        ]
     )
 
 
-def measure(case: str, problems: Sequence[Any], args: argparse.Namespace) -> Phase:
+def measure(case: str, problems: Sequence[Problem], args: argparse.Namespace) -> Phase:
     """Start the case's servers, run the load once on them, stop them."""
     from servers.clients import make_chat_model
     from servers.model import ensure_model
@@ -391,10 +425,15 @@ def build_parser() -> argparse.ArgumentParser:
         "this share of the CPU",
     )
     parser.add_argument("--home", type=Path, default=None, help="private MUR_HOME for records")
-    parser.add_argument("--data-dir", help="benchmark data folder (default: ../shared/data)")
+    parser.add_argument("--data-dir", help="benchmark data folder (default: the shipped MATH-500)")
     parser.add_argument("--eager", action="store_true", help="start the servers eager")
     parser.add_argument("--start-timeout", type=float, default=1800)
     parser.add_argument("--json", dest="json_out", help="also write the phases to this file")
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the configurations and the runs each would make; start no server",
+    )
     return parser
 
 
@@ -414,9 +453,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return 2
     args.home = args.home or mur_home() / "scaleout"
-    from evals.datasets import load_dataset
-
-    problems = load_dataset("math500", args.data_dir, limit=args.questions)
+    try:
+        problems = load_dataset("math500", args.data_dir, limit=args.questions)
+        plan = describe_plan([ONE, *policies], problems, args)
+    except (ValueError, OSError) as exc:  # a bad strategy, label or data folder
+        print(f"scaleout: {exc}", file=sys.stderr)
+        return 2
+    if args.dry_run:
+        print(plan)
+        return 0
     phases: list[Phase] = []
     # A `kill` stops the servers too: SystemExit unwinds through `measure`'s cleanup.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))

@@ -23,6 +23,7 @@ import uvicorn
 from endpoint.app import DEFAULT_MAX_REQUEST_BYTES, DEFAULT_MAX_RUNS, create_app
 from endpoint.schemas import MODELS
 from servers import ServerError
+from servers.connect import add_connection_arguments, connection_options
 from servers.connect import connect as connect_servers
 
 PROG = "python -m endpoint"
@@ -56,18 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--host", default=DEFAULT_HOST, help=f"interface to listen on (default {DEFAULT_HOST})"
     )
     parser.add_argument("--port", type=int, default=DEFAULT_PORT)
-    parser.add_argument(
-        "--base-url",
-        help="backbone server (default: MUR_BASE_URL, else the default profile's server)",
-    )
-    parser.add_argument("--model", help="backbone model name (default: ask the server)")
-    parser.add_argument("--verifier-url", help="verifier server (default: the backbone's)")
-    parser.add_argument("--verifier-model", help="verifier model name (default: ask the server)")
-    parser.add_argument(
-        "--profile",
-        help="take this server profile's recommended graph settings as defaults "
-        "(default: the default profile's when the backbone is its server)",
-    )
+    add_connection_arguments(parser)
     parser.add_argument(
         "--api-key",
         help=f"require this bearer key on every route but /health (default: env {API_KEY_ENV}; "
@@ -102,13 +92,7 @@ def connect(args: argparse.Namespace) -> tuple[Any, Any, dict[str, Any], str]:
     a wrong one fails at start in seconds, naming it."""
     if args.model and not args.base_url:
         raise ValueError("--model needs --base-url")
-    connection = connect_servers(
-        base_url=args.base_url,
-        model=args.model,
-        verifier_url=args.verifier_url,
-        verifier_model=args.verifier_model,
-        profile=args.profile,
-    )
+    connection = connect_servers(**connection_options(args))
     defaults = dict(connection.recommended)
     note = connection.note
     if connection.profile:

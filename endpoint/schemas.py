@@ -20,6 +20,7 @@ from pydantic import (
 )
 
 from endpoint.errors import APIError, bad_request, describe_validation
+from evals.harness.contexts import context_for
 from graphs import STRATEGIES, Context
 from graphs.state import ContextError
 from nodes.draft import check_question
@@ -116,7 +117,7 @@ def make_context(
                 raise bad_request(f"unknown setting mur.{key}: choose among {known}", f"mur.{key}")
             settings[key] = value
     try:
-        return Context(**{**settings, "gate": gate})  # strict: no type coercion
+        return context_for(gate, settings)  # strict: no type coercion
     except ContextError as exc:
         if not exc.errors:
             raise bad_request(f"invalid graph settings: {exc}", "mur") from None

@@ -1,50 +1,11 @@
-"""Benchmarks and grading for MUR: load problems, extract and grade answers.
+"""Benchmarks for MUR, in three rooms that drive the graph like any other user (nothing in
+``graphs/`` or ``nodes/`` imports them):
 
-``evals`` drives the graph like any other user; nothing in ``graphs/`` or ``nodes/`` imports it.
+- ``evals.questions``: the benchmarks (one registry entry each), their loaders and grading;
+- ``evals.harness``: a benchmark run: its plan, the runner, records.jsonl, checkpoints,
+  progress and stopping;
+- ``evals.report``: tables, plots and comparisons recomputed from a folder's records
+  (``python -m evals.report DIR``, ``python -m evals.compare A B``).
+
+``evals.benchmark`` joins them for ``run.py --dataset``: run a plan, then write its report.
 """
-
-from evals.datasets import (
-    DATA_DIR_ENV,
-    DATASETS,
-    HF_SOURCE,
-    PUBLIC_DATASETS,
-    SHIPPED_DATA_DIR,
-    SYSTEM_PROMPTS,
-    DataNotFoundError,
-    DatasetError,
-    MalformedRecordError,
-    Problem,
-    dataset_file,
-    load_dataset,
-    resolve_data_dir,
-)
-from evals.grading import (
-    GradingUnavailableError,
-    extract_answer,
-    grade,
-    math_equal,
-    parse_aime_int,
-    parse_choice_letter,
-)
-
-__all__ = [
-    "DATASETS",
-    "DATA_DIR_ENV",
-    "HF_SOURCE",
-    "PUBLIC_DATASETS",
-    "SHIPPED_DATA_DIR",
-    "SYSTEM_PROMPTS",
-    "DataNotFoundError",
-    "DatasetError",
-    "GradingUnavailableError",
-    "MalformedRecordError",
-    "Problem",
-    "dataset_file",
-    "extract_answer",
-    "grade",
-    "load_dataset",
-    "math_equal",
-    "parse_aime_int",
-    "parse_choice_letter",
-    "resolve_data_dir",
-]

@@ -11,6 +11,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from nodes.gates import GAMMA_GATES
+
+#: The paper's Table 1 rows as labels: Vanilla CoT, Per-Step Scale, MUR with and without the
+#: appendix's bias correction, and the two cheap baselines (Avg uncertainty, SMART).
+PAPER_TABLE_LABELS: tuple[str, ...] = ("never", "always", "mur", "mur+bc", "average", "smart")
+
 # Budget-mode Context fields and how a label names them.
 BUDGET_LABELS = {"budget_tokens": "budget", "target_scale_rate": "rate"}
 _BUDGET_FIELDS = {short: name for name, short in BUDGET_LABELS.items()}
@@ -67,6 +73,12 @@ def _number(label: str, text: str) -> float:
 def is_budget_label(label: str) -> bool:
     """Whether the label names a budget-mode run (its gamma adapts, so it runs once)."""
     return any(name in BUDGET_LABELS for name in parse_gate_label(label)[1])
+
+
+def reads_gamma(label: str) -> bool:
+    """Whether the setting a label names decides by gamma, so a gamma sweep runs it once per
+    gamma: a gamma gate, but not in budget mode (its threshold adapts instead)."""
+    return parse_gate_label(label)[0] in GAMMA_GATES and not is_budget_label(label)
 
 
 def gate_family(label: str) -> str:

@@ -18,6 +18,8 @@ from nodes.uncertainty import check_alpha, corrected_momentum, update_momentum
 
 GateName = Literal["mur", "always", "never", "average", "smart", "random"]
 GATES: tuple[str, ...] = get_args(GateName)
+#: The gates whose decisions read gamma; a gamma sweep runs the others once.
+GAMMA_GATES: frozenset[str] = frozenset({"mur"})
 
 
 @dataclass(frozen=True)

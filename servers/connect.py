@@ -10,10 +10,15 @@ the default profile when the embedded server is used) adds its recommended graph
 With `probe=True` every URL is asked for its models before anything runs, with a short timeout,
 so a wrong address fails in seconds with one line naming it and what to do; the
 `python -m servers` hints appear only where the embedded server is in use.
+
+`add_connection_arguments` declares the flags every command takes for this (run.py, the
+endpoint, the experiments, the benchmarks); `connection_options` hands them to `connect`, and
+`connection_argv` passes them on to a command it starts.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -27,6 +32,72 @@ from servers.profiles import DEFAULT_PROFILE, Profile, get_profile
 
 PROBE_TIMEOUT_S = 3.0
 """Seconds to wait for GET /v1/models: a server that is up answers it in milliseconds."""
+
+CONNECTION_DEFAULTS = (
+    "Unset, each comes from MUR_BASE_URL, MUR_MODEL, MUR_VERIFIER_URL or MUR_VERIFIER_MODEL, "
+    "else the embedded CPU server; the verifier is the backbone unless one is named."
+)
+# The flags of add_connection_arguments, by their argparse dest (connect()'s argument names).
+_FLAGS = ("base_url", "model", "verifier_url", "verifier_model", "profile", "verifier_profile")
+
+
+def add_connection_arguments(
+    parser: argparse.ArgumentParser, *, verifier: bool = True, defaults: str = CONNECTION_DEFAULTS
+) -> argparse._ArgumentGroup:
+    """Declare the flags that say which servers a command uses, named as `connect` names its
+    arguments: --base-url, --model, --verifier-url, --verifier-model (unless `verifier` is
+    false: a command that talks to one server) and --profile. `defaults` says where an unset
+    flag's value comes from in this command (the group's description in --help)."""
+    group = parser.add_argument_group("servers", defaults)
+    group.add_argument(
+        "--base-url",
+        metavar="URL",
+        help="the backbone's OpenAI-compatible server: one vLLM server, or a vllm-router in "
+        "front of replicas (`python -m servers up --replicas N`)",
+    )
+    group.add_argument(
+        "--model", metavar="NAME", help="the backbone's model name (default: what it serves)"
+    )
+    if verifier:
+        group.add_argument(
+            "--verifier-url", metavar="URL", help="the verifier's (critic's) server or router"
+        )
+        group.add_argument(
+            "--verifier-model",
+            metavar="NAME",
+            help="the verifier's model name (default: what its server serves)",
+        )
+    group.add_argument(
+        "--profile",
+        metavar="NAME",
+        help="a server profile (`python -m servers profiles`) whose recommended graph settings "
+        "apply; without --base-url a CPU profile is also the server used here (default: the "
+        "embedded server's)",
+    )
+    if verifier:
+        group.add_argument(
+            "--verifier-profile",
+            metavar="NAME",
+            help="a second profile as the external verifier/critic: without --verifier-url, "
+            "that profile's server here (`python -m servers up --profile B "
+            "--verifier-profile V` starts both)",
+        )
+    return group
+
+
+def connection_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The connection flags of parsed `args` as `connect`'s keyword arguments."""
+    return {name: getattr(args, name, None) for name in _FLAGS}
+
+
+def connection_argv(args: argparse.Namespace) -> list[str]:
+    """The connection flags that were given, as arguments for another command that takes
+    them (a benchmark starting the endpoint, an experiment running run.py)."""
+    argv: list[str] = []
+    for name, value in connection_options(args).items():
+        if value is not None:
+            argv += ["--" + name.replace("_", "-"), str(value)]
+    return argv
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from evals.records import records_so_far
+from evals.harness.records import records_so_far
 from servers.metrics import REQUESTS_DONE, read_counter
 from servers.model import ensure_model
 from servers.paths import mur_home, vllm_cache_dir

@@ -1,4 +1,4 @@
-"""`python -m evals.rescore` against the real CPU vLLM server: the server that generated a
+"""`python -m experiments.rescore` against the real CPU vLLM server: the server that generated a
 table's steps, asked to score them as prompt tokens, gives back the uncertainties recorded."""
 
 from __future__ import annotations
@@ -11,11 +11,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from evals.datasets import load_dataset
-from evals.records import load_records
-from evals.rescore import RecordedStep, Scorer, Trace, main, recorded_traces, rescore
-from evals.table1 import ROOT
+from evals.harness.records import load_records
+from evals.questions import load_dataset
+from experiments.rescore import RecordedStep, Scorer, Trace, main, recorded_traces, rescore
 from nodes.llm import CONTINUE_FINAL_MESSAGE
+
+ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.integration
 

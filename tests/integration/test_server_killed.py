@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from evals.records import records_so_far
+from evals.harness.records import records_so_far
 from servers.launcher import status, up
 
 pytestmark = pytest.mark.integration

@@ -1,4 +1,4 @@
-"""`python -m evals.table1` end to end against the real CPU vLLM server: every phase of the
+"""`python -m experiments.table1` end to end against the real CPU vLLM server: every phase of the
 table (main gates, random at MUR's measured rate, the gamma sweep) into one folder, then a
 rerun that finds everything done."""
 
@@ -12,15 +12,17 @@ from pathlib import Path
 
 import pytest
 
-from evals.records import load_records
-from evals.table1 import MAIN_GATES, ROOT
+from evals.harness.records import load_records
+from nodes.gate_labels import PAPER_TABLE_LABELS as MAIN_GATES
+
+ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.integration
 
 
 def table1(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "evals.table1", *args],
+        [sys.executable, "-m", "experiments.table1", *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -32,7 +34,7 @@ def table1(*args: str) -> subprocess.CompletedProcess:
 def tiny_table(
     base_url: str, results: Path, data: Path, *, limit: int, concurrency: int
 ) -> tuple[str, ...]:
-    """evals.table1's arguments for a small critic table (sweep 0.5) on the tiny model."""
+    """experiments.table1's arguments for a small critic table (sweep 0.5) on the tiny model."""
     return (
         "--strategies", "critic", "--limit", str(limit), "--sweep", "0.5",
         "--concurrency", str(concurrency), "--base-url", base_url, "--profile", "cpu-tiny",
@@ -74,7 +76,7 @@ def test_a_sigterm_lets_the_questions_in_flight_finish_then_a_rerun_completes(
     folder = tmp_path / "math500-critic-tiny"
     records_file = folder / "records.jsonl"
     table = subprocess.Popen(
-        [sys.executable, "-m", "evals.table1", *args],
+        [sys.executable, "-m", "experiments.table1", *args],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

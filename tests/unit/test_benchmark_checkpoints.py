@@ -1,14 +1,15 @@
 """A benchmark question stopped part-way resumes after its last finished node
-(evals.checkpoints), with the usage and steps a run without a stop would have recorded."""
+(evals.harness.checkpoints), with the usage and steps a run without a stop would have recorded."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from evals.checkpoints import CHECKPOINTS, open_checkpoints
-from evals.datasets import load_dataset
-from evals.records import RecordStore, load_records
-from evals.runner import BenchmarkPlan, run_jobs
+from evals.harness.checkpoints import CHECKPOINTS, open_checkpoints
+from evals.harness.plan import BenchmarkPlan
+from evals.harness.records import RecordStore, load_records
+from evals.harness.runner import run_jobs
+from evals.questions import load_dataset
 from fakes import FakeLogprobChat, Scripted
 from graphs import build_graph
 

@@ -1,10 +1,24 @@
-"""benchmarks.scaleout: the numbers it reports come from the servers' counters as stated."""
+"""benchmarks.scaleout: the numbers it reports come from the servers' counters as stated, and
+its load runs through the benchmark runner (here on a scripted model: no server)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from benchmarks.scaleout import ONE, Phase, fill_from_counters, main, table
+from benchmarks.scaleout import (
+    ONE,
+    Phase,
+    build_parser,
+    fill_from_counters,
+    main,
+    run_load,
+    table,
+)
+from evals.harness.records import load_records
+from evals.questions import load_dataset
+from fakes import FakeLogprobChat, Scripted
 from servers.metrics import (
     GENERATION_TOKENS,
     PREFIX_CACHE_HITS,
@@ -50,3 +64,47 @@ def test_table_states_the_ratios() -> None:
 def test_unknown_policy_is_one_line_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--policies", "consistent_hash,sticky"]) == 2
     assert "policies must be among" in capsys.readouterr().err
+
+
+def test_dry_run_plans_the_load_and_starts_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["--dry-run", "--questions", "3", "--gate", "mur+bc", "--home", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("3 runs per configuration (3 MATH-500 questions, strategy critic")
+    assert "'gate': 'mur', 'gamma': 0.9" in out and "'bias_correction': True" in out
+    assert "'max_steps': 6" in out
+    assert "- one server\n- 2 replicas, consistent_hash + session header\n" in out
+    assert not any(tmp_path.iterdir())  # no server record, no run folder
+
+
+def test_a_bad_strategy_or_gate_label_is_one_line_exit_2(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["--dry-run", "--strategy", "beam"]) == 2
+    assert capsys.readouterr().err.startswith("scaleout: unknown strategy 'beam'")
+    assert main(["--dry-run", "--gate", "mur@0.5"]) == 2
+    assert "gate label 'mur@0.5'" in capsys.readouterr().err
+
+
+def test_the_load_runs_through_the_runner(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """run_load as a measurement runs it, on a scripted model in place of the servers: the path
+    that an earlier refactor of the runner broke (it imported a function gone since)."""
+
+    def respond(messages, kwargs) -> Scripted:
+        if "You are a teacher" in str(messages[0].content):
+            return Scripted("\\boxed{Yes}", [-0.1] * 3, stop_reason=None)
+        return Scripted(" So the answer is 5.", [-0.5] * 6, stop_reason=None)
+
+    monkeypatch.setattr(
+        "servers.clients.make_chat_model", lambda url: FakeLogprobChat(responder=respond)
+    )
+    args = build_parser().parse_args(["--questions", "2", "--concurrency", "2"])
+    args.home = tmp_path
+    problems = load_dataset("math500", limit=2)
+    phase = Phase(ONE, "0-1")
+    run_load("http://127.0.0.1:9/v1", problems, args, phase)
+    records = load_records(tmp_path / "runs" / ONE)
+    assert (phase.finished, phase.failed, phase.errors) == (2, 0, [])
+    assert {(r["gate"], r["gamma"]) for r in records} == {("mur", 0.9)}
+    assert phase.graph_tokens == sum(r["usage"]["backbone_tokens"] for r in records) > 0

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from test_report import record, write_records
 
-from evals.choices import mur_choices
-from evals.report import write_report
+from evals.report.choices import mur_choices
+from evals.report.tables import write_report
 
 
 def sweep_records() -> list[dict]:

@@ -6,6 +6,7 @@ import io
 import os
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -141,8 +142,22 @@ def test_the_recorded_command_is_the_one_typed() -> None:
     assert command.endswith("run.py --strategy critic --question 'a b'")
 
 
+def test_the_mur_command_is_recorded_as_typed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The console script (pyproject [project.scripts]): no interpreter in front of it."""
+    monkeypatch.setattr(sys, "argv", ["/opt/env/bin/mur", "--strategy", "critic", "--gate", "a b"])
+    assert run.command_line(None) == "/opt/env/bin/mur --strategy critic --gate 'a b'"
+    monkeypatch.setattr(sys, "argv", ["run.py", "--strategy", "critic"])
+    assert run.command_line(None).endswith(" run.py --strategy critic")
+
+
+def test_mur_is_run_py_installed_as_a_command() -> None:
+    project = tomllib.loads((Path(run.__file__).parent / "pyproject.toml").read_text())
+    assert project["project"]["scripts"] == {"mur": "run:main"}
+    assert "run" in project["tool"]["setuptools"]["py-modules"]
+
+
 def test_absent_gpqa_exits_2_saying_where_to_put_it(tmp_path, capsys, monkeypatch) -> None:
-    from evals import datasets
+    from evals.questions import loading as datasets
 
     monkeypatch.delenv(datasets.DATA_DIR_ENV, raising=False)
     monkeypatch.setattr(datasets, "_SHARED_DATA_DIR", tmp_path / "absent")

@@ -3,6 +3,7 @@ time out by the size of each request."""
 
 from __future__ import annotations
 
+import argparse
 import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -14,7 +15,12 @@ import pytest
 from faulty_server import MODEL, faulty_server
 from servers import RequestTimeout, ServerError, ServerUnavailable, make_chat_model
 from servers import connect as connect_module
-from servers.connect import connect
+from servers.connect import (
+    add_connection_arguments,
+    connect,
+    connection_argv,
+    connection_options,
+)
 from servers.profiles import DEFAULT_PROFILE, get_profile
 
 TINY = get_profile(DEFAULT_PROFILE)
@@ -110,6 +116,36 @@ def test_probing_asks_the_server_for_its_model() -> None:
         connection = connect(base_url=server.base_url, env={})
     assert where(connection.backbone) == (MODEL, server.base_url)
     assert "backbone faulty-model at" in connection.note
+
+
+# ------------------------------------------------------------------------------- flags
+
+
+def test_the_connection_flags_are_connects_arguments_and_pass_on() -> None:
+    parser = argparse.ArgumentParser()
+    add_connection_arguments(parser)
+    args = parser.parse_args(["--base-url", "http://h:1/v1", "--verifier-model", "judge"])
+    assert connection_options(args) == {
+        "base_url": "http://h:1/v1",
+        "model": None,
+        "verifier_url": None,
+        "verifier_model": "judge",
+        "profile": None,
+        "verifier_profile": None,
+    }
+    connection = connect(**{**connection_options(args), "model": "a"}, probe=False, env={})
+    assert where(connection.verifier) == ("judge", "http://h:1/v1")
+    assert connection_argv(args) == ["--base-url", "http://h:1/v1", "--verifier-model", "judge"]
+
+
+def test_a_one_server_command_has_no_verifier_flags() -> None:
+    parser = argparse.ArgumentParser()
+    add_connection_arguments(parser, verifier=False, defaults="the server under test")
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--verifier-url", "http://v:1/v1"])
+    args = parser.parse_args(["--profile", "cpu-tiny"])
+    assert connection_argv(args) == ["--profile", "cpu-tiny"]
+    assert "the server under test" in parser.format_help()
 
 
 # --------------------------------------------------------------------- unreachable servers

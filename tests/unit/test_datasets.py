@@ -18,24 +18,33 @@ from pathlib import Path
 
 import pytest
 
-from evals import datasets as ds
-from evals.datasets import (
+import run
+from evals.questions import (
     DATASETS,
+    PUBLIC_DATASETS,
+    REGISTRY,
     DataNotFoundError,
+    Dataset,
     DatasetError,
+    HubSplit,
     MalformedRecordError,
+    Parsed,
     Problem,
     dataset_file,
+    grade,
     load_dataset,
+    math_equal,
     resolve_data_dir,
 )
+from evals.questions import loading as ds
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 AIME_SYSTEM = "You are a helpful math assistant."
 GPQA_SYSTEM = 'You are a helpful assistant. Please answer "A", "B", "C", or "D".'
 
 
-# What the shipped copies must be: byte-identical to their upstream files (evals/data/README.md).
+# What the shipped copies must be: byte-identical to their upstream files
+# (evals/questions/data/README.md).
 SHIPPED = {
     "math500.jsonl": ("35dc41080a3680858b27fa7e0533d2d547825316fc5dafe5d316f4ccc5a06132", 500),
     "aime24.jsonl": ("af2b8bd2aa911b6333ad0df32f3ca05c7ae8ed10f1731f4372c8ae26990bf7ac", 30),
@@ -91,7 +100,7 @@ def _check_counts_and_fields(problems: list[Problem], name: str, count: int) -> 
     assert all(isinstance(p, Problem) and p.dataset == name for p in problems)
     assert len({p.id for p in problems}) == count
     assert all(p.question.strip() and p.answer for p in problems)
-    assert {p.system_prompt for p in problems} == {ds.SYSTEM_PROMPTS[name]}
+    assert {p.system_prompt for p in problems} == {REGISTRY[name].system_prompt}
 
 
 @pytest.mark.parametrize(("name", "count"), [("math500", 500), ("aime24", 30), ("aime25", 30)])
@@ -123,11 +132,11 @@ def test_gpqa_is_never_in_the_repository() -> None:
     tracked = files.stdout.splitlines()
     assert tracked, "git ls-files listed nothing"
     assert [f for f in tracked if "gpqa" in Path(f).name.lower()] == []
-    assert not any((ds.SHIPPED_DATA_DIR / name).exists() for name in ds._FILES["gpqa_diamond"])
+    assert not any((ds.SHIPPED_DATA_DIR / name).exists() for name in REGISTRY["gpqa_diamond"].files)
 
 
 def test_system_prompts_follow_the_contract() -> None:
-    assert ds.SYSTEM_PROMPTS == {
+    assert {name: entry.system_prompt for name, entry in REGISTRY.items()} == {
         "math500": None,
         "aime24": AIME_SYSTEM,
         "aime25": AIME_SYSTEM,
@@ -143,7 +152,7 @@ def test_public_sets_default_to_the_shipped_copies(
     monkeypatch.delenv(ds.DATA_DIR_ENV, raising=False)
     monkeypatch.setattr(ds, "_SHARED_DATA_DIR", tmp_path / "absent")
     assert resolve_data_dir() == ds.SHIPPED_DATA_DIR
-    for name in ds.PUBLIC_DATASETS:
+    for name in PUBLIC_DATASETS:
         assert resolve_data_dir(name=name) == ds.SHIPPED_DATA_DIR
     assert len(load_dataset("aime25")) == 30
     assert dataset_file("math500") == ds.SHIPPED_DATA_DIR / "math500.jsonl"
@@ -258,7 +267,7 @@ def test_gpqa_shuffle_is_stable_and_balanced(gpqa_dir: Path) -> None:
 
 def test_gpqa_shuffle_is_stable_across_python_processes(gpqa_dir: Path) -> None:
     code = (
-        "from evals.datasets import load_dataset; import sys; "
+        "from evals.questions import load_dataset; import sys; "
         "print(''.join(p.answer for p in load_dataset('gpqa_diamond', sys.argv[1])))"
     )
     here = "".join(p.answer for p in load_dataset("gpqa_diamond", gpqa_dir))
@@ -472,3 +481,50 @@ def test_hub_failure_is_explained(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(DatasetError, match="Idavidrein/gpqa") as info:
         load_dataset("gpqa_diamond")
     assert "--data-dir" in str(info.value)
+
+
+# --------------------------------------------------------------------------- the registry
+
+
+def test_every_entry_is_whole_and_only_public_sets_ship() -> None:
+    assert set(REGISTRY) == set(DATASETS) and {"gpqa_diamond"} == set(DATASETS) - set(
+        PUBLIC_DATASETS
+    )
+    for name, entry in REGISTRY.items():
+        assert entry.name == name and entry.title and entry.files and entry.hub
+        shipped = [(ds.SHIPPED_DATA_DIR / file).exists() for file in entry.files]
+        assert any(shipped) if entry.public else not any(shipped)
+        assert entry.public or entry.access  # a set that is not shipped says how to get it
+
+
+def test_run_py_names_every_dataset_in_its_help() -> None:
+    action = next(a for a in run.build_parser()._actions if a.dest == "dataset")
+    assert all(f"{entry.name} ({entry.title})" in action.help for entry in REGISTRY.values())
+
+
+def test_a_dataset_is_one_registry_entry_plus_its_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """GSM8K-style data (its answer after '####'): one entry and its file; loading, the system
+    prompt and grading all follow from the entry."""
+    record = {"question": "What is 48 + 24?", "answer": "48 + 24 = 72\n#### 72"}
+    _write_jsonl(tmp_path / "gsm8k.jsonl", [json.dumps(record)])
+    gsm8k = Dataset(
+        name="gsm8k",
+        title="GSM8K",
+        files=("gsm8k.jsonl",),
+        hub=(HubSplit("openai/gsm8k", "main", "test"),),
+        system_prompt=None,
+        parse=lambda fields, index: Parsed(
+            id=str(index),
+            question=fields.text("question"),
+            answer=fields.text("answer").rpartition("####")[2].strip(),
+        ),
+        grade=math_equal,
+    )
+    monkeypatch.setitem(REGISTRY, "gsm8k", gsm8k)
+    [problem] = load_dataset("gsm8k", tmp_path)
+    assert (problem.dataset, problem.id, problem.answer) == ("gsm8k", "0", "72")
+    assert problem.system_prompt is None
+    assert grade(problem, "48 + 24 = 72, so the answer is 72.")
+    assert not grade(problem, "the answer is 71")

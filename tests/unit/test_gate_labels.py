@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import pytest
 
-from evals.datasets import load_dataset
-from evals.runner import BenchmarkPlan
+from evals.harness.contexts import context_for
+from evals.harness.plan import BenchmarkPlan
+from evals.questions import load_dataset
 from graphs import Context
+from graphs.state import ContextError
 from nodes.gate_labels import (
+    PAPER_TABLE_LABELS,
     budget_label,
     gate_family,
     is_budget_label,
     parse_gate_label,
     random_rate,
+    reads_gamma,
 )
 
 
@@ -82,3 +86,25 @@ def test_a_budget_gate_label_runs_once_like_the_budget_flag() -> None:
     by_label = BenchmarkPlan(**common, gates=("mur[budget=300]",)).jobs()
     assert [(j.key, j.context) for j in by_flag] == [(j.key, j.context) for j in by_label]
     assert [j.key.gamma for j in by_label] == [None]
+
+
+def test_a_label_and_settings_make_one_context() -> None:
+    settings = {"max_steps": 4, "gate": "never", "gamma": 0.5}
+    assert context_for("mur+bc", settings, gamma=0.8) == Context(
+        gate="mur", gamma=0.8, bias_correction=True, max_steps=4
+    )
+    assert context_for("random@0.2", settings) == Context(
+        gate="random", gamma=0.5, random_rate=0.2, max_steps=4
+    )
+    assert context_for("always") == Context(gate="always")
+    with pytest.raises(ValueError, match=r"gate label 'mur@0\.5'"):
+        context_for("mur@0.5")
+    with pytest.raises(ContextError, match="max_steps"):
+        context_for("mur", {"max_steps": 0})
+
+
+def test_which_labels_read_gamma_and_which_are_the_papers() -> None:
+    assert [label for label in PAPER_TABLE_LABELS if reads_gamma(label)] == ["mur", "mur+bc"]
+    assert not reads_gamma("mur[budget=300]") and not reads_gamma("random@0.2")
+    for label in PAPER_TABLE_LABELS:
+        context_for(label)  # every row is a valid setting

@@ -22,17 +22,23 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import evals.grading as grading
+import evals.questions.grading as grading
 import nodes.answer
-from evals.datasets import SHIPPED_DATA_DIR, DatasetError, Problem, dataset_file, load_dataset
-from evals.grading import (
-    extract_answer,
+from evals.harness.stopping import StopSignals
+from evals.questions import (
+    SHIPPED_DATA_DIR,
+    DatasetError,
+    Problem,
+    dataset_file,
     grade,
+    load_dataset,
+)
+from evals.questions.grading import (
+    extract_answer,
     math_equal,
     parse_aime_int,
     parse_choice_letter,
 )
-from evals.stopping import StopSignals
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -231,8 +237,8 @@ def test_grading_from_a_script_without_a_main_guard(tmp_path: Path) -> None:
     # Workers must not run the caller's main module again (spawn / fork-server workers do).
     script = tmp_path / "grade_it.py"
     script.write_text(
-        f"import sys\nsys.path.insert(0, {str(Path(grading.__file__).parents[1])!r})\n"
-        "from evals.grading import math_equal\n"
+        f"import sys\nsys.path.insert(0, {str(Path(grading.__file__).parents[2])!r})\n"
+        "from evals.questions.grading import math_equal\n"
         "print('verdict', math_equal('\\\\frac{1}{2}', '0.5'))\n"
     )
     # The previous test's timeout had its worker killed, and the pool forks a replacement from
@@ -382,7 +388,8 @@ def test_grade_unknown_dataset() -> None:
 
 # --------------------------------------------------------------------------- real data
 
-# MATH-500 and AIME ship in evals/data; GPQA never does and is looked for where the loader would.
+# MATH-500 and AIME ship in evals/questions/data; GPQA never does and is looked for where the
+# loader would.
 
 
 def _gpqa_or_skip() -> None:

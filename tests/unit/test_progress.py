@@ -8,10 +8,11 @@ import re
 
 import pytest
 
-from evals.datasets import load_dataset
-from evals.progress import RunProgress, duration
-from evals.records import RecordStore
-from evals.runner import BenchmarkPlan, run_jobs
+from evals.harness.plan import BenchmarkPlan
+from evals.harness.progress import RunProgress, duration
+from evals.harness.records import RecordStore
+from evals.harness.runner import run_jobs
+from evals.questions import load_dataset
 from fakes import FakeLogprobChat, Scripted
 from graphs import build_graph
 
@@ -195,7 +196,7 @@ async def test_run_jobs_counts_the_tokens_of_every_request_live(
             super().__init__(*args, **kwargs)
             seen.append(self)
 
-    monkeypatch.setattr("evals.runner.RunProgress", Watched)
+    monkeypatch.setattr("evals.harness.runner.RunProgress", Watched)
     plan = BenchmarkPlan(
         dataset="math500",
         strategy="critic",

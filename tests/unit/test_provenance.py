@@ -12,8 +12,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from evals.provenance import ServerMixError, record_servers
-from evals.records import RecordStore
+from evals.harness.provenance import ServerMixError, record_servers
+from evals.harness.records import RecordStore
 from faulty_server import faulty_server
 from servers.facts import flag_value, token_differences
 from servers.throughput import StreamRate, choose

@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import gzip
+import json
 import multiprocessing
 import os
+from datetime import datetime
 from pathlib import Path
 
 import pytest
 
-from evals import records as records_module
-from evals.records import PACKED, RECORDS, RecordStore, has_records, load_records
+from evals.harness import records as records_module
+from evals.harness.record import JobKey, make_record
+from evals.harness.records import PACKED, RECORDS, RecordStore, has_records, load_records
+
+RESULTS = Path(__file__).resolve().parents[2] / "results"
 
 
 def record(n: int) -> dict:
@@ -144,3 +149,34 @@ def test_drop_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert "has no runs of gate 'mur' (its gates: never)" in capsys.readouterr().err
     assert records_module.main(["drop", str(tmp_path / "none"), "--gate", "mur"]) == 2
     assert "not a run folder" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("resumed", [False, True])
+def test_the_writer_makes_the_committed_records_byte_for_byte(resumed: bool) -> None:
+    """The typed record keeps the file's format: a committed line, taken apart and written
+    again by make_record, is the same bytes (`resumed` goes after finished_at)."""
+    folder = RESULTS / "math500-critic-qwen2.5-coder-1.5b"
+    with gzip.open(folder / PACKED, "rb") as packed:
+        line = packed.readline().rstrip(b"\n")
+    old = json.loads(line)
+    if resumed:
+        old = {
+            **{k: v for k, v in old.items() if k != "trace"},
+            "resumed": True,
+            "trace": old["trace"],
+        }
+    key = JobKey(
+        old["dataset"], old["problem_id"], old["strategy"], old["gate"], old["gamma"], old["sample"]
+    )
+    new = make_record(
+        key,
+        old["gold"],
+        {"question": "not recorded", **old["trace"]},
+        old["correct"],
+        old["latency_s"],
+        finished_at=datetime.fromisoformat(old["finished_at"]),
+        resumed=resumed,
+    )
+    assert json.dumps(new, ensure_ascii=False) == json.dumps(old, ensure_ascii=False)
+    if not resumed:
+        assert json.dumps(new, ensure_ascii=False).encode() == line

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from evals import stats
-from evals.headlines import headlines
-from evals.plots import accuracy_figure, accuracy_limits, gamma_figure
-from evals.report import main, summarize, write_report
-from evals.report_markdown import to_markdown
+from evals.report import stats
+from evals.report.headlines import headlines
+from evals.report.markdown import to_markdown
+from evals.report.plots import accuracy_figure, accuracy_limits, gamma_figure
+from evals.report.tables import main, summarize, write_report
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -32,7 +32,7 @@ def record(
     sample: int = 0,
     finished_at: str | None = None,
 ) -> dict:
-    """A record as evals.runner.make_record writes it (the fields the report reads)."""
+    """A record as evals.harness.record.make_record writes it (the fields the report reads)."""
     problem_id = f"test/{question}.json"
     return {
         "key": f"{dataset}/{problem_id}/critic/{gate}/{'-' if gamma is None else gamma}/{sample}",

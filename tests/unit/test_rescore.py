@@ -1,4 +1,4 @@
-"""evals.rescore: recorded steps sent back as prompt tokens, and what their scores change."""
+"""experiments.rescore: recorded steps sent back as prompt tokens, and what their scores change."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from typing import Any
 import httpx
 import pytest
 
-from evals.cli import float_list, publish
-from evals.datasets import load_dataset
-from evals.records import RecordStore
-from evals.rescore import Scorer, agreement, main, recorded_traces, report
+from evals.harness.records import RecordStore
+from evals.questions import load_dataset
+from experiments.cli import float_list, publish
+from experiments.rescore import Scorer, agreement, main, recorded_traces, report
 from nodes.gates import replay_decisions
 from servers.errors import ServerError
 
@@ -143,7 +143,7 @@ def test_agreement_counts_the_decisions_a_rescored_step_changes(problems) -> Non
 def test_cli_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main([str(tmp_path / "missing"), "--base-url", "http://127.0.0.1:9"]) == 1
     err = capsys.readouterr().err.strip()
-    assert err.startswith("evals.rescore: ") and "settings.json" in err and "\n" not in err
+    assert err.startswith("experiments.rescore: ") and "settings.json" in err and "\n" not in err
     (tmp_path / "settings.json").write_text(json.dumps(SETTINGS))
     RecordStore(tmp_path).append(record("k", "mur", [("a", 0.1, 2, False)] * 2))
     with pytest.raises(SystemExit) as exc:
@@ -156,9 +156,11 @@ def test_publish_prints_and_writes_the_summary_with_its_command(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "summary.md"
-    publish("# table\n", out, "evals.rescore", ["results/x", "--limit", "3"])
+    publish("# table\n", out, "experiments.rescore", ["results/x", "--limit", "3"])
     assert capsys.readouterr().out == "# table\n\n"
-    assert out.read_text() == "# table\n\nCommand: python -m evals.rescore results/x --limit 3\n"
+    assert (
+        out.read_text() == "# table\n\nCommand: python -m experiments.rescore results/x --limit 3\n"
+    )
     assert float_list("0.8,0.9") == (0.8, 0.9)
     with pytest.raises(argparse.ArgumentTypeError, match="not a list of numbers"):
         float_list("0.8,x")

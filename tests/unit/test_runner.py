@@ -12,9 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from evals.datasets import load_dataset
-from evals.records import RecordStore, load_records
-from evals.runner import BenchmarkPlan, record_command, run_benchmark, run_jobs
+from evals.benchmark import record_command, run_benchmark
+from evals.harness.plan import BenchmarkPlan
+from evals.harness.records import RecordStore, load_records
+from evals.harness.runner import run_jobs
+from evals.questions import load_dataset
 from fakes import FakeLogprobChat, Scripted
 from faulty_server import faulty_server
 from graphs import Context, build_graph

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from evals.verdicts import (
+from experiments.verdicts import (
     RecordedJudgement,
     analysis_share,
     plan,

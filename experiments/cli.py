@@ -1,5 +1,5 @@
-"""Pieces shared by the command lines that replay a results folder against a server
-(`evals.verdicts`, `evals.rescore`)."""
+"""Pieces shared by the experiments that replay a results folder against a server
+(`experiments.verdicts`, `experiments.rescore`)."""
 
 from __future__ import annotations
 

@@ -1,12 +1,14 @@
 """The paper's Table 1 in miniature, as one resumable command.
 
-    python -m evals.table1 --base-url http://127.0.0.1:8022/v1 --profile cpu-qwen-1.5b
-    python -m evals.table1 ... --dry-run          # the run.py commands it would run
+    python -m experiments.table1 --base-url http://127.0.0.1:8022/v1 --profile cpu-qwen-1.5b
+    python -m experiments.table1 ... --dry-run          # the mur commands it would run
 
 For each strategy, into `<results>/<dataset>-<strategy>-<tag>/`, three phases, each one
-`python run.py ... --dataset` command (so each folder's command.txt reads like a user's):
+`mur ... --dataset` command (`mur` is run.py's command, installed with the project), so each
+folder's command.txt reads like a user's:
 
-1. main: gates never, always, mur, mur+bc, average and smart at the headline gamma;
+1. main: the paper's rows (nodes.gate_labels.PAPER_TABLE_LABELS: never, always, mur, mur+bc,
+   average, smart) at the headline gamma;
 2. random: the random gate at the rate that scales as many steps as MUR did in phase 1
    (computed from its records, so phase 1 must be complete);
 3. sweep (`--sweep-strategies`, default the first strategy): mur at each `--sweep` gamma.
@@ -14,9 +16,9 @@ For each strategy, into `<results>/<dataset>-<strategy>-<tag>/`, three phases, e
 Every strategy's main phase runs before any random phase, and those before any sweep, so a
 table stopped part-way holds the headline rows of every strategy first.
 
-run.py skips what a folder already holds, so rerunning the same command after a stop (or in
-the next session) goes on where it stopped. Arguments after `--` go to every run.py command
-(e.g. `-- --max-steps 8`).
+mur skips what a folder already holds, so rerunning the same command after a stop (or in the
+next session) goes on where it stopped. The server flags (--base-url, --profile, ...) and the
+arguments after `--` go to every mur command (e.g. `-- --max-steps 8`).
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -32,18 +36,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
-from evals.headlines import matched_random_rate
-from evals.records import records_so_far
-from evals.runner import gate_variants
-from evals.settings import Record
-from evals.stopping import STOP_SIGNALS, STOPPED_EXIT
+from evals.harness.plan import gate_variants
+from evals.harness.record import RunRecord
+from evals.harness.records import records_so_far
+from evals.harness.stopping import STOP_SIGNALS, STOPPED_EXIT
+from evals.questions import DATASETS, check_dataset
+from evals.report.headlines import matched_random_rate
 from graphs.refine import STRATEGIES
+from nodes.gate_labels import PAPER_TABLE_LABELS
+from servers.connect import add_connection_arguments, connection_argv
 from servers.errors import ServerError
+from servers.profiles import DEFAULT_PROFILE, get_profile
 
-ROOT = Path(__file__).resolve().parent.parent
-#: Phase 1's gates: the paper's rows (Vanilla CoT, Per-Step Scale, the two cheap baselines)
-#: and MUR with and without the appendix's bias correction.
-MAIN_GATES = ("never", "always", "mur", "mur+bc", "average", "smart")
+#: run.py's command (pyproject.toml, [project.scripts]): what a user types.
+COMMAND = "mur"
 DEFAULT_STRATEGIES = ("critic", "best_of_n")
 #: Around gamma 0.9 where the scaled share moves on Qwen2.5-Coder-1.5B: replaying the gate on
 #: its never traces scales 3% of steps at 0.7, 8% at 0.8, 28% at 0.9, 43% at 0.95, all at 1.1.
@@ -51,7 +57,7 @@ DEFAULT_SWEEP = (0.7, 0.8, 0.95)
 
 
 class Table1Error(Exception):
-    """A phase that cannot run yet, or a run.py that failed: one line, exit status 2."""
+    """A phase that cannot run yet, or a mur command that failed: one line, exit status 2."""
 
 
 @dataclass(frozen=True)
@@ -73,8 +79,8 @@ class Table1Plan:
     sweep_strategies: tuple[str, ...]
     results: Path
     tag: str
-    run_args: tuple[str, ...]  # run.py flags shared by every command
-    main_gates: tuple[str, ...] = MAIN_GATES
+    run_args: tuple[str, ...]  # mur flags shared by every command
+    main_gates: tuple[str, ...] = PAPER_TABLE_LABELS
 
     def folder(self, strategy: str) -> Path:
         return self.results / f"{self.dataset}-{strategy}-{self.tag}"
@@ -93,8 +99,8 @@ class Table1Plan:
         return [*main, *random, *sweep]
 
     def progress(self, phase: Phase) -> tuple[int, int]:
-        """(runs recorded, runs the phase asks for), by run.py's own rule
-        (`evals.runner.gate_variants`); the random phase counts the runs at MUR's rate only
+        """(runs recorded, runs the phase asks for), by the runner's own rule
+        (`evals.harness.plan.gate_variants`); the random phase counts the runs at MUR's rate only
         (a folder may also hold random at another rate, e.g. mur+bc's)."""
         records = records_so_far(phase.folder)
         if not phase.gates:
@@ -103,9 +109,7 @@ class Table1Plan:
             except Table1Error:
                 return 0, self.limit  # MUR unfinished: the random phase has not started
             return sum(1 for r in records if r["gate"] == matched), self.limit
-        settings = [
-            (label, gamma) for label, _, gamma, _ in gate_variants(phase.gates, phase.gammas)
-        ]
+        settings = gate_variants(phase.gates, phase.gammas)
         done = sum(
             1
             for r in records
@@ -113,7 +117,7 @@ class Table1Plan:
         )
         return done, self.limit * len(settings)
 
-    def random_gate(self, folder: Path, records: Sequence[Record] | None = None) -> str:
+    def random_gate(self, folder: Path, records: Sequence[RunRecord] | None = None) -> str:
         """`random@<rate>` at MUR's measured rate: only once MUR has every question.
         ``records``: the folder's, when the caller has read them already."""
         records = records_so_far(folder) if records is None else records
@@ -128,7 +132,7 @@ class Table1Plan:
         return f"random@{matched_random_rate(mur):.3g}"
 
     def argv(self, phase: Phase) -> list[str]:
-        """The run.py arguments of a phase (the random phase resolves its rate now)."""
+        """The mur arguments of a phase (the random phase resolves its rate now)."""
         gates = phase.gates or (self.random_gate(phase.folder),)
         argv = [
             "--strategy", phase.strategy,
@@ -151,12 +155,25 @@ def _same(gamma: float | None, wanted: float | None) -> bool:
 Runner = Callable[[Sequence[str]], int]
 
 
-def run_py(argv: Sequence[str], program: Sequence[str] = (sys.executable, "run.py")) -> int:
-    """run.py in a child process, stopped the way run.py stops (evals.stopping): each SIGTERM
-    to this process goes on to it, and so does each SIGINT unless the terminal's Ctrl-C
-    reaches the child itself (this process group in the terminal's foreground); meanwhile this
-    process waits for the child's finished questions."""
-    child = subprocess.Popen([*program, *argv], cwd=ROOT)
+def mur_program() -> list[str]:
+    """The `mur` command of the environment this runs in: beside the interpreter (so a
+    virtualenv need not be activated), else on the PATH."""
+    beside = Path(sys.executable).with_name(COMMAND)
+    found = str(beside) if beside.is_file() else shutil.which(COMMAND)
+    if found is None:
+        raise Table1Error(
+            f"the {COMMAND} command is not installed beside {sys.executable} nor on the PATH: "
+            "install the project into this environment (`make setup`, or pip install -e .)"
+        )
+    return [found]
+
+
+def run_mur(argv: Sequence[str], program: Sequence[str] | None = None) -> int:
+    """`mur` (or `program`) in a child process, stopped the way run.py stops
+    (evals.harness.stopping): each SIGTERM to this process goes on to it, and so does each
+    SIGINT unless the terminal's Ctrl-C reaches the child itself (this process group in the
+    terminal's foreground); meanwhile this process waits for the child's finished questions."""
+    child = subprocess.Popen([*(program or mur_program()), *argv])
     forward_sigint = not _in_terminal_foreground()
 
     def forward(sig: int, _frame: FrameType | None) -> None:
@@ -179,32 +196,32 @@ def _in_terminal_foreground() -> bool:
         return False
 
 
-def run_table(plan: Table1Plan, runner: Runner = run_py, *, dry_run: bool = False) -> int:
+def run_table(plan: Table1Plan, runner: Runner = run_mur, *, dry_run: bool = False) -> int:
     """Run the phases in order (or, with `dry_run`, print each with its progress and
-    command); a failed run.py stops the table."""
+    command); a failed mur command stops the table."""
     for phase in plan.phases():
         name = f"{phase.strategy} / {phase.name}"
         done, total = plan.progress(phase)
         status = f"{name} ({done} of {total} runs recorded)"
         if dry_run:
             try:
-                print(f"# {status}\npython run.py {' '.join(plan.argv(phase))}")
+                print(f"# {status}\n{shlex.join([COMMAND, *plan.argv(phase)])}")
             except Table1Error as exc:
                 print(f"# {status}: {exc}")
             continue
         argv = plan.argv(phase)
-        print(f"== {status}: python run.py {' '.join(argv)}", file=sys.stderr, flush=True)
+        print(f"== {status}: {shlex.join([COMMAND, *argv])}", file=sys.stderr, flush=True)
         code = runner(argv)
         if code == STOPPED_EXIT:
             print(
-                f"evals.table1: {name} stopped; its finished questions are saved in "
+                f"experiments.table1: {name} stopped; its finished questions are saved in "
                 f"{phase.folder}: rerun this command to go on",
                 file=sys.stderr,
             )
             return STOPPED_EXIT
         if code != 0:
             raise Table1Error(
-                f"{name} stopped (run.py exit {code}); its finished questions are saved in "
+                f"{name} stopped ({COMMAND} exit {code}); its finished questions are saved in "
                 f"{phase.folder}: rerun this command to go on"
             )
     return 0
@@ -224,33 +241,28 @@ def _csv(kind: type) -> Callable[[str], tuple]:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m evals.table1",
+        prog="python -m experiments.table1",
         description="The paper's Table 1 in miniature: every strategy's gates, the random "
-        "baseline at MUR's rate and a gamma sweep, resumable (run.py skips what is done). "
-        "Arguments after -- go to every run.py command.",
+        f"baseline at MUR's rate and a gamma sweep, resumable ({COMMAND} skips what is done). "
+        f"The server flags and the arguments after -- go to every {COMMAND} command.",
     )
     add = parser.add_argument
     add("--strategies", type=_csv(str), default=DEFAULT_STRATEGIES, help="comma list")
-    add("--dataset", default="math500")
+    add("--dataset", default="math500", help=f"one of {', '.join(DATASETS)} (default math500)")
     add("--limit", type=int, default=100, help="first N questions (default 100)")
     add("--gamma", type=float, default=0.9, help="MUR's gamma in the main table (default 0.9)")
     add("--sweep", type=_csv(float), default=DEFAULT_SWEEP, help="gammas of the sweep")
     add("--sweep-strategies", type=_csv(str), help="default: the first strategy")
-    add("--gates", type=_csv(str), default=MAIN_GATES, help="the main phase's gates")
-    add("--concurrency", type=int, help="questions in flight (default: measured by run.py)")
-    add("--base-url", help="backbone server or router (default: the embedded server)")
-    add("--profile", help="server profile whose recommended settings apply")
-    add("--verifier-profile", help="the external verifier/critic's profile (run.py's flag)")
+    add("--gates", type=_csv(str), default=PAPER_TABLE_LABELS, help="the main phase's gates")
+    add("--concurrency", type=int, help="questions in flight (default: measured by mur)")
     add("--results", type=Path, default=Path("results"), help="parent of the run folders")
     add("--tag", help="folder suffix naming the model (default: from --profile)")
-    add("--dry-run", action="store_true", help="print the run.py commands, run nothing")
+    add("--dry-run", action="store_true", help=f"print the {COMMAND} commands, run nothing")
+    add_connection_arguments(parser)
     return parser
 
 
 def _default_tag(profile: str | None) -> str:
-    # Local: only the default tag needs the serving layer's profile table.
-    from servers.profiles import DEFAULT_PROFILE, get_profile
-
     name = get_profile(profile or DEFAULT_PROFILE).served_model_name
     return name.lower().removesuffix("-instruct")
 
@@ -265,17 +277,15 @@ def make_plan(args: argparse.Namespace, extra: Sequence[str]) -> Table1Plan:
         raise Table1Error(
             f"unknown strategy {', '.join(unknown)}: choose from {', '.join(STRATEGIES)}"
         )
-    run_args = ["--concurrency", str(args.concurrency)] if args.concurrency else []
-    for flag, value in (
-        ("--base-url", args.base_url),
-        ("--profile", args.profile),
-        ("--verifier-profile", args.verifier_profile),
-    ):
-        if value:
-            run_args += [flag, value]
+    try:
+        dataset = check_dataset(args.dataset).name
+    except ValueError as exc:
+        raise Table1Error(str(exc)) from None
+    concurrency = ["--concurrency", str(args.concurrency)] if args.concurrency else []
+    run_args = [*concurrency, *connection_argv(args)]
     return Table1Plan(
         strategies=args.strategies,
-        dataset=args.dataset,
+        dataset=dataset,
         limit=args.limit,
         gamma=args.gamma,
         sweep=args.sweep,
@@ -295,10 +305,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return run_table(make_plan(args, extra), dry_run=args.dry_run)
     except (Table1Error, ServerError) as exc:
-        print(f"evals.table1: {exc}", file=sys.stderr)
+        print(f"experiments.table1: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("\nevals.table1: interrupted; rerun the same command to go on", file=sys.stderr)
+        print("\nexperiments.table1: interrupted; rerun the same command to go on", file=sys.stderr)
         return STOPPED_EXIT
 
 

@@ -1,6 +1,6 @@
 """Does this server see the uncertainties a table was recorded with? Re-score recorded steps.
 
-    python -m evals.rescore results/math500-best_of_n-qwen2.5-coder-1.5b \\
+    python -m experiments.rescore results/math500-best_of_n-qwen2.5-coder-1.5b \\
         --base-url http://127.0.0.1:8022/v1 [--gate never] [--limit 20] [--out FILE]
 
 A trace keeps every kept step's text and its uncertainty m_t, the mean -logprob of the tokens
@@ -37,13 +37,14 @@ import httpx
 import numpy as np
 from langchain_core.messages import BaseMessage
 
-from evals.cli import float_list, publish
-from evals.datasets import Problem, load_dataset
-from evals.records import SETTINGS, load_records
+from evals.harness.record import RunRecord
+from evals.harness.records import SETTINGS, load_records
+from evals.questions import Problem, load_dataset
+from experiments.cli import float_list, publish
 from nodes.draft import STEP_FORMATS, step_messages
 from nodes.gates import replay_decisions
 from nodes.llm import CONTINUE_FINAL_MESSAGE
-from servers.clients import resolve_model
+from servers.connect import add_connection_arguments, connect, connection_options
 from servers.errors import ServerError
 from servers.probes import normalize_base_url
 
@@ -74,7 +75,7 @@ def _as_openai(messages: Sequence[BaseMessage]) -> tuple[dict[str, str], ...]:
 
 
 def recorded_traces(
-    records: Sequence[dict[str, Any]],
+    records: Sequence[RunRecord],
     problems: dict[tuple[str, str], Problem],
     settings: dict[str, Any],
     gate: str,
@@ -283,11 +284,15 @@ def report(result: Agreement, folder: str, base_url: str, model: str, traces: in
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m evals.rescore", description=__doc__.split("\n")[0]
+        prog="python -m experiments.rescore", description=(__doc__ or "").split("\n")[0]
     )
     parser.add_argument("folder", help="a results folder (records.jsonl and settings.json)")
-    parser.add_argument("--base-url", required=True, help="the vLLM server of the backbone")
-    parser.add_argument("--model", help="served model name (default: what the server serves)")
+    add_connection_arguments(
+        parser,
+        verifier=False,
+        defaults="The backbone's vLLM server that re-scores the steps; unset, MUR_BASE_URL, "
+        "else the embedded CPU server (which must be running).",
+    )
     parser.add_argument("--gate", default="never", help="whose traces (default never)")
     parser.add_argument("--limit", type=int, default=20, help="traces to re-score")
     parser.add_argument("--gamma", type=float_list, default=(0.9,), help="MUR gammas to replay")
@@ -308,24 +313,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         traces = list(recorded_traces(records, problems, settings, args.gate, args.limit))
         if not traces:
             parser.error(f"{folder} holds no {args.gate} traces without a scaled step")
-        model = args.model or resolve_model(args.base_url)
-        result = asyncio.run(_run(args, model, traces, settings))
+        backbone = connect(**connection_options(args)).backbone
+        base_url, model = str(backbone.openai_api_base), str(backbone.model_name)
+        result = asyncio.run(_run(args, base_url, model, traces, settings))
     except (FileNotFoundError, ValueError, ServerError, httpx.HTTPError) as exc:
-        print(f"evals.rescore: {exc}", file=sys.stderr)
+        print(f"experiments.rescore: {exc}", file=sys.stderr)
         return 1
-    text = report(result, str(folder), args.base_url, model, len(traces))
-    publish(text, args.out, "evals.rescore", argv)
+    text = report(result, str(folder), base_url, model, len(traces))
+    publish(text, args.out, "experiments.rescore", argv)
     return 0
 
 
 async def _run(
     args: argparse.Namespace,
+    base_url: str,
     model: str,
     traces: Sequence[Trace],
     settings: dict[str, Any],
 ) -> Agreement:
     async with httpx.AsyncClient(timeout=600) as client:
-        scorer = Scorer(client, args.base_url, model)
+        scorer = Scorer(client, base_url, model)
         rescored = await rescore(scorer, traces, args.concurrency)
     gates = [(f"mur, gamma {g:g}", g, False) for g in args.gamma]
     gates += [(f"mur+bc, gamma {g:g}", g, True) for g in args.gamma]

@@ -12,10 +12,10 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from evals import stats
-from evals.settings import (
+from evals.harness.record import RunRecord
+from evals.report import stats
+from evals.report.pairing import (
     Pairing,
-    Record,
     SettingKey,
     group_settings,
     pair,
@@ -43,7 +43,7 @@ class Choice:
 
 
 def mur_choices(
-    records: Sequence[Record],
+    records: Sequence[RunRecord],
     default_gamma: float,
     *,
     resamples: int = stats.RESAMPLES,

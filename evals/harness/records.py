@@ -22,11 +22,12 @@ import json
 import os
 import sys
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from filelock import FileLock
+
+from evals.harness.record import RunRecord
 
 RECORDS = "records.jsonl"
 PACKED = "records.jsonl.gz"
@@ -41,28 +42,15 @@ class SettingsMismatchError(ValueError):
     into it would mix two experiments in one table."""
 
 
-@dataclass(frozen=True)
-class JobKey:
-    """What identifies one run of one question."""
+class ErrorRecord(TypedDict):
+    """One line of errors.jsonl: a run that failed, and why."""
 
-    dataset: str
-    problem_id: str
-    strategy: str
-    gate: str
-    gamma: float | None  # None: a gate that does not read gamma
-    sample: int
-
-    @property
-    def text(self) -> str:
-        gamma = "-" if self.gamma is None else f"{self.gamma:g}"
-        return f"{self.dataset}/{self.problem_id}/{self.strategy}/{self.gate}/{gamma}/{self.sample}"
+    key: str
+    error: str  # the exception's type
+    message: str
 
 
-def key_of(record: dict[str, Any]) -> str:
-    return record["key"]
-
-
-def _complete_lines(path: Path) -> Iterator[dict[str, Any]]:
+def _complete_lines(path: Path) -> Iterator[RunRecord]:
     if not path.exists():
         return
     with path.open("rb") as handle:
@@ -72,21 +60,21 @@ def _complete_lines(path: Path) -> Iterator[dict[str, Any]]:
             yield json.loads(raw)
 
 
-def _packed_lines(path: Path) -> Iterator[dict[str, Any]]:
+def _packed_lines(path: Path) -> Iterator[RunRecord]:
     if path.exists():
         with gzip.open(path, "rb") as handle:
             for raw in handle:
                 yield json.loads(raw)
 
 
-def _folder_records(folder: Path) -> list[dict[str, Any]]:
+def _folder_records(folder: Path) -> list[RunRecord]:
     """Packed records, then plain ones; a record in both (a pack stopped between swapping
     the packed file in and emptying the plain one) counts once."""
     seen: set[str] = set()
     records = []
     for record in (*_packed_lines(folder / PACKED), *_complete_lines(folder / RECORDS)):
-        if key_of(record) not in seen:
-            seen.add(key_of(record))
+        if record["key"] not in seen:
+            seen.add(record["key"])
             records.append(record)
     return records
 
@@ -126,7 +114,7 @@ class RecordStore:
             self.dropped_bytes = _drop_partial_tail(self.path)
             self._pack_if_large()
 
-    def load(self) -> list[dict[str, Any]]:
+    def load(self) -> list[RunRecord]:
         with self.lock:
             return _folder_records(self.folder)
 
@@ -146,7 +134,7 @@ class RecordStore:
                 self._rewrite(kept)
         return len(records) - len(kept)
 
-    def _rewrite(self, records: list[dict[str, Any]]) -> None:
+    def _rewrite(self, records: list[RunRecord]) -> None:
         """Make ``records`` the folder's records, all packed. The new packed file is written
         and synced beside the old one, then renamed over it; only then is the plain file
         emptied. A crash at any point leaves each record in at least one file, and load()
@@ -192,9 +180,9 @@ class RecordStore:
             path.write_text(json.dumps({**recorded, **settings}, indent=2, sort_keys=True) + "\n")
 
     def done_keys(self) -> set[str]:
-        return {key_of(record) for record in self.load()}
+        return {record["key"] for record in self.load()}
 
-    def _append(self, path: Path, record: dict[str, Any]) -> None:
+    def _append(self, path: Path, record: RunRecord | ErrorRecord) -> None:
         line = (json.dumps(record, ensure_ascii=False) + "\n").encode()
         # One write of one whole line, flushed to disk before the next question is counted.
         with self.lock, path.open("ab") as handle:
@@ -202,16 +190,16 @@ class RecordStore:
             handle.flush()
             os.fsync(handle.fileno())
 
-    def append(self, record: dict[str, Any]) -> None:
+    def append(self, record: RunRecord) -> None:
         with self.lock:
             self._append(self.path, record)
             self._pack_if_large()
 
-    def append_error(self, record: dict[str, Any]) -> None:
+    def append_error(self, record: ErrorRecord) -> None:
         self._append(self.errors_path, record)
 
 
-def load_records(folder: str | os.PathLike[str]) -> list[dict[str, Any]]:
+def load_records(folder: str | os.PathLike[str]) -> list[RunRecord]:
     """The complete records of a run folder, packed and plain (read-only; a cut-short tail is
     skipped)."""
     if not has_records(folder):
@@ -219,15 +207,16 @@ def load_records(folder: str | os.PathLike[str]) -> list[dict[str, Any]]:
     return _folder_records(Path(folder))
 
 
-def records_so_far(folder: str | os.PathLike[str]) -> list[dict[str, Any]]:
+def records_so_far(folder: str | os.PathLike[str]) -> list[RunRecord]:
     """The complete records of a folder a benchmark may not have written into yet."""
     return load_records(folder) if has_records(folder) else []
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """`python -m evals.records drop DIR --gate LABEL`: remove one gate's runs from a folder."""
+    """`python -m evals.harness.records drop DIR --gate LABEL`: remove one gate's runs from a
+    folder."""
     parser = argparse.ArgumentParser(
-        prog="python -m evals.records",
+        prog="python -m evals.harness.records",
         description="Maintain a run folder's records. drop: remove every run of one gate label "
         "(runs a since-fixed bug made), so that rerunning the folder's command.txt records "
         "them again.",

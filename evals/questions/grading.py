@@ -1,8 +1,8 @@
-"""Grading of model answers against the benchmarks' gold answers.
-
-``extract_answer`` is the graph's own (``nodes.answer``), so that the graph and the grader agree
-on what a solution answered. MATH answers are compared for mathematical equivalence with
-math-verify; AIME answers as integers; GPQA answers by choice letter.
+"""The answer comparisons a `Dataset` entry grades with: mathematical equivalence
+(`math_equal`, math-verify), integers (`integer_equal`, AIME) and choice letters
+(`choice_equal`, GPQA). `grade` (evals.questions.datasets) extracts a solution's answer with
+the graph's own ``extract_answer`` (``nodes.answer``), so the graph and the grader agree on what
+a solution answered, then calls its dataset's comparison.
 
 Why math-verify runs in worker processes: its timeouts use ``signal.alarm``, which works only in
 the main thread (in any other thread ``parse``/``verify`` raise ``ValueError``), and no Python
@@ -27,15 +27,15 @@ from concurrent.futures import TimeoutError as FutureTimeoutError
 
 from pebble import ProcessExpired, ProcessPool
 
-from evals.datasets import Problem
 from nodes.answer import extract_answer
 
 __all__ = [
     "DEFAULT_TIMEOUT_S",
     "MAX_ANSWER_CHARS",
     "GradingUnavailableError",
+    "choice_equal",
     "extract_answer",
-    "grade",
+    "integer_equal",
     "math_equal",
     "parse_aime_int",
     "parse_choice_letter",
@@ -54,41 +54,9 @@ _WORKER_EXTRA_MEMORY = 2 * 1024**3
 #: Comparisons that may run at once (one worker process each).
 _POOL_SIZE = max(1, min(4, os.cpu_count() or 1))
 
-_AIME_DATASETS = frozenset({"aime24", "aime25"})
-
 
 class GradingUnavailableError(RuntimeError):
     """math-verify cannot run here (not installed, or its worker processes fail to start)."""
-
-
-# --------------------------------------------------------------------------- dispatch
-
-
-def grade(problem: Problem, prediction: str | None) -> bool:
-    """True iff ``prediction`` answers ``problem`` correctly.
-
-    ``prediction`` is the extracted answer (``extract_answer``'s result, None when the model gave
-    none). A whole solution works too: its answer is extracted first (where it states none, all
-    of it is read as the answer, so pass None instead). AIME: compared as integers; GPQA: the
-    first standalone choice letter; MATH-500: ``math_equal``.
-    """
-    if not isinstance(prediction, str):
-        return False
-    answer = extract_answer(prediction)
-    if answer is None:
-        answer = prediction
-    if problem.dataset in _AIME_DATASETS:
-        predicted = parse_aime_int(answer)
-        return predicted is not None and predicted == parse_aime_int(problem.answer)
-    if problem.dataset == "gpqa_diamond":
-        letter = parse_choice_letter(answer)
-        return letter is not None and letter == problem.answer.strip().upper()
-    if problem.dataset == "math500":
-        return math_equal(answer, problem.answer)
-    raise ValueError(
-        f"grade() does not know dataset {problem.dataset!r}; "
-        "expected one of math500, aime24, aime25, gpqa_diamond"
-    )
 
 
 # --------------------------------------------------------------------------- AIME
@@ -113,6 +81,12 @@ def parse_aime_int(text: str | None) -> int | None:
     return int(cleaned.split(".", 1)[0])
 
 
+def integer_equal(answer: str, gold: str) -> bool:
+    """AIME: the answer states the gold integer ("025", "\\boxed{25}" for 25)."""
+    predicted = parse_aime_int(answer)
+    return predicted is not None and predicted == parse_aime_int(gold)
+
+
 # --------------------------------------------------------------------------- GPQA
 
 _CHOICE_WRAPPER = re.compile(r"\\(?:text|textbf|textit|mathrm|mathbf|boxed)\s*\{")
@@ -135,6 +109,12 @@ def parse_choice_letter(text: str | None) -> str | None:
             continue
         return letter.upper()
     return None
+
+
+def choice_equal(answer: str, gold: str) -> bool:
+    """GPQA: the answer's first standalone letter is the gold letter."""
+    letter = parse_choice_letter(answer)
+    return letter is not None and letter == gold.strip().upper()
 
 
 # --------------------------------------------------------------------------- MATH

@@ -15,7 +15,7 @@ from typing import Any
 
 from langchain_core.language_models import BaseChatModel
 
-from evals.records import SETTINGS, RecordStore, SettingsMismatchError
+from evals.harness.records import SETTINGS, RecordStore, SettingsMismatchError
 from servers.facts import ServerFacts, server_facts, token_differences
 from servers.throughput import STREAMS, StreamRate, choose, measured_rates
 

@@ -1,6 +1,6 @@
 """report.md: the benchmark rows as Markdown tables, the MUR headline and how it is computed.
 
-Kept apart from the numbers (evals/report.py) so that the table layout can change without
+Kept apart from the numbers (evals/report/tables.py) so that the table layout can change without
 touching the statistics. Accuracies arrive as fractions and print as percent.
 """
 
@@ -10,13 +10,11 @@ import math
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from evals.choices import Choice
-    from evals.headlines import Headline
-    from evals.report import Row, RunTime
-    from evals.stats import PairedComparison
+from evals.report.choices import Choice
+from evals.report.headlines import Headline
+from evals.report.rows import Row, RunTime
+from evals.report.stats import PairedComparison
 
 
 def _num(value: float | None, digits: int = 0) -> str:

@@ -1,6 +1,6 @@
 """How well a forced verdict stands in for one the critic never wrote, on recorded judgements.
 
-    python -m evals.verdicts results/math500-critic-qwen2.5-coder-1.5b \\
+    python -m experiments.verdicts results/math500-critic-qwen2.5-coder-1.5b \\
         --base-url http://127.0.0.1:8022/v1 --out results/forced-verdicts.md
 
 A table's critic records keep every judgement: its prompt parts (question, kept steps, the
@@ -26,16 +26,16 @@ from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import HumanMessage
 
-from evals.cli import float_list, publish
-from evals.datasets import load_dataset
-from evals.records import load_records
+from evals.harness.record import RunRecord
+from evals.harness.records import load_records
+from evals.questions import load_dataset
+from experiments.cli import float_list, publish
 from nodes.judge import VERDICT_PATTERN, continue_to_verdict, forced_verdict, judge_prompt
-from servers.clients import make_chat_model
+from servers.connect import add_connection_arguments, connect, connection_options
 from servers.errors import ServerError
 
 
@@ -62,7 +62,7 @@ class Replayed:
 
 
 def recorded_judgements(
-    records: Sequence[dict[str, Any]], questions: dict[str, str]
+    records: Sequence[RunRecord], questions: dict[str, str]
 ) -> Iterator[RecordedJudgement]:
     """Every critic round in the records' traces, in record order."""
     for record in records:
@@ -194,11 +194,14 @@ def _shares(text: str) -> tuple[float, ...]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m evals.verdicts", description=__doc__.split("\n")[0]
+        prog="python -m experiments.verdicts", description=(__doc__ or "").split("\n")[0]
     )
     parser.add_argument("folder", help="a results folder of critic runs (with records.jsonl)")
-    parser.add_argument("--base-url", required=True, help="the vLLM server of the critic model")
-    parser.add_argument("--model", help="served model name (default: what the server serves)")
+    add_connection_arguments(
+        parser,
+        defaults="The critic is the verifier: --verifier-url, else the backbone's server "
+        "(--base-url); unset, from MUR_BASE_URL etc., else the embedded CPU server.",
+    )
     parser.add_argument("--cap", type=int, default=256, help="the judge_max_tokens of the runs")
     parser.add_argument("--limit", type=int, default=200, help="judgements per replay")
     parser.add_argument(
@@ -218,15 +221,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         jobs = plan(judgements, args.cap, args.limit, args.at)
         if not jobs:
             parser.error(f"{args.folder} holds no critic judgements to replay")
-        verifier = make_chat_model(args.base_url, args.model)
+        verifier = connect(**connection_options(args)).verifier
         results = asyncio.run(replay(verifier, jobs, args.concurrency))
     except (FileNotFoundError, ServerError) as exc:
-        print(f"evals.verdicts: {exc}", file=sys.stderr)
+        print(f"experiments.verdicts: {exc}", file=sys.stderr)
         return 1
     publish(
         report(results, args.folder, args.cap, verifier.model_name),
         args.out,
-        "evals.verdicts",
+        "experiments.verdicts",
         argv,
     )
     return 0

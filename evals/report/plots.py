@@ -11,14 +11,11 @@ import math
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-if TYPE_CHECKING:
-    from matplotlib.axes import Axes
-
-    from evals.report import Row
+from evals.report.rows import Row
 
 _MIN_SPAN = 5.0  # percentage points: the smallest accuracy range an axis shows
 

@@ -14,35 +14,33 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from evals import stats
+from evals.harness.record import RunRecord, total_tokens
+from evals.report import stats
 from nodes.gate_labels import gate_family
 
 AVERAGE = "average"  # the dataset label of the rows averaged over datasets
 REFERENCE_GATE = "always"  # Per-Step Scale: every setting is paired with it
 
-Record = dict[str, Any]
 SettingKey = tuple[str, str, str, float | None]  # dataset, strategy, gate label, gamma
 
 
 class SettingRuns:
     """The runs of one setting, with per-question means (question = problem id)."""
 
-    def __init__(self, records: Sequence[Record]) -> None:
+    def __init__(self, records: Sequence[RunRecord]) -> None:
         self.records = list(records)
-        self.by_question: dict[str, list[Record]] = defaultdict(list)
+        self.by_question: dict[str, list[RunRecord]] = defaultdict(list)
         for record in self.records:
             self.by_question[str(record["problem_id"])].append(record)
 
-    def per_question(self, value: Callable[[Record], float]) -> dict[str, float]:
+    def per_question(self, value: Callable[[RunRecord], float]) -> dict[str, float]:
         return {q: stats.mean([value(r) for r in rs]) for q, rs in self.by_question.items()}
 
     def scores(self) -> dict[str, float]:
         return self.per_question(lambda r: 1.0 if r["correct"] else 0.0)
 
     def total_tokens(self) -> dict[str, float]:
-        return self.per_question(
-            lambda r: r["usage"]["backbone_tokens"] + r["usage"]["external_tokens"]
-        )
+        return self.per_question(total_tokens)
 
     def scaled_share(self) -> float:
         """Of the kept steps per question, the share the gate scaled."""
@@ -55,9 +53,9 @@ class SettingRuns:
         return len(self.records) == len(self.by_question)
 
 
-def group_settings(records: Sequence[Record]) -> dict[SettingKey, SettingRuns]:
+def group_settings(records: Sequence[RunRecord]) -> dict[SettingKey, SettingRuns]:
     """The records by setting (dataset, strategy, gate label, gamma)."""
-    groups: dict[SettingKey, list[Record]] = defaultdict(list)
+    groups: dict[SettingKey, list[RunRecord]] = defaultdict(list)
     for record in records:
         key = (record["dataset"], record["strategy"], record["gate"], record["gamma"])
         groups[key].append(record)

@@ -14,11 +14,11 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from evals import stats
-from evals.settings import (
+from evals.harness.record import RunRecord
+from evals.report import stats
+from evals.report.pairing import (
     REFERENCE_GATE,
     Pairing,
-    Record,
     SettingKey,
     SettingRuns,
     group_settings,
@@ -69,7 +69,7 @@ class RandomMatch:
     one_sample: bool  # one sample per question in both: the exact test is McNemar's
 
 
-def matched_random_rate(records: Sequence[Record]) -> float:
+def matched_random_rate(records: Sequence[RunRecord]) -> float:
     """The random gate draws for steps 2+ (step 1 has no momentum and is never scaled): the
     rate that scales as many of those steps as these records did."""
     scaled = sum(r["steps_scaled"] for r in records)
@@ -85,7 +85,7 @@ def headline_json(h: Headline) -> dict[str, Any]:
 
 
 def headlines(
-    records: Sequence[Record],
+    records: Sequence[RunRecord],
     gamma: float = HEADLINE_GAMMA,
     *,
     resamples: int = stats.RESAMPLES,

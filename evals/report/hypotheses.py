@@ -20,9 +20,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from evals import stats
-from evals.headlines import HEADLINE_GAMMA, matched_random_rate, matched_random_runs
-from evals.settings import Record, SettingKey, SettingRuns, group_settings
+from evals.harness.record import RunRecord
+from evals.report import stats
+from evals.report.headlines import HEADLINE_GAMMA, matched_random_rate, matched_random_runs
+from evals.report.pairing import SettingKey, SettingRuns, group_settings
 
 ECONOMY_RATIO = 0.5
 ECONOMY_MARGIN = -0.05
@@ -192,7 +193,7 @@ def _comparisons(
 
 
 def hypothesis_tests(
-    records: Sequence[Record],
+    records: Sequence[RunRecord],
     gamma: float = HEADLINE_GAMMA,
     *,
     resamples: int = stats.RESAMPLES,

@@ -3,7 +3,7 @@
 A benchmark question can take half an hour of server time, and a run holds many in flight.
 So a first SIGINT (Ctrl-C) or SIGTERM starts no new question and lets the ones in flight
 finish and be recorded; a second stops those too (the next run of the same command resumes
-each after its last finished node: evals.checkpoints). Celery's warm and cold shutdown, and
+each after its last finished node: evals.harness.checkpoints). Celery's warm and cold shutdown, and
 Scrapy's Ctrl-C, work the same way.
 """
 

@@ -7,8 +7,9 @@ accuracy with a 95% bootstrap interval over questions, the paired comparison aga
 `always` gate (Per-Step Scale) on the questions both ran (accuracy difference with its
 interval, exact sign test = McNemar's), backbone / external / total tokens per question and
 against always, scaled and total steps, wall time per question. Then the average over
-datasets when there are several, the headline (`evals.headlines`: MUR against always and
-against random at its rate), MUR's settings against its default (`evals.choices`) and the
+datasets when there are several, the headline (`evals.report.headlines`: MUR against always
+and against random at its rate), MUR's settings against its default (`evals.report.choices`)
+and the
 busy wall clock of the whole run across resumed sessions (from each record's finished_at and
 latency). Writes report.md, report.json, accuracy_vs_tokens.png and (for a gamma list)
 gamma_sweep.png beside the records.
@@ -27,17 +28,17 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from evals import stats
-from evals.choices import Choice, mur_choices
-from evals.headlines import HEADLINE_GAMMA, Headline, headline_json, headlines
-from evals.hypotheses import hypothesis_tests
-from evals.hypotheses import to_markdown as hypotheses_markdown
-from evals.records import load_records
-from evals.report_markdown import to_markdown
-from evals.settings import (
+from evals.harness.record import RunRecord
+from evals.harness.records import load_records
+from evals.report import stats
+from evals.report.choices import Choice, mur_choices
+from evals.report.headlines import HEADLINE_GAMMA, Headline, headline_json, headlines
+from evals.report.hypotheses import hypothesis_tests
+from evals.report.hypotheses import to_markdown as hypotheses_markdown
+from evals.report.markdown import to_markdown
+from evals.report.pairing import (
     AVERAGE,
     REFERENCE_GATE,
-    Record,
     SettingKey,
     SettingRuns,
     group_settings,
@@ -46,50 +47,8 @@ from evals.settings import (
     pairing_json,
     setting_order,
 )
-
-
-@dataclass(frozen=True)
-class Row:
-    """One setting's numbers. Accuracies are fractions in [0, 1]; tokens and steps are per
-    question (each question's mean over its samples, then the mean over questions); the
-    `*_vs_always` / paired fields are on the questions this setting and always both ran, and
-    None when the table has no always rows (or this is an average row)."""
-
-    dataset: str
-    strategy: str
-    gate: str
-    gamma: float | None
-    questions: int
-    runs: int
-    accuracy: float
-    accuracy_low: float | None
-    accuracy_high: float | None
-    paired_questions: int | None
-    accuracy_diff: float | None
-    accuracy_diff_low: float | None
-    accuracy_diff_high: float | None
-    better: int | None
-    worse: int | None
-    p_value: float | None
-    backbone_tokens: float
-    external_tokens: float
-    total_tokens: float
-    tokens_vs_always: float | None
-    steps_total: float
-    steps_scaled: float
-    scaled_share: float
-    wall_mean: float
-    wall_p50: float
-    wall_p95: float
-
-
-@dataclass(frozen=True)
-class RunTime:
-    """How long the recorded runs kept the server busy, across resumed sessions."""
-
-    timed_runs: int  # runs with a finished_at stamp (records written before it have none)
-    runs: int
-    busy_s: float  # the union of the timed runs' [finished_at - latency_s, finished_at]
+from evals.report.plots import plot_accuracy_vs_tokens, plot_gamma_sweep
+from evals.report.rows import Row, RunTime
 
 
 @dataclass(frozen=True)
@@ -104,12 +63,13 @@ class Report:
     sweep_path: Path | None
 
 
-def run_time(records: Sequence[Record]) -> RunTime:
+def run_time(records: Sequence[RunRecord]) -> RunTime:
     """Busy wall-clock time of the timed records (see `RunTime`)."""
     intervals = []
     for record in records:
-        if record.get("finished_at"):
-            end = datetime.fromisoformat(record["finished_at"]).timestamp()
+        finished_at = record.get("finished_at")
+        if finished_at:
+            end = datetime.fromisoformat(finished_at).timestamp()
             intervals.append((end - float(record["latency_s"]), end))
     return RunTime(len(intervals), len(records), stats.busy_seconds(intervals))
 
@@ -119,7 +79,7 @@ def row_order(row: Row) -> tuple:
 
 
 def summarize(
-    records: Sequence[Record], *, resamples: int = stats.RESAMPLES, seed: int = stats.SEED
+    records: Sequence[RunRecord], *, resamples: int = stats.RESAMPLES, seed: int = stats.SEED
 ) -> list[Row]:
     """One row per setting, plus the average over datasets when there are several."""
     settings = group_settings(records)
@@ -241,10 +201,7 @@ def write_report(
 
     With `sources` (several run folders, e.g. one per strategy) the report combines their
     records into `folder`, and adds the pre-registered hypotheses per strategy and pooled
-    (`evals.hypotheses`)."""
-    # Local: matplotlib (through evals.plots) takes seconds to import; only a written report plots.
-    from evals.plots import plot_accuracy_vs_tokens, plot_gamma_sweep
-
+    (`evals.report.hypotheses`)."""
     folder = Path(folder)
     records = [r for source in sources for r in load_records(source)] or load_records(folder)
     folder.mkdir(parents=True, exist_ok=True)
@@ -359,7 +316,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     written = [report.markdown_path, report.json_path, report.plot_path, report.sweep_path]
     print("written: " + ", ".join(str(p) for p in written if p), file=sys.stderr)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

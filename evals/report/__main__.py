@@ -1,0 +1,8 @@
+"""`python -m evals.report DIR`: a run folder's tables and plots (evals.report.tables)."""
+
+import sys
+
+from evals.report.tables import main
+
+if __name__ == "__main__":
+    sys.exit(main())
