@@ -11,11 +11,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from nodes.gates import GAMMA_GATES
+from nodes.gates import GAMMA_GATES, REGISTRY
 
-#: The paper's Table 1 rows as labels: Vanilla CoT, Per-Step Scale, MUR with and without the
-#: appendix's bias correction, and the two cheap baselines (Avg uncertainty, SMART).
-PAPER_TABLE_LABELS: tuple[str, ...] = ("never", "always", "mur", "mur+bc", "average", "smart")
+#: The paper's Table 1 rows as labels, from the gates' registry: Vanilla CoT, Per-Step Scale,
+#: MUR with and without the appendix's bias correction, and the two cheap baselines.
+PAPER_TABLE_LABELS: tuple[str, ...] = tuple(
+    label for gate in REGISTRY.values() for label in gate.table_labels
+)
 
 # Budget-mode Context fields and how a label names them.
 BUDGET_LABELS = {"budget_tokens": "budget", "target_scale_rate": "rate"}

@@ -10,16 +10,11 @@ from __future__ import annotations
 import hashlib
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, get_args
+from typing import TYPE_CHECKING, Literal
 
 from nodes.uncertainty import check_alpha, corrected_momentum, update_momentum
-
-GateName = Literal["mur", "always", "never", "average", "smart", "random"]
-GATES: tuple[str, ...] = get_args(GateName)
-#: The gates whose decisions read gamma; a gamma sweep runs the others once.
-GAMMA_GATES: frozenset[str] = frozenset({"mur"})
 
 
 @dataclass(frozen=True)
@@ -64,8 +59,109 @@ class GateHistory:
         self.kept_uncertainties.append(kept_uncertainty)
 
 
+@dataclass(frozen=True)
+class GateCall:
+    """What a gate sees of step t: its number (from 1), its draft's uncertainty and token
+    confidence, the kept steps' history and the numbers the gates read."""
+
+    step: int
+    uncertainty: float
+    confidence: float | None
+    history: GateHistory
+    params: GateParams
+
+
+@dataclass(frozen=True)
+class Gate:
+    """One detector: its rule, and the facts the rest of the project reads from here (the
+    CLI's choices, the runner's gamma sweep, table1's rows, the endpoint's model names)."""
+
+    name: str
+    rule: Callable[[GateCall], GateDecision]
+    description: str
+    from_step: int = 2
+    """The first step it may scale: 2 for the gates that compare with the kept steps' history
+    (step 1 has none, and is never scaled by them), 1 for the others."""
+    reads_gamma: bool = False
+    """Its decision depends on gamma, so a gamma sweep runs it once per gamma."""
+    table_labels: tuple[str, ...] = ()
+    """Its rows of the paper's Table 1, as gate labels (`nodes.gate_labels`)."""
+
+
+def _mur(call: GateCall) -> GateDecision:
+    history, params = call.history, call.params
+    threshold = mur_threshold(history.momentum, len(history.kept_uncertainties), params)
+    return GateDecision(call.uncertainty > threshold, threshold)
+
+
+def _average(call: GateCall) -> GateDecision:
+    kept = call.history.kept_uncertainties
+    threshold = math.fsum(kept) / len(kept)
+    return GateDecision(call.uncertainty > threshold, threshold)
+
+
+def _smart(call: GateCall) -> GateDecision:
+    if call.confidence is None:
+        raise ValueError("the smart gate needs the step's token confidence")
+    return GateDecision(call.confidence < call.params.tau, call.params.tau)
+
+
+def _random(call: GateCall) -> GateDecision:
+    rate = call.params.rate
+    return GateDecision(random_draw(call.params.seed, call.step) < rate, rate)
+
+
+REGISTRY: dict[str, Gate] = {
+    gate.name: gate
+    for gate in (  # the paper's order: its Table 1 rows follow it
+        Gate(
+            "never",
+            lambda call: GateDecision(False),
+            "Vanilla CoT: no step",
+            from_step=1,
+            table_labels=("never",),
+        ),
+        Gate(
+            "always",
+            lambda call: GateDecision(True),
+            "Per-Step Scale: every step",
+            from_step=1,
+            table_labels=("always",),
+        ),
+        Gate(
+            "mur",
+            _mur,
+            "MUR's gamma-gate: m_t > M_{t-1} - ln(gamma)",
+            reads_gamma=True,
+            table_labels=("mur", "mur+bc"),
+        ),
+        Gate(
+            "average",
+            _average,
+            "Avg uncertainty: m_t above the mean of the kept steps'",
+            table_labels=("average",),
+        ),
+        Gate(
+            "smart",
+            _smart,
+            "SMART: mean token probability below tau",
+            from_step=1,
+            table_labels=("smart",),
+        ),
+        Gate("random", _random, "random at a rate, to match another gate's scaled share"),
+    )
+}
+GATES: tuple[str, ...] = tuple(REGISTRY)
+#: The gates whose decisions read gamma; a gamma sweep runs the others once.
+GAMMA_GATES: frozenset[str] = frozenset(g.name for g in REGISTRY.values() if g.reads_gamma)
+if TYPE_CHECKING:
+    GateName = str
+else:  # the registry's names as a Literal: Context's choices, the CLI's and Studio's
+    GateName = Literal[GATES]
+
+
 def check_gate(gate: str) -> None:
-    if gate not in GATES:
+    if gate not in REGISTRY:
         raise ValueError(f"unknown gate {gate!r}: choose one of {', '.join(GATES)}")
 
 
@@ -115,25 +211,10 @@ def decide(
     check_gate(gate)
     if step < 1:
         raise ValueError(f"steps are numbered from 1, got {step}")
-    if gate == "never":
-        return GateDecision(False)
-    if gate == "always":
-        return GateDecision(True)
-    if gate == "smart":
-        if confidence is None:
-            raise ValueError("the smart gate needs the step's token confidence")
-        return GateDecision(confidence < params.tau, params.tau)
-    if step < 2:
-        # No momentum yet: the first step is never scaled by the history-based gates.
-        return GateDecision(False)
-    if gate == "mur":
-        threshold = mur_threshold(history.momentum, len(history.kept_uncertainties), params)
-        return GateDecision(uncertainty > threshold, threshold)
-    if gate == "average":
-        threshold = math.fsum(history.kept_uncertainties) / len(history.kept_uncertainties)
-        return GateDecision(uncertainty > threshold, threshold)
-    # random: scale with probability `rate`, to match another gate's scaled fraction.
-    return GateDecision(random_draw(params.seed, step) < params.rate, params.rate)
+    chosen = REGISTRY[gate]
+    if step < chosen.from_step:
+        return GateDecision(False)  # no momentum yet: nothing to compare with
+    return chosen.rule(GateCall(step, uncertainty, confidence, history, params))
 
 
 def replay_decisions(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import get_args
+
 import pytest
 
 from evals.harness.contexts import context_for
@@ -18,6 +20,7 @@ from nodes.gate_labels import (
     random_rate,
     reads_gamma,
 )
+from nodes.gates import GAMMA_GATES, GATES, REGISTRY
 
 
 @pytest.mark.parametrize(
@@ -108,3 +111,12 @@ def test_which_labels_read_gamma_and_which_are_the_papers() -> None:
     assert not reads_gamma("mur[budget=300]") and not reads_gamma("random@0.2")
     for label in PAPER_TABLE_LABELS:
         context_for(label)  # every row is a valid setting
+
+
+def test_a_gate_is_one_registry_entry_and_its_facts_follow() -> None:
+    """The CLI's choices, Context's type, gamma sweeps and table1's rows come from the
+    registry: a gate added there is everywhere at once."""
+    assert get_args(Context.model_fields["gate"].annotation) == GATES == tuple(REGISTRY)
+    assert {"mur"} == GAMMA_GATES and reads_gamma("mur") and not reads_gamma("average")
+    assert PAPER_TABLE_LABELS == ("never", "always", "mur", "mur+bc", "average", "smart")
+    assert all(gate.description for gate in REGISTRY.values())

@@ -194,7 +194,7 @@ async def test_missing_logprobs_is_a_clear_error() -> None:
 def test_invalid_settings_fail_before_any_call() -> None:
     with pytest.raises(ValueError, match="gamma"):
         Context(gamma=0)
-    with pytest.raises(ValueError, match=r"gate must be 'mur', .* got 'sometimes'"):
+    with pytest.raises(ValueError, match=r"gate must be 'never', .* got 'sometimes'"):
         Context(gate="sometimes")
     with pytest.raises(ValueError, match="unknown strategy"):
         build_graph("beam", backbone=FakeLogprobChat(responder=scripted_backbone()))
