@@ -28,8 +28,9 @@ from pydantic.fields import FieldInfo
 from rich.console import Console
 from rich.text import Text
 
-from graphs.mur import MODEL_RETRY, build_graph
-from graphs.refine import STRATEGIES, summarise
+from graphs.model_calls import MODEL_RETRY
+from graphs.mur import build_graph
+from graphs.refine import summarise
 from graphs.solve import solve
 from graphs.state import Context
 from nodes.draft import check_question
@@ -47,6 +48,8 @@ SAMPLE_QUESTION = (
 
 # Context fields that take a comma-separated list with --dataset: the benchmark sweeps them.
 SWEEPS: tuple[str, ...] = ("gate", "gamma", "budget_tokens", "target_scale_rate")
+# Context fields every command names itself (required flags, kept apart from the shared settings).
+CHOSEN: tuple[str, ...] = ("strategy",)
 # What a flag takes beyond its Context field (nodes.gate_labels.parse_gate_label reads the labels).
 FLAG_NOTES: dict[str, str] = {
     "gate": "Labels: mur+bc = mur with bias correction, random@0.12 = random at that rate, "
@@ -98,7 +101,14 @@ def add_context_flags(parser: argparse.ArgumentParser) -> None:
                 flag, dest=name, type=_csv(kind), metavar=name.upper(), help=help_text
             )
         else:
-            group.add_argument(flag, dest=name, type=kind, choices=choices, help=help_text)
+            group.add_argument(
+                flag,
+                dest=name,
+                type=kind,
+                choices=choices,
+                required=name in CHOSEN,
+                help=help_text,
+            )
 
 
 def _help(name: str, info: FieldInfo, choices: tuple[Any, ...] | None, sweep: bool) -> str:
@@ -116,14 +126,14 @@ def _help(name: str, info: FieldInfo, choices: tuple[Any, ...] | None, sweep: bo
     ]
     if choices:
         limits = [f"one of {', '.join(map(str, choices))}"]
-    return f"{text} ({'; '.join([*limits, f'default {info.default}'])})"
+    default = "required" if name in CHOSEN else f"default {info.default}"
+    return f"{text} ({'; '.join([*limits, default])})"
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="run.py", description="MUR: momentum-uncertainty-guided step-level reasoning."
     )
-    parser.add_argument("--strategy", required=True, choices=STRATEGIES)
     add_context_flags(parser)
     parser.add_argument("--question", help="the question to solve (default: a sample problem)")
     parser.add_argument("--system-prompt", default=None)
@@ -179,11 +189,11 @@ def connect(args: argparse.Namespace, say: Callable[[str], None]) -> Connection:
 
 
 def flag_settings(args: argparse.Namespace) -> dict[str, Any]:
-    """The Context settings given on the command line, but the swept ones."""
+    """The Context settings given on the command line, but the swept and chosen ones."""
     return {
         name: getattr(args, name)
         for name in Context.field_names()
-        if name not in SWEEPS and getattr(args, name) is not None
+        if name not in (*SWEEPS, *CHOSEN) and getattr(args, name) is not None
     }
 
 
@@ -218,7 +228,7 @@ def single_context(args: argparse.Namespace, recommended: dict[str, Any]) -> Con
     the mur gate; a gate label brings its own settings (`mur+bc`, `random@0.12`)."""
     gate, overrides = parse_gate_label((budget_labels(args) or gates(args))[0])
     settings = {**shared_settings(args, recommended), **overrides}
-    return Context(**settings, gate=gate, gamma=gammas(args)[0])
+    return Context(**settings, strategy=args.strategy, gate=gate, gamma=gammas(args)[0])
 
 
 def validate(args: argparse.Namespace) -> None:
@@ -310,8 +320,6 @@ async def solve_one(args: argparse.Namespace, connection: Connection, printer: P
 
     def graph(checkpointer: Any = None) -> Any:
         return build_graph(
-            args.strategy,
-            context.gate,
             backbone=connection.backbone,
             verifier=connection.verifier,
             checkpointer=checkpointer,

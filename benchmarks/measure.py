@@ -108,10 +108,11 @@ class Settings:
     n_choice_reps: int = 4
     profile_graph: str | None = None
 
-    def context(self, label: str) -> Context:
-        """The run's Context for a gate label (`mur`, `mur+bc`, `random@0.2`, `always`, ...)."""
+    def context(self, label: str, strategy: str = "critic") -> Context:
+        """The run's Context for a gate label (`mur`, `mur+bc`, `random@0.2`, `always`, ...)
+        and a strategy."""
         gate, overrides = parse_gate_label(label)
-        return Context(gate=gate, gamma=self.gamma, **self.graph, **overrides)
+        return Context(strategy=strategy, gate=gate, gamma=self.gamma, **self.graph, **overrides)
 
 
 class Bench:
@@ -149,8 +150,8 @@ class Bench:
             extra_body={"cache_salt": self._salt(label)},
             http_async_client=recorder.http_client(),
         )
-        graph = build_graph(strategy, backbone=model, verifier=model)
-        context = self.settings.context(gate)
+        graph = build_graph(backbone=model, verifier=model)
+        context = self.settings.context(gate, strategy)
         run = GraphRun(label, strategy, gate, concurrency, 0, window_s=window_s)
         results: list[dict[str, Any]] = []
         queue = list(enumerate(problems))[::-1]

@@ -261,14 +261,16 @@ def run_load(url: str, problems: Sequence[Any], args: argparse.Namespace, phase:
     from graphs.state import Context
     from servers.clients import make_chat_model
 
-    graph = build_graph(args.strategy, backbone=make_chat_model(url))
+    graph = build_graph(backbone=make_chat_model(url))
     jobs = plan_jobs(
         problems,
         args.strategy,
         [args.gate],
         [args.gamma],
         1,
-        lambda gate, gamma, sample, budget: Context(gate=gate, gamma=gamma, **SMALL_SETTINGS),
+        lambda gate, gamma, sample, budget: Context(
+            strategy=args.strategy, gate=gate, gamma=gamma, **SMALL_SETTINGS
+        ),
     )
     folder = args.home / "runs" / phase.case
     shutil.rmtree(folder, ignore_errors=True)  # a fresh run each time, never resumed

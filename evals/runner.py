@@ -25,8 +25,9 @@ from evals.stopping import STOPPED_EXIT, StopSignals
 from graphs.mur import build_graph
 from graphs.state import Context
 from nodes.gate_labels import budget_label, is_budget_label, parse_gate_label
-from nodes.llm import CallMeter, is_transient, metered
+from nodes.usage import CallMeter, metered
 from servers.sessions import new_session_id, session
+from servers.transport_errors import is_transient
 
 # Gates whose decisions depend on gamma; the others run once, whatever the gamma list.
 GAMMA_GATES = frozenset({"mur"})
@@ -101,7 +102,9 @@ class BenchmarkPlan:
     def folder_settings(self, backbone: BaseChatModel, verifier: BaseChatModel) -> dict[str, Any]:
         """What every run in the folder shares: the models and each Context field but the
         swept gate and gamma (label and budget overrides come on top per run)."""
-        shared = Context(**self.settings).model_dump(mode="json", exclude={"gate", "gamma"})
+        shared = Context(**self.settings).model_dump(
+            mode="json", exclude={"strategy", "gate", "gamma"}
+        )
         return {
             "backbone_model": model_name(backbone),
             "verifier_model": model_name(verifier),
@@ -113,6 +116,7 @@ class BenchmarkPlan:
     ) -> Context:
         settings = {
             **self.settings,
+            "strategy": self.strategy,
             "gate": gate,
             "gamma": gamma if gamma is not None else self.gammas[0],
             **(overrides or {}),
@@ -332,9 +336,7 @@ def run_benchmark(plan: BenchmarkPlan, backbone: BaseChatModel, verifier: BaseCh
 
     async def run_checkpointed() -> RunOutcome:
         async with open_checkpoints(out) as saver:
-            graph = build_graph(
-                plan.strategy, backbone=backbone, verifier=verifier, checkpointer=saver
-            )
+            graph = build_graph(backbone=backbone, verifier=verifier, checkpointer=saver)
             return await run_jobs(graph, todo, store, concurrency=plan.concurrency)
 
     try:
