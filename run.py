@@ -32,8 +32,9 @@ from evals.harness.contexts import context_for
 from evals.harness.plan import BenchmarkPlan
 from evals.questions import Problem, load_dataset
 from evals.questions.datasets import describe as describe_datasets
-from graphs.mur import MODEL_RETRY, build_graph
-from graphs.refine import STRATEGIES, summarise
+from graphs.model_calls import MODEL_RETRY
+from graphs.mur import build_graph
+from graphs.refine import summarise
 from graphs.solve import solve
 from graphs.state import Context
 from nodes.draft import check_question
@@ -51,6 +52,8 @@ SAMPLE_QUESTION = (
 
 # Context fields that take a comma-separated list with --dataset: the benchmark sweeps them.
 SWEEPS: tuple[str, ...] = ("gate", "gamma", "budget_tokens", "target_scale_rate")
+# Context fields every command names itself (required flags, kept apart from the shared settings).
+CHOSEN: tuple[str, ...] = ("strategy",)
 # What a flag takes beyond its Context field (nodes.gate_labels.parse_gate_label reads the labels).
 FLAG_NOTES: dict[str, str] = {
     "gate": "Labels: mur+bc = mur with bias correction, random@0.12 = random at that rate, "
@@ -102,7 +105,14 @@ def add_context_flags(parser: argparse.ArgumentParser) -> None:
                 flag, dest=name, type=_csv(kind), metavar=name.upper(), help=help_text
             )
         else:
-            group.add_argument(flag, dest=name, type=kind, choices=choices, help=help_text)
+            group.add_argument(
+                flag,
+                dest=name,
+                type=kind,
+                choices=choices,
+                required=name in CHOSEN,
+                help=help_text,
+            )
 
 
 def _help(name: str, info: FieldInfo, choices: tuple[Any, ...] | None, sweep: bool) -> str:
@@ -120,7 +130,8 @@ def _help(name: str, info: FieldInfo, choices: tuple[Any, ...] | None, sweep: bo
     ]
     if choices:
         limits = [f"one of {', '.join(map(str, choices))}"]
-    return f"{text} ({'; '.join([*limits, f'default {info.default}'])})"
+    default = "required" if name in CHOSEN else f"default {info.default}"
+    return f"{text} ({'; '.join([*limits, default])})"
 
 
 def _concurrency(text: str) -> int | None:
@@ -140,7 +151,6 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="run.py", description="MUR: momentum-uncertainty-guided step-level reasoning."
     )
-    parser.add_argument("--strategy", required=True, choices=STRATEGIES)
     add_context_flags(parser)
     parser.add_argument("--question", help="the question to solve (default: a sample problem)")
     parser.add_argument("--system-prompt", default=None)
@@ -189,11 +199,11 @@ def connect(args: argparse.Namespace, say: Callable[[str], None]) -> Connection:
 
 
 def flag_settings(args: argparse.Namespace) -> dict[str, Any]:
-    """The Context settings given on the command line, but the swept ones."""
+    """The Context settings given on the command line, but the swept and chosen ones."""
     return {
         name: getattr(args, name)
         for name in Context.field_names()
-        if name not in SWEEPS and getattr(args, name) is not None
+        if name not in (*SWEEPS, *CHOSEN) and getattr(args, name) is not None
     }
 
 
@@ -227,7 +237,8 @@ def single_context(args: argparse.Namespace, recommended: dict[str, Any]) -> Con
     """The Context of a single solve (no lists: validate() refused them): a budget makes it
     the mur gate; a gate label brings its own settings (`mur+bc`, `random@0.12`)."""
     label = (budget_labels(args) or gates(args))[0]
-    return context_for(label, shared_settings(args, recommended), gamma=gammas(args)[0])
+    settings = {**shared_settings(args, recommended), "strategy": args.strategy}
+    return context_for(label, settings, gamma=gammas(args)[0])
 
 
 def validate(args: argparse.Namespace) -> None:
@@ -318,8 +329,6 @@ async def solve_one(args: argparse.Namespace, connection: Connection, printer: P
 
     def graph(checkpointer: Any = None) -> Any:
         return build_graph(
-            args.strategy,
-            context.gate,
             backbone=connection.backbone,
             verifier=connection.verifier,
             checkpointer=checkpointer,

@@ -108,9 +108,10 @@ class Settings:
     n_choice_reps: int = 4
     profile_graph: str | None = None
 
-    def context(self, label: str) -> Context:
-        """The run's Context for a gate label (`mur`, `mur+bc`, `random@0.2`, `always`, ...)."""
-        return context_for(label, self.graph, gamma=self.gamma)
+    def context(self, label: str, strategy: str = "critic") -> Context:
+        """The run's Context for a gate label (`mur`, `mur+bc`, `random@0.2`, `always`, ...)
+        and a strategy."""
+        return context_for(label, {**self.graph, "strategy": strategy}, gamma=self.gamma)
 
 
 class Bench:
@@ -148,8 +149,8 @@ class Bench:
             extra_body={"cache_salt": self._salt(label)},
             http_async_client=recorder.http_client(),
         )
-        graph = build_graph(strategy, backbone=model, verifier=model)
-        context = self.settings.context(gate)
+        graph = build_graph(backbone=model, verifier=model)
+        context = self.settings.context(gate, strategy)
         run = GraphRun(label, strategy, gate, concurrency, 0, window_s=window_s)
         results: list[dict[str, Any]] = []
         queue = list(enumerate(problems))[::-1]

@@ -280,7 +280,7 @@ def run_load(url: str, problems: Sequence[Problem], args: argparse.Namespace, ph
     from servers.clients import make_chat_model
 
     plan = load_plan(problems, args)
-    graph = build_graph(plan.strategy, backbone=make_chat_model(url))
+    graph = build_graph(backbone=make_chat_model(url))
     folder = args.home / "runs" / phase.case
     shutil.rmtree(folder, ignore_errors=True)  # a fresh run each time, never resumed
     store = RecordStore(folder)

@@ -60,7 +60,7 @@ class ClientGone(Exception):
 
 
 class RunService:
-    """Compiled graphs (one per strategy, built on first use) and the runs over them."""
+    """The compiled graph (built on first use) and the runs over it."""
 
     def __init__(
         self,
@@ -78,7 +78,7 @@ class RunService:
         self.verifier = verifier or backbone
         self.max_runs, self.retry_after = max_runs, retry_after
         self.in_flight = 0
-        self._graphs: dict[str, Any] = {}
+        self._graph: Any = None
         # Base URL -> role, for error messages; a shared URL is named as the backbone.
         self.roles = {
             url: role
@@ -89,13 +89,12 @@ class RunService:
             if url
         }
 
-    def graph(self, strategy: str) -> Any:
-        """The compiled graph of `strategy`; built once (no await in here, so no race)."""
-        if strategy not in self._graphs:
-            self._graphs[strategy] = build_graph(
-                strategy, backbone=self.backbone, verifier=self.verifier
-            )
-        return self._graphs[strategy]
+    def graph(self) -> Any:
+        """The compiled graph, every strategy in it; built once (no await in here, so no
+        race)."""
+        if self._graph is None:
+            self._graph = build_graph(backbone=self.backbone, verifier=self.verifier)
+        return self._graph
 
     def start(self, job: Job) -> Run:
         """Start the graph run of `job` in a task of its own; 429 when every slot is taken.
@@ -104,7 +103,7 @@ class RunService:
         """
         if self.in_flight >= self.max_runs:
             raise Saturated(self.max_runs, self.retry_after)
-        graph = self.graph(job.strategy)
+        graph = self.graph()
         steps: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
 
         async def run() -> dict[str, Any]:

@@ -70,7 +70,8 @@ class ChatCompletionRequest(BaseModel):
     seed: StrictInt | None = Field(default=None, description="The run's Context.seed.")
     mur: Any = Field(
         default=None,
-        description="Graph settings: any graphs.Context field but `gate` (the model picks it).",
+        description="Graph settings: any graphs.Context field but `strategy` and `gate` (the "
+        "model picks them).",
     )
 
 
@@ -89,14 +90,20 @@ class Job:
 
 
 def make_context(
-    gate: str, mur: Any = None, seed: int | None = None, defaults: Mapping[str, Any] | None = None
+    gate: str,
+    mur: Any = None,
+    seed: int | None = None,
+    defaults: Mapping[str, Any] | None = None,
+    strategy: str | None = None,
 ) -> Context:
-    """The run's Context: `defaults`, then the top-level `seed`, then the `mur` field.
+    """The run's Context: `defaults`, then the top-level `seed`, then the `mur` field; the
+    model name's `strategy` (None: the Context's default) and `gate` last.
 
-    Unknown names and a `mur.gate` other than the model's are 400s; values are checked by
-    Context with strict JSON types (pydantic's ValidationError is a ValueError).
+    Unknown names and a `mur.strategy` or `mur.gate` other than the model's are 400s; values
+    are checked by Context with strict JSON types (pydantic's ValidationError is a ValueError).
     """
-    settings: dict[str, Any] = {k: v for k, v in (defaults or {}).items() if k != "gate"}
+    chosen = {"strategy": strategy or Context.model_fields["strategy"].default, "gate": gate}
+    settings: dict[str, Any] = {k: v for k, v in (defaults or {}).items() if k not in chosen}
     if seed is not None:
         settings["seed"] = seed
     if mur is not None:
@@ -104,20 +111,21 @@ def make_context(
             raise bad_request("mur must be an object of graph settings", "mur")
         names = set(Context.field_names())
         for key, value in mur.items():
-            if key == "gate":
-                if value != gate:
+            if key in chosen:
+                if value != chosen[key]:
                     raise bad_request(
-                        f"mur.gate {value!r} contradicts the model's gate {gate!r}: pick the "
-                        f"gate with the model name ({model_name('critic', 'always')}, ...)",
-                        "mur.gate",
+                        f"mur.{key} {value!r} contradicts the model's {key} {chosen[key]!r}: "
+                        f"pick the {key} with the model name "
+                        f"({model_name('critic', 'always')}, ...)",
+                        f"mur.{key}",
                     )
                 continue
             if key not in names:
-                known = ", ".join(sorted(names - {"gate"}))
+                known = ", ".join(sorted(names - set(chosen)))
                 raise bad_request(f"unknown setting mur.{key}: choose among {known}", f"mur.{key}")
             settings[key] = value
     try:
-        return context_for(gate, settings)  # strict: no type coercion
+        return context_for(gate, {**settings, "strategy": chosen["strategy"]})  # strict types
     except ContextError as exc:
         if not exc.errors:
             raise bad_request(f"invalid graph settings: {exc}", "mur") from None
@@ -175,7 +183,7 @@ def parse_job(request: ChatCompletionRequest, defaults: Mapping[str, Any] | None
     if request.n is not None and request.n != 1:
         raise bad_request("n must be 1: one request runs one solution", "n")
     question, system = question_of(request.messages)
-    context = make_context(gate, request.mur, request.seed, defaults)
+    context = make_context(gate, request.mur, request.seed, defaults, strategy)
     options = request.stream_options or StreamOptions()
     return Job(
         model=request.model,

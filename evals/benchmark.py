@@ -88,9 +88,7 @@ def run_benchmark(plan: BenchmarkPlan, backbone: BaseChatModel, verifier: BaseCh
 
     async def run_checkpointed() -> RunOutcome:
         async with open_checkpoints(out) as saver:
-            graph = build_graph(
-                plan.strategy, backbone=backbone, verifier=verifier, checkpointer=saver
-            )
+            graph = build_graph(backbone=backbone, verifier=verifier, checkpointer=saver)
             return await run_jobs(graph, todo, store, concurrency=concurrency)
 
     try:

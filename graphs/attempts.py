@@ -1,26 +1,31 @@
 """Every attempt of a model-calling node counts: what the server answered and what failed.
 
-The graph's RetryPolicy (graphs.mur.MODEL_RETRY) is the one retry loop: a node whose request
-fails runs again from the start. Without help, the tokens of requests the server had already
-answered in the failed attempt (a refine node's earlier inner calls, the sibling candidates of
-a gather) would vanish from the usage although the server spent them. So each attempt runs
-under a `CallMeter` (nodes.llm); a failed attempt's count is kept under the node's task id and
-added to the usage of the attempt that succeeds, with every request that got no usable answer
-counted as `failed_calls`.
+The graph's RetryPolicy (graphs.model_calls.MODEL_RETRY) is the one retry loop: a node whose
+request fails runs again from the start. Without help, the tokens of requests the server had
+already answered in the failed attempt (the sibling candidates of a gather, the first of
+several choices topped up) would vanish from the usage although the server spent them. So each
+attempt runs under a `CallMeter` (nodes.usage); a failed attempt's count is kept under the
+node's task id and added to the usage of the attempt that succeeds, with every request that
+got no usable answer counted as `failed_calls`. A failure the node turns into an outcome (a
+full context ends the solution) carries the count of its own attempt and of those before it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from typing import Any
 
 from langgraph.runtime import Runtime
-from langgraph.types import RetryPolicy
+from langgraph.types import Command, RetryPolicy
 
-from nodes.llm import Usage, add_usage, metered
+from nodes.usage import Usage, add_usage, metered
 
 Update = dict[str, Any]
-Node = Callable[[Any, Runtime[Any]], Awaitable[Update]]
+Outcome = Update | Command
+Node = Callable[[Any, Runtime[Any]], Awaitable[Outcome]]
+OnFailure = Callable[[Any, Exception], Outcome | None]
+"""What a node makes of its own failure: an outcome, or None to let it fail (and be retried)."""
 
 
 class AttemptLedger:
@@ -36,28 +41,47 @@ class AttemptLedger:
 
     def _will_retry(self, exc: BaseException, attempt: int) -> bool:
         retry_on = self.policy.retry_on
+        if not isinstance(exc, Exception):
+            return False
         retried = retry_on(exc) if callable(retry_on) else isinstance(exc, retry_on)
-        return isinstance(exc, Exception) and retried and attempt < self.policy.max_attempts
+        return retried and attempt < self.policy.max_attempts
 
-    def counted(self, node: Node) -> Node:
-        """`node` with every attempt's requests counted in the usage it returns."""
+    def counted(self, node: Node, on_failure: OnFailure | None = None) -> Node:
+        """`node` with every attempt's requests counted in the usage it returns; with
+        `on_failure`, a failure it turns into an outcome ends the node with that outcome."""
 
-        async def attempt(state: Any, runtime: Runtime[Any]) -> Update:
+        async def attempt(state: Any, runtime: Runtime[Any]) -> Outcome:
             info = runtime.execution_info
             key, number = info.task_id, info.node_attempt
             with metered() as meter:
                 try:
-                    update = await node(state, runtime)
+                    outcome = await node(state, runtime)
                 except BaseException as exc:
                     lost = self._lost.pop(key, Usage()) + meter.total()
+                    handled = (
+                        on_failure(state, exc)
+                        if on_failure is not None and isinstance(exc, Exception)
+                        else None
+                    )
+                    if handled is not None:
+                        return with_usage(handled, lost)
                     if self._will_retry(exc, number):
                         self._lost[key] = lost
                     raise
             extra = self._lost.pop(key, Usage()) + Usage(failed_calls=meter.failed_calls)
-            if extra == Usage():
-                return update
-            return {**update, "usage": add_usage(update.get("usage"), extra.as_dict())}
+            return with_usage(outcome, extra)
 
         attempt.__name__ = getattr(node, "__name__", "attempt")
         attempt.__doc__ = node.__doc__
         return attempt
+
+
+def with_usage(outcome: Outcome, extra: Usage) -> Outcome:
+    """`outcome` with `extra` added to the usage it writes (a Command's update too)."""
+    if extra == Usage():
+        return outcome
+    if isinstance(outcome, Command):
+        update = dict(outcome.update or {})
+        update["usage"] = add_usage(update.get("usage"), extra.as_dict())
+        return replace(outcome, update=update)
+    return {**outcome, "usage": add_usage(outcome.get("usage"), extra.as_dict())}

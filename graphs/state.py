@@ -8,12 +8,12 @@ from typing import Annotated, Any, Literal, NotRequired, TypedDict
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from graphs.records import Fallback, FinishReason, GateRecord, StepRecord
+from graphs.refine import StrategyName
 from nodes.budget import BudgetSettings
 from nodes.draft import STEP_FORMATS, StepCandidate, StepFormat
 from nodes.gates import GateName, GateParams, question_seed
-from nodes.llm import add_usage
-
-FinishReason = Literal["answer", "end_of_sequence", "max_steps", "empty_step", "context_length"]
+from nodes.usage import add_usage
 
 
 class ContextError(ValueError):
@@ -49,6 +49,11 @@ class Context(BaseModel):
 
     model_config = ConfigDict(strict=True, frozen=True, extra="forbid")
 
+    strategy: StrategyName = Field(
+        "critic",
+        description="What scaling a step means: the refine strategy the gate calls "
+        "(graphs/refine).",
+    )
     gate: GateName = Field("mur", description="Which steps to scale (mur = the gamma-gate).")
     gamma: float = Field(
         0.9,
@@ -200,35 +205,6 @@ class Context(BaseModel):
         return tuple(cls.model_fields)
 
 
-class StepRecord(TypedDict):
-    """A kept step, as the output contract shows it."""
-
-    index: int
-    text: str
-    uncertainty: float
-    confidence: float
-    momentum_before: float
-    momentum_after: float
-    scaled: bool
-    strategy: str | None
-    num_tokens: int
-    refine: NotRequired[dict[str, Any] | None]
-
-
-class GateRecord(TypedDict):
-    """What the gate saw and decided for the current draft."""
-
-    uncertainty: float
-    confidence: float
-    threshold: float | None
-    scale: bool
-
-
-class Fallback(TypedDict):
-    text: str
-    num_tokens: int
-
-
 class InputState(TypedDict):
     question: str
     system_prompt: NotRequired[str | None]
@@ -267,14 +243,16 @@ class State(InputState, OutputState):
     """Tokens the answer request may use when a draft overflowed the context (None: none)."""
 
 
-class RefineInput(TypedDict):
-    question: str
-    system_prompt: NotRequired[str | None]
-    steps: list[StepRecord]
-    draft: StepCandidate
-
-
-class RefineOutput(TypedDict):
-    kept: StepCandidate
-    refine: dict[str, Any]
-    usage: dict[str, int]
+__all__ = [
+    "OUTPUT_KEYS",
+    "Context",
+    "ContextError",
+    "Fallback",
+    "FinishReason",
+    "GateRecord",
+    "InputState",
+    "OutputState",
+    "State",
+    "StepRecord",
+    "output_of",
+]

@@ -1,9 +1,12 @@
-"""One way to ask a chat model for text with token logprobs, and to count what it cost.
+"""One way to ask a chat model for text with token logprobs, and to read its reply.
 
 Models arrive injected: any LangChain chat model whose messages carry OpenAI-format token
 logprobs in `response_metadata["logprobs"]["content"]` (what ChatOpenAI returns against vLLM).
 Everything a node needs from a reply (text, per-token logprobs, why it stopped, tokens spent)
-is read here, once, into plain dataclasses.
+is read here, once, into plain dataclasses; each request's cost goes to the active meters
+(`nodes.usage`). A failed request raises what the client raised: what a client's exception
+means (retry it, the context is full) is the client layer's to say (servers.transport_errors),
+and the graph's to act on.
 
 A server with a reasoning parser (vLLM `--reasoning-parser qwen3`) moves what it takes for
 thinking out of `content` into a separate field, which LangChain clients keep in
@@ -17,16 +20,14 @@ from __future__ import annotations
 
 import asyncio
 import math
-import re
-from collections.abc import Awaitable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from contextvars import ContextVar
+from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
-import httpx
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage
+
+from nodes.usage import Usage, count_request
 
 # The request fields that make vLLM continue the last assistant message instead of answering
 # a new turn (its chat template must not add a generation prompt).
@@ -37,75 +38,6 @@ T = TypeVar("T")
 
 class MissingLogprobsError(RuntimeError):
     """The server answered without token logprobs, so no uncertainty can be measured."""
-
-
-class ContextOverflowError(RuntimeError):
-    """The request does not fit the model's context (the server answered HTTP 400).
-
-    `room` is how many tokens the server could still have generated after this prompt, when
-    its message says (vLLM states the prompt's size when prompt + max_tokens is too long); None
-    when unknown or when the prompt alone is too long.
-    """
-
-    def __init__(self, message: str, max_context: int | None, prompt_tokens: int | None) -> None:
-        super().__init__(message)
-        self.max_context = max_context
-        self.prompt_tokens = prompt_tokens
-
-    @property
-    def room(self) -> int | None:
-        if self.max_context is None or self.prompt_tokens is None:
-            return None
-        return max(self.max_context - self.prompt_tokens, 0)
-
-
-# vLLM's wording over the versions: "This model's maximum context length is 4096 tokens.
-# However, your prompt contains at least 4097 input tokens ..." (0.2x; also when prompt +
-# max_tokens is too long: "you requested 65535 output tokens and your prompt contains at
-# least 62466 input tokens"), "... your request has 8 input tokens plus 2045 'max_tokens'"
-# (0.15), "... you requested 5000 tokens (2952 in the messages, 2048 in the completion)"
-# (0.1x), and "Input length (5000) exceeds model's maximum context length (4096)".
-_MAX_CONTEXT = re.compile(r"maximum context length (?:is )?\(?(\d+)")
-_PROMPT_TOKENS = re.compile(
-    r"(?:contains (?:at least )?(\d+) input tokens|has (\d+) input tokens|(\d+) in the messages"
-    r"|Input length \((\d+)\))"
-)
-
-
-def context_overflow(exc: BaseException) -> ContextOverflowError | None:
-    """The overflow an HTTP 400 describes, or None when `exc` is something else."""
-    import openai
-
-    if not isinstance(exc, openai.BadRequestError):
-        return None
-    message = str(getattr(exc, "message", "") or exc)
-    found = _MAX_CONTEXT.search(message)
-    if found is None:
-        return None
-    prompt = _PROMPT_TOKENS.search(message)
-    prompt_tokens = next((int(g) for g in prompt.groups() if g), None) if prompt else None
-    return ContextOverflowError(message, int(found.group(1)), prompt_tokens)
-
-
-def is_transient(exc: BaseException) -> bool:
-    """Worth retrying: the server was unreachable, slow, overloaded or failed (5xx).
-
-    A 4xx answer (bad request, context overflow, unknown model) or a reply without logprobs
-    will fail again the same way: those stop the question at once, with their own message.
-    """
-    # Local: the openai SDK takes seconds to import, and nodes run on any LangChain chat model;
-    # an exception of the SDK's means it is already loaded.
-    import openai
-
-    if isinstance(exc, openai.APIConnectionError | openai.RateLimitError):
-        return True  # includes timeouts
-    if isinstance(exc, openai.APIStatusError):
-        return exc.status_code >= 500
-    if isinstance(exc, httpx.TransportError | ConnectionError):
-        return True
-    if isinstance(exc, httpx.HTTPStatusError):
-        return exc.response.status_code >= 500
-    return False
 
 
 @dataclass(frozen=True)
@@ -148,57 +80,6 @@ class Generation:
 
 
 @dataclass(frozen=True)
-class Usage:
-    """Tokens a request (or a whole run) cost, split by model; one reply counted once."""
-
-    backbone_tokens: int = 0
-    external_tokens: int = 0
-    backbone_prompt_tokens: int = 0
-    external_prompt_tokens: int = 0
-    llm_calls: int = 0
-    """Requests the server answered (each counted once, whatever its n)."""
-    failed_calls: int = 0
-    """Requests that got no usable answer: 5xx, timeouts, cut connections, refusals (4xx)."""
-
-    @property
-    def generated_tokens(self) -> int:
-        """Tokens generated by both models: what the benchmark tables count."""
-        return self.backbone_tokens + self.external_tokens
-
-    def __add__(self, other: Usage) -> Usage:
-        return Usage(*(a + b for a, b in zip(self.as_tuple(), other.as_tuple(), strict=True)))
-
-    def as_tuple(self) -> tuple[int, ...]:
-        return (
-            self.backbone_tokens,
-            self.external_tokens,
-            self.backbone_prompt_tokens,
-            self.external_prompt_tokens,
-            self.llm_calls,
-            self.failed_calls,
-        )
-
-    def as_dict(self) -> dict[str, int]:
-        return dict(zip(USAGE_KEYS, self.as_tuple(), strict=True))
-
-
-USAGE_KEYS: tuple[str, ...] = (
-    "backbone_tokens",
-    "external_tokens",
-    "backbone_prompt_tokens",
-    "external_prompt_tokens",
-    "llm_calls",
-    "failed_calls",
-)
-
-
-def add_usage(left: Mapping[str, int] | None, right: Mapping[str, int] | None) -> dict[str, int]:
-    """State reducer: usage deltas from nodes add up (missing keys count as 0)."""
-    left, right = left or {}, right or {}
-    return {key: int(left.get(key, 0)) + int(right.get(key, 0)) for key in USAGE_KEYS}
-
-
-@dataclass(frozen=True)
 class Reply:
     """All choices of one or more requests, with the tokens they cost."""
 
@@ -213,46 +94,6 @@ class Reply:
         if role == "external":
             return Usage(0, self.completion_tokens, 0, self.prompt_tokens, self.calls)
         raise ValueError(f"role must be 'backbone' or 'external', got {role!r}")
-
-
-@dataclass
-class CallMeter:
-    """Every request made while it is active: what the answered ones cost, how many failed.
-
-    The graph runs each attempt of a model-calling node under a fresh meter (`metered`), so the
-    tokens of requests answered in an attempt that then fails are not lost with it.
-    """
-
-    answered: Usage = field(default_factory=Usage)
-    failed_calls: int = 0
-
-    def total(self) -> Usage:
-        return self.answered + Usage(failed_calls=self.failed_calls)
-
-
-_METERS: ContextVar[tuple[CallMeter, ...]] = ContextVar("mur_call_meters", default=())
-
-
-@contextmanager
-def metered(meter: CallMeter | None = None) -> Iterator[CallMeter]:
-    """Count the requests made in this context (and in tasks started from it), in `meter` or
-    a fresh one. Meters nest: each active one counts every request, so a benchmark's run-wide
-    meter sees the tokens of questions still in flight while the graph meters each attempt."""
-    meter = meter if meter is not None else CallMeter()
-    token = _METERS.set((*_METERS.get(), meter))
-    try:
-        yield meter
-    finally:
-        _METERS.reset(token)
-
-
-def _count(usage: Usage | None = None, *, failed: bool = False) -> None:
-    """Add a request's outcome to every active meter."""
-    for meter in _METERS.get():
-        if failed:
-            meter.failed_calls += 1
-        if usage is not None:
-            meter.answered += usage
 
 
 @dataclass(frozen=True)
@@ -339,12 +180,9 @@ async def _one_request(model: BaseChatModel, request: Request, n: int) -> Reply:
         kwargs["n"] = n
     try:
         result = await model.agenerate([list(request.messages)], **kwargs)
-    except BaseException as exc:  # cancelled too: the request got no usable answer
-        _count(failed=True)
-        overflow = context_overflow(exc)
-        if overflow is not None:
-            raise overflow from exc
-        raise
+    except BaseException:  # cancelled too: the request got no usable answer
+        count_request(failed=True)
+        raise  # as the client raised it: the graph judges what it means (retry, full context)
     generations = result.generations[0]
     try:
         choices = tuple(
@@ -352,12 +190,12 @@ async def _one_request(model: BaseChatModel, request: Request, n: int) -> Reply:
         )
     except Exception:  # an unusable reply still cost what the server reports
         completion, prompt = _reply_usage(generations[0].message, ())
-        _count(Reply((), completion, prompt, calls=1).usage(request.role))
+        count_request(Reply((), completion, prompt, calls=1).usage(request.role))
         raise
     # Every message of a multi-choice reply carries the whole reply's usage: count it once.
     completion, prompt = _reply_usage(generations[0].message, choices)
     reply = Reply(choices, completion, prompt, calls=1)
-    _count(reply.usage(request.role))
+    count_request(reply.usage(request.role))
     return reply
 
 

@@ -72,7 +72,9 @@ class BenchmarkPlan:
         """What every run in the folder shares, as settings.json records it: the models and
         each Context field but the swept gate and gamma (label and budget overrides come on top
         per run). `RecordStore.check_settings` compares it with the folder's and writes it."""
-        shared = Context(**self.settings).model_dump(mode="json", exclude={"gate", "gamma"})
+        shared = Context(**self.settings).model_dump(
+            mode="json", exclude={"strategy", "gate", "gamma"}
+        )
         return {
             "backbone_model": model_name(backbone),
             "verifier_model": model_name(verifier),
@@ -82,7 +84,11 @@ class BenchmarkPlan:
     def context(self, label: str, gamma: float | None, sample: int = 0) -> Context:
         """The Context of one run: label `label` at `gamma` (None: the plan's first, which a
         gamma-blind gate never reads), seeded `seed + sample`."""
-        settings = {**self.settings, "seed": self.settings.get("seed", 0) + sample}
+        settings = {
+            **self.settings,
+            "strategy": self.strategy,
+            "seed": self.settings.get("seed", 0) + sample,
+        }
         return context_for(label, settings, gamma=self.gammas[0] if gamma is None else gamma)
 
     def labels(self) -> list[str]:

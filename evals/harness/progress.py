@@ -55,7 +55,7 @@ class RunProgress:
     """Counts questions as they finish or fail and shows it: the rich bar when ``stream`` is a
     terminal, plain lines (every ``every`` questions, and after ``interval`` seconds without
     one) when it is not, nothing when ``enabled`` is false. ``live_tokens`` counts the tokens
-    produced so far, questions in flight included (a run-wide `nodes.llm.metered`); without it,
+    produced so far, questions in flight included (a run-wide `nodes.usage.metered`); without it,
     rates and ETA come from finished questions only. Use as ``async with``."""
 
     def __init__(

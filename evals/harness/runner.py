@@ -19,8 +19,9 @@ from evals.harness.record import RunRecord, make_record, total_tokens
 from evals.harness.records import RecordStore
 from evals.harness.stopping import StopSignals
 from evals.questions import grade
-from nodes.llm import CallMeter, is_transient, metered
+from nodes.usage import CallMeter, metered
 from servers.sessions import new_session_id, session
+from servers.transport_errors import is_transient
 
 
 @dataclass(frozen=True)

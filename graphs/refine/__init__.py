@@ -1,24 +1,30 @@
 """The refine strategies: what "scale this step" means. This registry is their only list.
 
 Adding a strategy: write `graphs/refine/<name>.py` (its scratch state, its `RefineRecord`, a
-`build(backbone, verifier, context_of)` returning the compiled subgraph, and
-`STRATEGY = Strategy("<name>", build, <Record>)`), then import it and list it below.
-`STRATEGIES`, `check_strategy`, run.py's `--strategy` choices, the endpoint's model names
-and Studio's graphs all follow from this list.
+`build(kit)` returning the compiled subgraph, whose model-calling nodes it adds with
+`kit.add_model_node`, and `STRATEGY = Strategy("<name>", build, <Record>)`), then import it and
+list it below. `STRATEGIES`, `check_strategy`, the choices of `Context.strategy` (and so of
+run.py's `--strategy`), the endpoint's model names and the subgraphs mounted in the one graph
+that Studio draws all follow from this list.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from graphs.refine import best_of_n, critic, foresight, thinking
-from graphs.refine.base import RefineRecord, Strategy
+from graphs.refine.base import Kit, RefineRecord, Strategy
 
 REGISTRY: dict[str, Strategy] = {
     module.STRATEGY.name: module.STRATEGY for module in (critic, best_of_n, foresight, thinking)
 }
 STRATEGIES: tuple[str, ...] = tuple(REGISTRY)
+
+if TYPE_CHECKING:  # the names are the registry's, known when it is built
+    StrategyName = str
+else:
+    StrategyName = Literal[STRATEGIES]
 
 
 def check_strategy(strategy: str) -> Strategy:
@@ -37,4 +43,13 @@ def summarise(record: Mapping[str, Any] | None) -> str:
     return check_strategy(record["strategy"]).summarise(record)
 
 
-__all__ = ["REGISTRY", "STRATEGIES", "RefineRecord", "Strategy", "check_strategy", "summarise"]
+__all__ = [
+    "REGISTRY",
+    "STRATEGIES",
+    "Kit",
+    "RefineRecord",
+    "Strategy",
+    "StrategyName",
+    "check_strategy",
+    "summarise",
+]

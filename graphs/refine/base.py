@@ -1,9 +1,15 @@
 """What every refine strategy shares: its place in the loop, its record, its registry entry.
 
-A strategy is a subgraph that reads the question, the kept steps and the flagged draft
-(`RefineInput`) and hands back the step to keep, a record of what it did and the tokens it
-spent (`RefineOutput`). Its scratch state is its own; its record is a `RefineRecord` that the
-output contract carries as a plain dict and that knows how to summarise itself.
+A strategy is a subgraph, mounted in the loop's graph as a node of its own name: it reads the
+question, the kept steps and the flagged draft (`RefineInput`) and hands back the step to
+keep, a record of what it did and the tokens it spent (`RefineOutput`). Its scratch state is
+its own; its record is a `RefineRecord` that the output contract carries as a plain dict and
+that knows how to summarise itself. Its nodes get the injected models and the run's settings
+from a `Kit`, and add every node that asks a model with `Kit.add_model_node`.
+
+The strategies sit below graphs.state (its Context lists them): they read a run's settings
+through `Kit.settings`, and their nodes take a plain `Runtime` (LangGraph resolves node
+annotations when it adds them, and the Context is not there yet at run time).
 """
 
 from __future__ import annotations
@@ -11,21 +17,81 @@ from __future__ import annotations
 from abc import abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
 from langchain_core.language_models import BaseChatModel
 from langgraph.graph import StateGraph
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.runtime import Runtime
+from langgraph.types import Command
 from pydantic import BaseModel
 
-from graphs.state import Context, RefineInput, RefineOutput
+from graphs.attempts import Node
+from graphs.model_calls import ModelCalls
+from graphs.records import StepRecord
 from nodes.draft import StepCandidate, sample_steps, step_messages
 from nodes.uncertainty import step_uncertainty
+from servers.transport_errors import ContextOverflow
 
-ContextOf = Callable[[Runtime[Context]], Context]
+if TYPE_CHECKING:
+    from graphs.state import Context
+
 Update = dict[str, Any]
-Builder = Callable[[BaseChatModel, BaseChatModel, ContextOf], CompiledStateGraph]
+
+
+class RefineInput(TypedDict):
+    """What a strategy reads of the loop's state."""
+
+    question: str
+    system_prompt: NotRequired[str | None]
+    steps: list[StepRecord]
+    draft: StepCandidate
+
+
+class RefineOutput(TypedDict):
+    """What a strategy writes back: the step to keep, its record, the tokens it spent."""
+
+    kept: StepCandidate
+    refine: dict[str, Any]
+    usage: dict[str, int]
+
+
+@dataclass(frozen=True)
+class Kit:
+    """What one strategy's subgraph is built from: the injected models, the graph's default
+    settings, and the graph's one way of calling a model (`ModelCalls`)."""
+
+    strategy: str
+    backbone: BaseChatModel
+    verifier: BaseChatModel
+    defaults: Context
+    calls: ModelCalls
+
+    def settings(self, runtime: Runtime[Context]) -> Context:
+        """The run's settings (the graph's defaults for a run that passes none)."""
+        return runtime.context or self.defaults
+
+    def add_model_node(self, graph: StateGraph, name: str, node: Node) -> None:
+        """Add `node`, which asks a model: retried on transient faults, every attempt
+        counted, and a request that no longer fits the context ends the strategy with the
+        draft kept (the loop then ends the solution)."""
+        self.calls.add(graph, name, node, on_overflow=self._keep_the_draft)
+
+    def _keep_the_draft(self, state: Mapping[str, Any], overflow: ContextOverflow) -> Command:
+        # The strategy's output, given to the loop now: its next nodes do not run.
+        return Command(
+            graph=Command.PARENT,
+            update={
+                "kept": None,
+                "refine": {"strategy": self.strategy, "context_length": str(overflow)},
+                "done": True,
+                "finish_reason": "context_length",
+                "usage": state.get("usage") or {},  # what the strategy's earlier nodes spent
+            },
+        )
+
+
+Builder = Callable[[Kit], CompiledStateGraph]
 
 
 class CandidateSummary(BaseModel):
@@ -88,19 +154,21 @@ def single_step_turn(candidate: StepCandidate) -> StepCandidate:
 
 
 def new_graph(scratch: type) -> StateGraph:
-    """A refine subgraph over the strategy's own scratch state, with the shared interface."""
-    return StateGraph(
-        scratch, context_schema=Context, input_schema=RefineInput, output_schema=RefineOutput
-    )
+    """A refine subgraph over the strategy's own scratch state, with the shared interface (the
+    run's Context comes from the loop's graph, which mounts it)."""
+    return StateGraph(scratch, input_schema=RefineInput, output_schema=RefineOutput)
 
 
-def sample_candidates_node(backbone: BaseChatModel, context_of: ContextOf):
-    """The node that samples N candidates for the step in one request (best_of_n, foresight):
-    the paper discards the draft; with `reuse_draft` the draft (a sample from the same
-    policy) is candidate 0."""
+class CandidateNodes:
+    """Nodes of the strategies that choose among N candidates (best_of_n, foresight)."""
 
-    async def sample_candidates(state: dict[str, Any], runtime: Runtime[Context]) -> Update:
-        ctx = context_of(runtime)
+    def __init__(self, kit: Kit) -> None:
+        self.kit = kit
+
+    async def sample_candidates(self, state: Mapping[str, Any], runtime: Runtime) -> Update:
+        """N candidates for the step in one request: the paper discards the draft; with
+        `reuse_draft` the draft (a sample from the same policy) is candidate 0."""
+        ctx = self.kit.settings(runtime)
         index = step_index(state)
         reused = [state["draft"]] if ctx.reuse_draft else []
         if ctx.num_candidates - len(reused) < 1:
@@ -110,7 +178,7 @@ def sample_candidates_node(backbone: BaseChatModel, context_of: ContextOf):
             state["question"], state.get("system_prompt"), kept_texts(state), index, fmt
         )
         candidates, reply = await sample_steps(
-            backbone,
+            self.kit.backbone,
             messages,
             index=index,
             n=ctx.num_candidates - len(reused),
@@ -118,5 +186,3 @@ def sample_candidates_node(backbone: BaseChatModel, context_of: ContextOf):
             fmt=fmt,
         )
         return {"candidates": reused + candidates, "usage": reply.usage("backbone").as_dict()}
-
-    return sample_candidates

@@ -5,26 +5,28 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from langchain_core.language_models import BaseChatModel
 from langgraph.graph import END, START
+from langgraph.graph.state import CompiledStateGraph
 from langgraph.runtime import Runtime
 
 from graphs.refine.base import (
+    CandidateNodes,
     CandidateSummary,
-    ContextOf,
+    Kit,
+    RefineInput,
+    RefineOutput,
     RefineRecord,
     Strategy,
     Update,
     kept_texts,
     new_graph,
-    sample_candidates_node,
     step_index,
 )
-from graphs.state import Context, RefineInput, RefineOutput
 from nodes.draft import StepCandidate
 from nodes.judge import Judgement, judge_step
-from nodes.llm import Usage, add_usage, gather_all
+from nodes.llm import gather_all
 from nodes.select import argmax_first
+from nodes.usage import Usage, add_usage
 
 
 class JudgedCandidate(CandidateSummary):
@@ -51,15 +53,17 @@ class BestOfNState(RefineInput, RefineOutput):
     judgements: list[Judgement]
 
 
-def build(backbone: BaseChatModel, verifier: BaseChatModel, context_of: ContextOf):
-    async def verify_candidates(state: BestOfNState, runtime: Runtime[Context]) -> Update:
+class BestOfNNodes(CandidateNodes):
+    """Best-of-N's nodes over the injected models: N backbone candidates, verifier judgements."""
+
+    async def verify_candidates(self, state: BestOfNState, runtime: Runtime) -> Update:
         """The external model judges every candidate in context, concurrently."""
-        ctx = context_of(runtime)
+        ctx = self.kit.settings(runtime)
         texts, index = kept_texts(state), step_index(state)
         results = await gather_all(
             *(
                 judge_step(
-                    verifier,
+                    self.kit.verifier,
                     question=state["question"],
                     kept_texts=texts,
                     index=index,
@@ -76,7 +80,7 @@ def build(backbone: BaseChatModel, verifier: BaseChatModel, context_of: ContextO
             "usage": usage.as_dict(),
         }
 
-    def choose(state: BestOfNState, runtime: Runtime[Context]) -> Update:
+    def choose(self, state: BestOfNState, runtime: Runtime) -> Update:
         """Keep the candidate with the highest P(Yes); ties go to the first."""
         candidates, judgements = state["candidates"], state["judgements"]
         scores = [judgement["p_yes"] for judgement in judgements]
@@ -94,14 +98,17 @@ def build(backbone: BaseChatModel, verifier: BaseChatModel, context_of: ContextO
                 for c, s, j in zip(candidates, scores, judgements, strict=True)
             ],
             chosen=chosen,
-            reused_draft=context_of(runtime).reuse_draft,
+            reused_draft=self.kit.settings(runtime).reuse_draft,
         )
         return {"kept": candidates[chosen], "refine": record.as_dict()}
 
+
+def build(kit: Kit) -> CompiledStateGraph:
+    nodes = BestOfNNodes(kit)
     graph = new_graph(BestOfNState)
-    graph.add_node("sample_candidates", sample_candidates_node(backbone, context_of))
-    graph.add_node("verify_candidates", verify_candidates)
-    graph.add_node("choose", choose)
+    kit.add_model_node(graph, "sample_candidates", nodes.sample_candidates)
+    kit.add_model_node(graph, "verify_candidates", nodes.verify_candidates)
+    graph.add_node("choose", nodes.choose)
     graph.add_edge(START, "sample_candidates")
     graph.add_edge("sample_candidates", "verify_candidates")
     graph.add_edge("verify_candidates", "choose")

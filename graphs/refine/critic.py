@@ -5,15 +5,17 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.graph import END, START
+from langgraph.graph.state import CompiledStateGraph
 from langgraph.runtime import Runtime
 from pydantic import BaseModel, model_serializer
 
 from graphs.refine.base import (
     CandidateSummary,
-    ContextOf,
+    Kit,
+    RefineInput,
+    RefineOutput,
     RefineRecord,
     Strategy,
     Update,
@@ -22,10 +24,9 @@ from graphs.refine.base import (
     single_step_turn,
     step_index,
 )
-from graphs.state import Context, RefineInput, RefineOutput
 from nodes.draft import StepCandidate, conversation, sample_steps
 from nodes.judge import analysis_of, judge_step
-from nodes.llm import add_usage
+from nodes.usage import add_usage
 from prompts.mur import CRITIC_FEEDBACK
 
 
@@ -63,13 +64,18 @@ class CriticState(RefineInput, RefineOutput):
     critiques: list[dict[str, Any]]  # CriticRound dicts, the latest last
 
 
-def build(backbone: BaseChatModel, verifier: BaseChatModel, context_of: ContextOf):
-    async def critique(state: CriticState, runtime: Runtime[Context]) -> Update:
+class CriticNodes:
+    """The critic's nodes over the injected models: the verifier judges, the backbone revises."""
+
+    def __init__(self, kit: Kit) -> None:
+        self.kit = kit
+
+    async def critique(self, state: CriticState, runtime: Runtime) -> Update:
         """The external model judges the current version of the step."""
-        ctx = context_of(runtime)
+        ctx = self.kit.settings(runtime)
         current: StepCandidate = state.get("kept") or state["draft"]
         judgement, usage = await judge_step(
-            verifier,
+            self.kit.verifier,
             question=state["question"],
             kept_texts=kept_texts(state),
             index=step_index(state),
@@ -90,9 +96,9 @@ def build(backbone: BaseChatModel, verifier: BaseChatModel, context_of: ContextO
             "usage": usage.as_dict(),
         }
 
-    async def revise(state: CriticState, runtime: Runtime[Context]) -> Update:
+    async def revise(self, state: CriticState, runtime: Runtime) -> Update:
         """Feed the critique back and let the backbone rewrite the step."""
-        ctx = context_of(runtime)
+        ctx = self.kit.settings(runtime)
         texts, index = kept_texts(state), step_index(state)
         *earlier, latest = state["critiques"]
         analysis = analysis_of(latest["critique"]) or "The step has an error."
@@ -104,7 +110,7 @@ def build(backbone: BaseChatModel, verifier: BaseChatModel, context_of: ContextO
             AIMessage(fmt.prefix(texts, index)),
         ]
         (revision,), reply = await sample_steps(
-            backbone, messages, index=index, n=1, max_tokens=ctx.max_step_tokens, fmt=fmt
+            self.kit.backbone, messages, index=index, n=1, max_tokens=ctx.max_step_tokens, fmt=fmt
         )
         revised = CriticRound.model_validate(
             {**latest, "revised": True, "revision": revision["text"]}
@@ -115,31 +121,36 @@ def build(backbone: BaseChatModel, verifier: BaseChatModel, context_of: ContextO
             "usage": reply.usage("backbone").as_dict(),
         }
 
-    def after_critique(state: CriticState) -> str:
-        return "record" if state["critiques"][-1]["verdict"] is True else "revise"
-
-    def after_revise(state: CriticState, runtime: Runtime[Context]) -> str:
+    def after_revise(self, state: CriticState, runtime: Runtime) -> str:
         rounds_done = len(state["critiques"])
-        return "critique" if rounds_done < context_of(runtime).critic_rounds else "record"
+        return "critique" if rounds_done < self.kit.settings(runtime).critic_rounds else "record"
 
-    def record(state: CriticState) -> Update:
-        rounds = [CriticRound.model_validate(r) for r in state["critiques"]]
-        return {
-            "refine": CriticRecord(
-                strategy="critic",
-                draft=CandidateSummary.of(state["draft"]),
-                rounds=rounds,
-                revised=any(r.revised for r in rounds),
-            ).as_dict()
-        }
 
+def after_critique(state: CriticState) -> str:
+    return "record" if state["critiques"][-1]["verdict"] is True else "revise"
+
+
+def record(state: CriticState) -> Update:
+    rounds = [CriticRound.model_validate(r) for r in state["critiques"]]
+    return {
+        "refine": CriticRecord(
+            strategy="critic",
+            draft=CandidateSummary.of(state["draft"]),
+            rounds=rounds,
+            revised=any(r.revised for r in rounds),
+        ).as_dict()
+    }
+
+
+def build(kit: Kit) -> CompiledStateGraph:
+    nodes = CriticNodes(kit)
     graph = new_graph(CriticState)
-    graph.add_node("critique", critique)
-    graph.add_node("revise", revise)
+    kit.add_model_node(graph, "critique", nodes.critique)
+    kit.add_model_node(graph, "revise", nodes.revise)
     graph.add_node("record", record)
     graph.add_edge(START, "critique")
     graph.add_conditional_edges("critique", after_critique, ["revise", "record"])
-    graph.add_conditional_edges("revise", after_revise, ["critique", "record"])
+    graph.add_conditional_edges("revise", nodes.after_revise, ["critique", "record"])
     graph.add_edge("record", END)
     return graph.compile(name="refine_critic")
 

@@ -5,26 +5,27 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage
 from langgraph.graph import END, START
+from langgraph.graph.state import CompiledStateGraph
 from langgraph.runtime import Runtime
 
 from graphs.refine.base import (
+    CandidateNodes,
     CandidateSummary,
-    ContextOf,
+    Kit,
+    RefineInput,
+    RefineOutput,
     RefineRecord,
     Strategy,
     Update,
     kept_texts,
     new_graph,
-    sample_candidates_node,
     step_index,
 )
-from graphs.state import Context, RefineInput, RefineOutput
 from nodes.draft import StepCandidate, contains_answer, conversation
 from nodes.gates import derive_seed, question_seed
-from nodes.llm import Request, Usage, add_usage, gather_all, generate
+from nodes.llm import Request, gather_all, generate
 from nodes.select import (
     argmax_first,
     cluster_labels,
@@ -32,6 +33,7 @@ from nodes.select import (
     mean_logprob,
     sample_index,
 )
+from nodes.usage import Usage, add_usage
 
 
 class ForesightCandidate(CandidateSummary):
@@ -71,10 +73,12 @@ def foresight_score(candidate: StepCandidate, rollout: dict[str, Any]) -> float:
     return float("-inf")
 
 
-def build(backbone: BaseChatModel, verifier: BaseChatModel, context_of: ContextOf):
-    async def foresee(state: ForesightState, runtime: Runtime[Context]) -> Update:
+class ForesightNodes(CandidateNodes):
+    """Foresight's nodes over the injected backbone: N candidates, a rollout of each."""
+
+    async def foresee(self, state: ForesightState, runtime: Runtime) -> Update:
         """Roll each candidate forward; its score is the rollout's mean logprob."""
-        ctx = context_of(runtime)
+        ctx = self.kit.settings(runtime)
         texts, index = kept_texts(state), step_index(state)
         steps_ahead = ctx.foresight_steps or max(ctx.max_steps - index, 1)
         fmt = ctx.step_style
@@ -91,7 +95,7 @@ def build(backbone: BaseChatModel, verifier: BaseChatModel, context_of: ContextO
                 stop=fmt.rollout_stops(index, ctx.foresight_steps),
                 extra_body={"chat_template_kwargs": {"enable_thinking": False}},
             )
-            reply = await generate(backbone, request)
+            reply = await generate(self.kit.backbone, request)
             choice = reply.choices[0]
             rollout = {
                 "text": choice.text.strip(),
@@ -104,9 +108,9 @@ def build(backbone: BaseChatModel, verifier: BaseChatModel, context_of: ContextO
         usage = sum((spent for _, spent in results), Usage())
         return {"rollouts": [rollout for rollout, _ in results], "usage": usage.as_dict()}
 
-    def choose(state: ForesightState, runtime: Runtime[Context]) -> Update:
+    def choose(self, state: ForesightState, runtime: Runtime) -> Update:
         """Weights from rollout scores and cluster sizes; a seeded draw or the argmax."""
-        ctx = context_of(runtime)
+        ctx = self.kit.settings(runtime)
         candidates, rollouts = state["candidates"], state["rollouts"]
         pairs = list(zip(candidates, rollouts, strict=True))
         scores = [foresight_score(c, r) for c, r in pairs]
@@ -139,10 +143,13 @@ def build(backbone: BaseChatModel, verifier: BaseChatModel, context_of: ContextO
         )
         return {"kept": candidates[chosen], "refine": record.as_dict()}
 
+
+def build(kit: Kit) -> CompiledStateGraph:
+    nodes = ForesightNodes(kit)
     graph = new_graph(ForesightState)
-    graph.add_node("sample_candidates", sample_candidates_node(backbone, context_of))
-    graph.add_node("foresee", foresee)
-    graph.add_node("choose", choose)
+    kit.add_model_node(graph, "sample_candidates", nodes.sample_candidates)
+    kit.add_model_node(graph, "foresee", nodes.foresee)
+    graph.add_node("choose", nodes.choose)
     graph.add_edge(START, "sample_candidates")
     graph.add_edge("sample_candidates", "foresee")
     graph.add_edge("foresee", "choose")

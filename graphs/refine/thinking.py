@@ -5,14 +5,16 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage
 from langgraph.graph import END, START
+from langgraph.graph.state import CompiledStateGraph
 from langgraph.runtime import Runtime
 
 from graphs.refine.base import (
     CandidateSummary,
-    ContextOf,
+    Kit,
+    RefineInput,
+    RefineOutput,
     RefineRecord,
     Strategy,
     Update,
@@ -21,10 +23,9 @@ from graphs.refine.base import (
     single_step_turn,
     step_index,
 )
-from graphs.state import Context, RefineInput, RefineOutput
 from nodes.draft import sample_steps
-from nodes.llm import add_usage
 from nodes.thinking import think, think_block, thinking_conversation
+from nodes.usage import add_usage
 
 
 class ThinkingRecord(RefineRecord):
@@ -44,10 +45,15 @@ class ThinkingState(RefineInput, RefineOutput):
     thought: dict[str, Any]  # text, capped, num_tokens
 
 
-def build(backbone: BaseChatModel, verifier: BaseChatModel, context_of: ContextOf):
-    async def think_about_step(state: ThinkingState, runtime: Runtime[Context]) -> Update:
+class ThinkingNodes:
+    """The thinking switch's nodes over the injected backbone."""
+
+    def __init__(self, kit: Kit) -> None:
+        self.kit = kit
+
+    async def think_about_step(self, state: ThinkingState, runtime: Runtime) -> Update:
         """Think (capped at thinking_budget, whole sentences kept) about the flagged step."""
-        ctx = context_of(runtime)
+        ctx = self.kit.settings(runtime)
         conv = thinking_conversation(
             state["question"],
             state.get("system_prompt"),
@@ -56,20 +62,20 @@ def build(backbone: BaseChatModel, verifier: BaseChatModel, context_of: ContextO
             ctx.step_style,
         )
         thought, capped, num_tokens, reply = await think(
-            backbone, conv, style=ctx.thinking_style, budget=ctx.thinking_budget
+            self.kit.backbone, conv, style=ctx.thinking_style, budget=ctx.thinking_budget
         )
         return {
             "thought": {"text": thought, "capped": capped, "num_tokens": num_tokens},
             "usage": reply.usage("backbone").as_dict(),
         }
 
-    async def write_step(state: ThinkingState, runtime: Runtime[Context]) -> Update:
+    async def write_step(self, state: ThinkingState, runtime: Runtime) -> Update:
         """Write the step after the closed think block; its uncertainty feeds the momentum.
 
         Sent with thinking off, like every step: the think block is in the continued message
         itself (Qwen3's template renders it from the text whatever enable_thinking says), and
         with thinking on vLLM's qwen3 reasoning parser would file the step as reasoning."""
-        ctx = context_of(runtime)
+        ctx = self.kit.settings(runtime)
         texts, index = kept_texts(state), step_index(state)
         fmt = ctx.step_style
         conv = thinking_conversation(
@@ -78,7 +84,7 @@ def build(backbone: BaseChatModel, verifier: BaseChatModel, context_of: ContextO
         block = think_block(state["thought"]["text"], ctx.thinking_style)
         messages = [*conv, AIMessage(block + fmt.prefix(texts, index))]
         (step,), reply = await sample_steps(
-            backbone,
+            self.kit.backbone,
             messages,
             index=index,
             n=1,
@@ -98,9 +104,12 @@ def build(backbone: BaseChatModel, verifier: BaseChatModel, context_of: ContextO
             "usage": reply.usage("backbone").as_dict(),
         }
 
+
+def build(kit: Kit) -> CompiledStateGraph:
+    nodes = ThinkingNodes(kit)
     graph = new_graph(ThinkingState)
-    graph.add_node("think", think_about_step)
-    graph.add_node("write_step", write_step)
+    kit.add_model_node(graph, "think", nodes.think_about_step)
+    kit.add_model_node(graph, "write_step", nodes.write_step)
     graph.add_edge(START, "think")
     graph.add_edge("think", "write_step")
     graph.add_edge("write_step", END)

@@ -54,7 +54,7 @@ def question_of(server, prompt_tokens: int) -> str:
 async def solve(server, question: str, generated_tokens) -> dict:
     # Greedy, so the step the model writes into the last few tokens is always the same.
     backbone = connect(base_url=server.base_url, model=server.model, temperature=0.0).backbone
-    graph = build_graph("critic", backbone=backbone)
+    graph = build_graph(backbone=backbone)
     result = await graph.ainvoke(
         {"question": question}, context=Context(gate="never", max_step_tokens=64, max_steps=4)
     )

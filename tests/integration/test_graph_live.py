@@ -70,7 +70,7 @@ async def solve_and_check(server, graph, context: Context) -> list[tuple[dict, l
 @pytest.mark.parametrize("gate", ["mur", "always", "never"])
 async def test_critic_graph_is_exact_against_the_server(cpu_server, backbone, gate) -> None:
     context = Context(gate=gate, **TINY)
-    graph = build_graph("critic", backbone=backbone)
+    graph = build_graph(backbone=backbone)
     results = await solve_and_check(cpu_server, graph, context)
     for result, _ in results:
         if gate == "always":
@@ -82,8 +82,8 @@ async def test_critic_graph_is_exact_against_the_server(cpu_server, backbone, ga
 @pytest.mark.parametrize("strategy", STRATEGIES)
 @pytest.mark.parametrize("gate", ["always", "mur"])
 async def test_every_strategy_counts_every_token(cpu_server, backbone, strategy, gate) -> None:
-    context = Context(gate=gate, gamma=1.2, num_candidates=3, **TINY)
-    graph = build_graph(strategy, backbone=backbone)
+    context = Context(strategy=strategy, gate=gate, gamma=1.2, num_candidates=3, **TINY)
+    graph = build_graph(backbone=backbone)
     results = await solve_and_check(cpu_server, graph, context)
     for result, _ in results:
         for step in result["steps"]:

@@ -243,9 +243,9 @@ def test_vllm_28089_a_continued_message_always_gets_a_closed_empty_think_block(
 async def test_thinking_switch_opens_caps_closes_then_writes_the_step(
     qwen3: TinyQwen3Server, backbone, recorder: Recorder, tokenizer: Tokenizer, style: str
 ) -> None:
-    graph = build_graph("thinking", backbone=backbone)
+    graph = build_graph(backbone=backbone)
     before = generation_tokens(qwen3.base_url)
-    context = Context(gate="always", thinking_style=style, **CAPS)
+    context = Context(strategy="thinking", gate="always", thinking_style=style, **CAPS)
     result = output_of(await graph.ainvoke({"question": QUESTION}, context=context))
     steps = result["steps"]
     assert steps and all(step["scaled"] for step in steps)
@@ -307,7 +307,7 @@ async def test_critic_judges_and_revises_in_non_thinking_turns(
     """The backbone judging itself (no verifier URL): the judgement is a fresh non-thinking
     turn; a revision keeps the flagged solution as a plain earlier turn (Qwen3's history
     format) and continues the kept steps after the feedback, again without thinking."""
-    graph = build_graph("critic", backbone=backbone)
+    graph = build_graph(backbone=backbone)
     before = generation_tokens(qwen3.base_url)
     context = Context(gate="always", judge_force_verdict=True, **CAPS)
     result = output_of(await graph.ainvoke({"question": QUESTION}, context=context))

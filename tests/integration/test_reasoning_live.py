@@ -52,11 +52,14 @@ def reasoner() -> Iterator[RunningServer]:
 async def test_every_strategy_scales_every_step_of_a_real_solution(reasoner) -> None:
     model = make_chat_model(reasoner.base_url, reasoner.model)
     # The profile's own settings (paragraph steps), as `make run` uses them, made small.
-    context = Context(**{**get_profile(DEFAULT_PROFILE).recommended, **SMALL, "gate": "always"})
-    graphs = [build_graph(strategy, backbone=model) for strategy in STRATEGIES]
+    settings = {**get_profile(DEFAULT_PROFILE).recommended, **SMALL, "gate": "always"}
+    graph = build_graph(backbone=model)
     before = generation_tokens(reasoner.base_url)
     solutions = await asyncio.gather(
-        *(solve(graph, SAMPLE_QUESTION, context=context) for graph in graphs)
+        *(
+            solve(graph, SAMPLE_QUESTION, context=Context(**settings, strategy=strategy))
+            for strategy in STRATEGIES
+        )
     )
     solved = [(solution.output, solution.steps) for solution in solutions]
     generated = generation_tokens(reasoner.base_url) - before

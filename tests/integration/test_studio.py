@@ -1,4 +1,4 @@
-"""`langgraph dev` serves the graphs of langgraph.json; runs go through langgraph_sdk."""
+"""`langgraph dev` serves the graph of langgraph.json; runs go through langgraph_sdk."""
 
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ from pathlib import Path
 import httpx
 import pytest
 from langgraph_sdk import get_client
+
+from graphs.refine import STRATEGIES
 
 pytestmark = pytest.mark.integration
 
@@ -63,16 +65,27 @@ def langgraph_api(cpu_server, tmp_path_factory):
         proc.wait(timeout=30)
 
 
-async def test_studio_serves_every_strategy_and_runs_one(langgraph_api) -> None:
+async def test_studio_draws_every_strategy_in_the_one_graph_and_runs_one(langgraph_api) -> None:
     client = get_client(url=langgraph_api)
-    graphs = {a["graph_id"] for a in await client.assistants.search()}
-    assert graphs == {"mur_critic", "mur_best_of_n", "mur_foresight", "mur_thinking"}
+    assistants = await client.assistants.search()
+    assert {a["graph_id"] for a in assistants} == {"mur"}
+    drawing = await client.assistants.get_graph(assistants[0]["assistant_id"], xray=True)
+    drawn = {node["id"] for node in drawing["nodes"]}
+    assert {"draft_step", "score_uncertainty", "gamma_gate", "commit_step"} <= drawn
+    for strategy in STRATEGIES:
+        assert any(node.startswith(f"{strategy}:") for node in drawn), strategy
     thread = await client.threads.create()
     result = await client.runs.wait(
         thread["thread_id"],
-        "mur_critic",
+        "mur",
         input={"question": "What is 3 + 4?"},
-        context={"gate": "always", "max_steps": 2, "max_step_tokens": 48, "judge_max_tokens": 32},
+        context={
+            "strategy": "critic",
+            "gate": "always",
+            "max_steps": 2,
+            "max_step_tokens": 48,
+            "judge_max_tokens": 32,
+        },
     )
     assert set(result) == {
         "question",
@@ -83,6 +96,6 @@ async def test_studio_serves_every_strategy_and_runs_one(langgraph_api) -> None:
         "fallback",
         "config",
     }
-    assert result["config"]["gate"] == "always"
+    assert result["config"]["gate"] == "always" and result["config"]["strategy"] == "critic"
     assert result["steps"] and all(step["scaled"] for step in result["steps"])
     assert result["usage"]["backbone_tokens"] > 0

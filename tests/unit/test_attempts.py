@@ -12,9 +12,12 @@ from langgraph.types import RetryPolicy
 
 from fakes import FakeLogprobChat, Scripted
 from graphs.attempts import AttemptLedger
-from graphs.mur import MODEL_RETRY, build_graph
+from graphs.model_calls import MODEL_RETRY
+from graphs.mur import build_graph
 from graphs.state import Context
-from nodes.llm import Request, Usage, gather_all, generate, is_transient, metered
+from nodes.llm import Request, gather_all, generate
+from nodes.usage import Usage, metered
+from servers.transport_errors import is_transient
 
 
 def is_judge(messages: list[BaseMessage]) -> bool:
@@ -38,18 +41,55 @@ def critic_script(failures: dict[str, int]):
     return respond
 
 
-async def test_a_retried_refine_keeps_the_usage_of_the_calls_it_had_made() -> None:
+async def test_only_the_failed_node_of_a_strategy_is_retried_and_its_failure_counts() -> None:
     model = FakeLogprobChat(responder=critic_script({"revise": 1}))
-    graph = build_graph("critic", backbone=model)
+    graph = build_graph(backbone=model)
     result = await graph.ainvoke({"question": "3 + 4?"}, context=Context(gate="always"))
     assert result["answer"] == "7"
-    # draft; critique + failed revise (attempt 1); critique + revise (attempt 2)
-    assert len(model.calls) == 5
+    # draft; critique; failed revise (attempt 1); revise (attempt 2): the critique stands
+    assert len(model.calls) == 4
     assert result["usage"] == {
         "backbone_tokens": 4 + 3,
-        "external_tokens": 5 + 5,  # the first critique too, though its attempt failed
+        "external_tokens": 5,
         "backbone_prompt_tokens": 2 * 10,
-        "external_prompt_tokens": 2 * 10,
+        "external_prompt_tokens": 10,
+        "llm_calls": 3,
+        "failed_calls": 1,
+    }
+
+
+def forced_verdict_script(failures: dict[str, int]):
+    """Step 1 states the answer and is scaled; its judgement gives no verdict, so the critique
+    continues it from the verdict line: two requests in one node. The first
+    `failures["continue"]` continuations fail with a dropped connection."""
+
+    def respond(messages: list[BaseMessage], kwargs: dict[str, Any]) -> Scripted:
+        if is_judge(messages):
+            if len(messages) == 2:  # the judgement so far, continued from the verdict line
+                if failures["continue"] > 0:
+                    failures["continue"] -= 1
+                    raise ConnectionError("connection reset by peer")
+                return Scripted("Yes}", [-0.1] * 2, stop_reason=None)
+            return Scripted("The step looks fine.", [-0.1] * 6, stop_reason=None)
+        return Scripted(" so the answer is 7.", [-0.5] * 4, stop_reason=None)
+
+    return respond
+
+
+async def test_a_retried_node_keeps_the_usage_of_the_calls_it_had_made() -> None:
+    model = FakeLogprobChat(responder=forced_verdict_script({"continue": 1}))
+    graph = build_graph(backbone=model)
+    result = await graph.ainvoke(
+        {"question": "3 + 4?"}, context=Context(gate="always", judge_force_verdict=True)
+    )
+    assert result["answer"] == "7" and result["steps"][0]["refine"]["rounds"][0]["verdict"]
+    # draft; judgement + failed continuation (attempt 1); judgement + continuation (attempt 2)
+    assert len(model.calls) == 5
+    assert result["usage"] == {
+        "backbone_tokens": 4,
+        "external_tokens": 6 + 6 + 2,  # the first judgement too, though its attempt failed
+        "backbone_prompt_tokens": 10,
+        "external_prompt_tokens": 3 * 10,
         "llm_calls": 4,
         "failed_calls": 1,
     }
@@ -57,7 +97,7 @@ async def test_a_retried_refine_keeps_the_usage_of_the_calls_it_had_made() -> No
 
 async def test_without_failures_nothing_is_added() -> None:
     model = FakeLogprobChat(responder=critic_script({"revise": 0}))
-    graph = build_graph("critic", backbone=model)
+    graph = build_graph(backbone=model)
     result = await graph.ainvoke({"question": "3 + 4?"}, context=Context(gate="always"))
     assert result["usage"]["llm_calls"] == len(model.calls) == 3
     assert result["usage"]["failed_calls"] == 0
@@ -170,7 +210,7 @@ async def test_a_refine_that_overflows_keeps_the_draft_and_ends_the_solution() -
         return Scripted(" draft", [-0.5] * 4)
 
     model = FakeLogprobChat(responder=respond)
-    result = await build_graph("critic", backbone=model).ainvoke(
+    result = await build_graph(backbone=model).ainvoke(
         {"question": "3 + 4?"}, context=Context(gate="always")
     )
     assert result["finish_reason"] == "context_length"
@@ -180,6 +220,33 @@ async def test_a_refine_that_overflows_keeps_the_draft_and_ends_the_solution() -
     assert result["usage"]["llm_calls"] == 1 and result["usage"]["failed_calls"] == 1
 
 
+async def test_a_strategy_that_overflows_later_keeps_what_its_earlier_nodes_spent() -> None:
+    def respond(messages: list[BaseMessage], kwargs: dict[str, Any]) -> Scripted:
+        if is_judge(messages):
+            return Scripted("Wrong. \\boxed{No}", [-0.1] * 5, stop_reason=None)
+        if "incorrect" in str(messages[-2].content):  # the revision: the longest prompt
+            raise overflow_error()
+        return Scripted(" draft", [-0.5] * 4)
+
+    model = FakeLogprobChat(responder=respond)
+    result = await build_graph(backbone=model).ainvoke(
+        {"question": "3 + 4?"}, context=Context(gate="always")
+    )
+    assert result["finish_reason"] == "context_length"
+    (step,) = result["steps"]
+    assert step["text"] == "draft" and step["refine"]["strategy"] == "critic"
+    assert "maximum context length is 4096" in step["refine"]["context_length"]
+    # The draft and the critique answered before the revision overflowed.
+    assert result["usage"] == {
+        "backbone_tokens": 4,
+        "external_tokens": 5,
+        "backbone_prompt_tokens": 10,
+        "external_prompt_tokens": 10,
+        "llm_calls": 2,
+        "failed_calls": 1,
+    }
+
+
 async def test_an_answer_request_that_overflows_ends_without_a_fallback() -> None:
     def respond(messages: list[BaseMessage], kwargs: dict[str, Any]) -> Scripted:
         if str(messages[-1].content).endswith("answer is"):
@@ -187,7 +254,7 @@ async def test_an_answer_request_that_overflows_ends_without_a_fallback() -> Non
         return Scripted(" step", [-0.5] * 4)
 
     model = FakeLogprobChat(responder=respond)
-    result = await build_graph("critic", backbone=model).ainvoke(
+    result = await build_graph(backbone=model).ainvoke(
         {"question": "3 + 4?"}, context=Context(gate="never", max_steps=2)
     )
     assert result["finish_reason"] == "context_length" and result["fallback"] is None

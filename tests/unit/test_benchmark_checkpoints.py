@@ -53,11 +53,11 @@ async def run(folder: Path, responder, checkpoints: Path | None) -> FakeLogprobC
     chat = FakeLogprobChat(responder=responder)
     store = RecordStore(folder)
     if checkpoints is None:
-        graph = build_graph("critic", backbone=chat)
+        graph = build_graph(backbone=chat)
         await run_jobs(graph, always_job(), store, concurrency=1, show_progress=False)
         return chat
     async with open_checkpoints(checkpoints) as saver:
-        graph = build_graph("critic", backbone=chat, checkpointer=saver)
+        graph = build_graph(backbone=chat, checkpointer=saver)
         await run_jobs(graph, always_job(), store, concurrency=1, show_progress=False)
     return chat
 

@@ -72,7 +72,7 @@ def respond(messages, kwargs):
 
 
 async def solve(**settings) -> dict:
-    graph = build_graph("critic", backbone=FakeLogprobChat(responder=respond))
+    graph = build_graph(backbone=FakeLogprobChat(responder=respond))
     return await graph.ainvoke({"question": "q"}, context=Context(gate="mur", **settings))
 
 

@@ -42,12 +42,12 @@ async def test_a_checkpointed_run_resumes_where_it_stopped(tmp_path: Path) -> No
     context = Context(gate="never")
     crashing = FakeLogprobChat(responder=script(crash_at=3))
     async with AsyncSqliteSaver.from_conn_string(db) as saver:
-        graph = build_graph("critic", backbone=crashing, checkpointer=saver)
+        graph = build_graph(backbone=crashing, checkpointer=saver)
         with pytest.raises(Crash):
             await solve(graph, "q", context=context, config=config)
     healthy = FakeLogprobChat(responder=script(crash_at=None))
     async with AsyncSqliteSaver.from_conn_string(db) as saver:
-        graph = build_graph("critic", backbone=healthy, checkpointer=saver)
+        graph = build_graph(backbone=healthy, checkpointer=saver)
         resumed: list[bool] = []
         solution = await solve(
             graph, "q", context=context, config=config, on_resume=lambda: resumed.append(True)

@@ -23,7 +23,10 @@ BAD = {
     "gamma negative": (["--strategy", "critic", "--gamma", "-1"], "gamma must be"),
     "gamma not a number": (["--strategy", "critic", "--gamma", "abc"], "not a list of float"),
     "alpha one": (["--strategy", "critic", "--alpha", "1"], "alpha must be less than 1, got 1"),
-    "unknown gate": (["--strategy", "critic", "--gate", "sometimes"], "gate must be 'never', 'always', 'mur'"),
+    "unknown gate": (
+        ["--strategy", "critic", "--gate", "sometimes"],
+        "gate must be 'never', 'always', 'mur'",
+    ),
     "unknown gate in a list": (
         ["--strategy", "critic", "--dataset", "math500", "--gate", "mur,sometimes"],
         "got 'sometimes'",

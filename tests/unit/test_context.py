@@ -51,7 +51,9 @@ def test_types_are_strict(name: str, value: object) -> None:
 
 
 def test_an_unknown_setting_lists_the_known_ones() -> None:
-    with pytest.raises(ContextError, match="unknown setting gamme: choose among gate, gamma"):
+    with pytest.raises(
+        ContextError, match="unknown setting gamme: choose among strategy, gate, gamma"
+    ):
         Context(gamme=0.8)
 
 
@@ -71,7 +73,7 @@ def test_an_int_is_a_valid_float_and_the_context_is_frozen() -> None:
 
 async def test_langgraph_validates_a_dict_context_into_a_context() -> None:
     model = FakeLogprobChat(responder=lambda m, k: Scripted(" the answer is 1.", [-0.1] * 3))
-    graph = build_graph("critic", backbone=model)
+    graph = build_graph(backbone=model)
     result = await graph.ainvoke({"question": "q"}, context={"gate": "never", "max_steps": 1})
     assert result["config"] == {
         "strategy": "critic",

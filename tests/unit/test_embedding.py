@@ -18,7 +18,7 @@ class TutorState(TypedDict):
 
 
 def build_tutor(backbone):
-    mur = build_graph("critic", backbone=backbone)
+    mur = build_graph(backbone=backbone)
 
     async def solve(state: TutorState) -> dict:
         result = await mur.ainvoke({"question": state["problem"]}, context=Context(gamma=0.8))

@@ -183,6 +183,7 @@ def test_unknown_model_is_404(client: openai.OpenAI) -> None:
         ({"max_steps": 2.5}, "mur.max_steps"),
         ({"beam_width": 3}, "mur.beam_width"),
         ({"gate": "always"}, "mur.gate"),
+        ({"strategy": "thinking"}, "mur.strategy"),
         ("fast", "mur"),
     ],
 )

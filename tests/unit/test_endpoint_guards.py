@@ -237,7 +237,9 @@ def test_every_context_field_is_accepted_by_the_endpoint() -> None:
         client = openai.OpenAI(base_url=url, api_key="none", max_retries=0)
         for name in Context.field_names():
             default = getattr(defaults, name)
-            value = default if name == "gate" else other_value(name, default, hints[name])
+            value = (
+                default if name in ("strategy", "gate") else other_value(name, default, hints[name])
+            )
             reply = client.chat.completions.create(
                 model="mur-critic", messages=QUESTION, extra_body={"mur": {name: value}}
             )

@@ -190,20 +190,20 @@ def test_a_step_cut_by_its_own_cap_goes_on() -> None:
 
 
 def test_usage_counts_every_answered_attempt_against_the_servers_count() -> None:
-    """A scaled step whose refine fails halfway: its first critique still counts.
+    """A scaled step whose refine fails halfway: its critique counts, its failure too.
 
-    Critic at step 1: draft, critique (answered), revise (500: the refine node fails and is
-    retried), critique again, revise; the revision states the answer.
+    Critic at step 1: draft, critique (answered), revise (500: the revise node alone is
+    retried), revise; the revision states the answer.
     """
-    with faulty_server(["step", "ok", "500", "ok", "ok"]) as server:
+    with faulty_server(["step", "ok", "500", "ok"]) as server:
         done = run_cli("--gate", "always", "--json", "--base-url", server.base_url)
     assert done.returncode == 0, done.stderr
     usage = json.loads(done.stdout)["usage"]
     generated = usage["backbone_tokens"] + usage["external_tokens"]
     assert generated == server.completion_tokens
-    assert usage["llm_calls"] == server.answered == 4
+    assert usage["llm_calls"] == server.answered == 3
     assert usage["failed_calls"] == server.faults == 1
-    assert usage["external_tokens"] == 2 * ANSWER_REPLY_TOKENS  # both critiques
+    assert usage["external_tokens"] == ANSWER_REPLY_TOKENS  # the one critique
 
 
 # ----------------------------------------------------------------- resuming a single run

@@ -55,7 +55,7 @@ async def solve(graph, context: Context, question: str = "What is 6 * 7?") -> tu
 
 async def test_mur_gate_scales_exactly_the_uncertain_steps() -> None:
     model = FakeLogprobChat(responder=scripted_backbone())
-    result, events = await solve(build_graph("critic", backbone=model), Context())
+    result, events = await solve(build_graph(backbone=model), Context())
     steps = result["steps"]
     assert set(result) == set(OUTPUT_KEYS)
     assert [s["scaled"] for s in steps] == [False, True, False, True, False]
@@ -82,7 +82,7 @@ async def test_mur_gate_scales_exactly_the_uncertain_steps() -> None:
 
 async def test_random_gate_draws_per_question_and_replays() -> None:
     model = FakeLogprobChat(responder=scripted_backbone(verdict="Yes"))
-    graph = build_graph("critic", backbone=model)
+    graph = build_graph(backbone=model)
     patterns = set()
     for k in range(6):
         question = f"What is 6 * 7? (variant {k})"
@@ -97,7 +97,7 @@ async def test_random_gate_draws_per_question_and_replays() -> None:
 
 async def test_token_accounting_counts_every_generated_token() -> None:
     model = FakeLogprobChat(responder=scripted_backbone())
-    result, _ = await solve(build_graph("critic", backbone=model), Context())
+    result, _ = await solve(build_graph(backbone=model), Context())
     # Drafts: 4 + 4 + 4 + 4 + 6; two revisions of 3; two judgements of 7 (external).
     assert result["usage"] == {
         "backbone_tokens": 22 + 6,
@@ -112,7 +112,7 @@ async def test_token_accounting_counts_every_generated_token() -> None:
 
 async def test_critic_keeps_the_draft_when_judged_correct() -> None:
     model = FakeLogprobChat(responder=scripted_backbone(verdict="Yes"))
-    result, _ = await solve(build_graph("critic", backbone=model), Context(gate="always"))
+    result, _ = await solve(build_graph(backbone=model), Context(gate="always"))
     assert all(s["scaled"] for s in result["steps"])
     assert result["steps"][1]["text"] == "draft step 2"
     assert result["steps"][1]["refine"]["revised"] is False
@@ -120,16 +120,14 @@ async def test_critic_keeps_the_draft_when_judged_correct() -> None:
 
 async def test_critic_rounds_repeat_judge_and_revise() -> None:
     model = FakeLogprobChat(responder=scripted_backbone())
-    result, _ = await solve(
-        build_graph("critic", backbone=model), Context(gate="always", critic_rounds=2)
-    )
+    result, _ = await solve(build_graph(backbone=model), Context(gate="always", critic_rounds=2))
     rounds = result["steps"][0]["refine"]["rounds"]
     assert len(rounds) == 2 and all(r["revised"] for r in rounds)
 
 
 async def test_never_gate_makes_no_external_call() -> None:
     model = FakeLogprobChat(responder=scripted_backbone())
-    result, _ = await solve(build_graph("critic", backbone=model), Context(gate="never"))
+    result, _ = await solve(build_graph(backbone=model), Context(gate="never"))
     assert not any(s["scaled"] for s in result["steps"])
     assert result["usage"]["external_tokens"] == 0
     assert result["usage"]["llm_calls"] == 5
@@ -137,9 +135,7 @@ async def test_never_gate_makes_no_external_call() -> None:
 
 async def test_max_steps_fallback_asks_for_the_answer() -> None:
     model = FakeLogprobChat(responder=scripted_backbone())
-    result, _ = await solve(
-        build_graph("critic", backbone=model), Context(gate="never", max_steps=3)
-    )
+    result, _ = await solve(build_graph(backbone=model), Context(gate="never", max_steps=3))
     assert len(result["steps"]) == 3
     assert result["finish_reason"] == "max_steps"
     assert result["fallback"] == {"text": "Therefore, the answer is 42.", "num_tokens": 2}
@@ -152,7 +148,7 @@ async def test_model_ending_the_sequence_ends_the_solution() -> None:
         return Scripted(" I am done", [-0.5] * 3, stop_reason=None)
 
     result, _ = await solve(
-        build_graph("critic", backbone=FakeLogprobChat(responder=respond)), Context(gate="never")
+        build_graph(backbone=FakeLogprobChat(responder=respond)), Context(gate="never")
     )
     assert result["finish_reason"] == "end_of_sequence"
     assert result["answer"] is None
@@ -161,7 +157,7 @@ async def test_model_ending_the_sequence_ends_the_solution() -> None:
 
 async def test_step_requests_continue_the_kept_steps_and_stop_at_the_next_marker() -> None:
     model = FakeLogprobChat(responder=scripted_backbone())
-    await solve(build_graph("critic", backbone=model), Context(gate="never"))
+    await solve(build_graph(backbone=model), Context(gate="never"))
     third = model.calls[2]
     assert third["messages"][-1].content == "Step1: draft step 1\nStep2: draft step 2\nStep3:"
     assert third["kwargs"]["stop"] == ["\nStep", "Step4:"]
@@ -173,7 +169,7 @@ async def test_step_requests_continue_the_kept_steps_and_stop_at_the_next_marker
 
 async def test_system_prompt_is_sent() -> None:
     model = FakeLogprobChat(responder=scripted_backbone())
-    graph = build_graph("critic", backbone=model)
+    graph = build_graph(backbone=model)
     await graph.ainvoke(
         {"question": "q", "system_prompt": "You are a helpful math assistant."},
         context=Context(gate="never", max_steps=1),
@@ -186,7 +182,7 @@ async def test_missing_logprobs_is_a_clear_error() -> None:
 
     from nodes.llm import MissingLogprobsError
 
-    graph = build_graph("critic", backbone=FakeListChatModel(responses=["Step text"]))
+    graph = build_graph(backbone=FakeListChatModel(responses=["Step text"]))
     with pytest.raises(MissingLogprobsError, match="logprobs"):
         await graph.ainvoke({"question": "q"}, context=Context(gate="never"))
 
@@ -196,14 +192,14 @@ def test_invalid_settings_fail_before_any_call() -> None:
         Context(gamma=0)
     with pytest.raises(ValueError, match=r"gate must be 'never', .* got 'sometimes'"):
         Context(gate="sometimes")
-    with pytest.raises(ValueError, match="unknown strategy"):
-        build_graph("beam", backbone=FakeLogprobChat(responder=scripted_backbone()))
+    with pytest.raises(ValueError, match=r"strategy must be 'critic', .* got 'beam'"):
+        Context(strategy="beam")
 
 
 async def test_context_as_dict_and_graph_defaults() -> None:
     model = FakeLogprobChat(responder=scripted_backbone())
-    graph = build_graph("critic", gate="never", backbone=model)
-    result = await graph.ainvoke({"question": "q"})
-    assert result["config"]["gate"] == "never"
+    graph = build_graph(backbone=model)
+    result = await graph.ainvoke({"question": "q"})  # no context: the paper's settings
+    assert result["config"] == Context().as_dict()
     result = await graph.ainvoke({"question": "q"}, context={"gate": "always", "max_steps": 2})
     assert result["config"]["gate"] == "always" and len(result["steps"]) == 2

@@ -175,7 +175,7 @@ async def test_run_jobs_prints_progress_lines_to_a_non_terminal_stderr(
         settings={"max_steps": 2},
     )
     jobs = plan.jobs()
-    graph = build_graph("critic", backbone=FakeLogprobChat(responder=respond))
+    graph = build_graph(backbone=FakeLogprobChat(responder=respond))
     outcome = await run_jobs(graph, jobs, RecordStore(tmp_path), concurrency=2)
     assert outcome.finished == 6
     err = capsys.readouterr().err
@@ -205,7 +205,7 @@ async def test_run_jobs_counts_the_tokens_of_every_request_live(
         settings={"max_steps": 2},
     )
     store = RecordStore(tmp_path)
-    graph = build_graph("critic", backbone=FakeLogprobChat(responder=respond))
+    graph = build_graph(backbone=FakeLogprobChat(responder=respond))
     await run_jobs(graph, plan.jobs(), store, concurrency=2, show_progress=False)
     recorded = sum(
         r["usage"]["backbone_tokens"] + r["usage"]["external_tokens"] for r in store.load()

@@ -162,7 +162,7 @@ def test_a_folder_refuses_runs_with_other_settings(tmp_path: Path, capsys) -> No
 async def test_interrupted_run_resumes_without_loss_or_duplicates(tmp_path: Path) -> None:
     problems = load_dataset("math500", TEST_DATA, limit=3)
     jobs = jobs_for(problems)
-    graph = build_graph("critic", backbone=FakeLogprobChat(responder=respond))
+    graph = build_graph(backbone=FakeLogprobChat(responder=respond))
     store = RecordStore(tmp_path)
     with pytest.raises(Crash):
         await run_jobs(Interrupting(graph, 5), jobs, store, concurrency=1, show_progress=False)
@@ -192,7 +192,7 @@ async def test_failures_are_recorded_and_the_run_goes_on(tmp_path: Path) -> None
 
     problems = load_dataset("math500", TEST_DATA, limit=2)
     jobs = never_jobs(problems, max_steps=3)
-    graph = build_graph("critic", backbone=FakeLogprobChat(responder=flaky))
+    graph = build_graph(backbone=FakeLogprobChat(responder=flaky))
     store = RecordStore(tmp_path)
     outcome = await run_jobs(graph, jobs, store, concurrency=1, show_progress=False)
     assert (outcome.finished, outcome.failed, outcome.server_gone) == (1, 1, None)
@@ -204,7 +204,7 @@ async def test_a_dead_server_stops_the_run_early(tmp_path: Path) -> None:
     problems = load_dataset("math500", TEST_DATA, limit=6)
     jobs = never_jobs(problems, max_steps=2)
     with faulty_server(["ok", "ok", "500"]) as server:
-        graph = build_graph("critic", backbone=make_chat_model(server.base_url))
+        graph = build_graph(backbone=make_chat_model(server.base_url))
         store = RecordStore(tmp_path)
         outcome = await run_jobs(
             graph, jobs, store, concurrency=1, show_progress=False, give_up_after=2
@@ -230,7 +230,7 @@ async def test_a_context_overflow_is_a_record_not_an_error(tmp_path: Path) -> No
     jobs = never_jobs(problems, max_steps=3)
     # Each question: one step, then a draft the server refuses as too long for its context.
     with faulty_server(["step", "overflow:5000", "step", "overflow:5000"]) as server:
-        graph = build_graph("critic", backbone=make_chat_model(server.base_url))
+        graph = build_graph(backbone=make_chat_model(server.base_url))
         store = RecordStore(tmp_path)
         outcome = await run_jobs(graph, jobs, store, concurrency=1, show_progress=False)
     assert (outcome.finished, outcome.failed) == (2, 0)
@@ -260,7 +260,7 @@ async def test_every_request_of_a_job_carries_that_jobs_session(tmp_path: Path) 
     )
     jobs = plan.jobs()
     model = FakeLogprobChat(responder=recording)
-    graph = build_graph("critic", backbone=model, verifier=model)
+    graph = build_graph(backbone=model, verifier=model)
     store = RecordStore(tmp_path)
     await run_jobs(graph, jobs, store, concurrency=4, show_progress=False, run_id="run-7")
     sessions = {sid for sid, _ in seen}
@@ -295,7 +295,7 @@ async def test_a_first_stop_signal_finishes_the_questions_in_flight_and_starts_n
 ) -> None:
     before = signal.getsignal(sig)
     jobs = never_jobs(load_dataset("math500", TEST_DATA, limit=6), max_steps=3)
-    graph = Signalling(build_graph("critic", backbone=FakeLogprobChat(responder=respond)), sig)
+    graph = Signalling(build_graph(backbone=FakeLogprobChat(responder=respond)), sig)
     store = RecordStore(tmp_path)
     outcome = await run_jobs(graph, jobs, store, concurrency=2, show_progress=False)
     # Those in flight when the signal came (1 or 2 of the 2 allowed) finished and are saved.
@@ -308,7 +308,7 @@ async def test_a_first_stop_signal_finishes_the_questions_in_flight_and_starts_n
 
 async def test_a_second_stop_signal_cancels_the_questions_in_flight(tmp_path: Path) -> None:
     jobs = never_jobs(load_dataset("math500", TEST_DATA, limit=4), max_steps=3)
-    graph = build_graph("critic", backbone=FakeLogprobChat(responder=respond))
+    graph = build_graph(backbone=FakeLogprobChat(responder=respond))
     hanging = Signalling(graph, signal.SIGTERM, times=2, hang=True)
     store = RecordStore(tmp_path)
     run = run_jobs(hanging, jobs, store, concurrency=2, show_progress=False)

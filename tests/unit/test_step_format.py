@@ -77,7 +77,7 @@ def paragraph_responder(messages: list[BaseMessage], kwargs: dict[str, Any]) -> 
 async def test_the_graph_runs_in_paragraph_format() -> None:
     model = FakeLogprobChat(responder=paragraph_responder)
     context = Context(gate="never", step_format="paragraph")
-    solution = await solve(build_graph("critic", backbone=model), "6 * 7?", context=context)
+    solution = await solve(build_graph(backbone=model), "6 * 7?", context=context)
     result = solution.output
     assert [s["text"] for s in result["steps"]] == [
         "Paragraph 1.",

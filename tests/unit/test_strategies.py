@@ -68,9 +68,10 @@ def backbone_script(kwargs_seen: list[dict[str, Any]]):
 async def run(strategy: str, **settings: Any) -> tuple[dict, FakeLogprobChat, list]:
     seen: list[dict[str, Any]] = []
     model = FakeLogprobChat(responder=backbone_script(seen), supports_n_choices=True)
-    graph = build_graph(strategy, backbone=model)
+    graph = build_graph(backbone=model)
     result = await graph.ainvoke(
-        {"question": "1 + 2?"}, context=Context(gate="always", max_steps=2, **settings)
+        {"question": "1 + 2?"},
+        context=Context(strategy=strategy, gate="always", max_steps=2, **settings),
     )
     return result, model, seen
 
@@ -94,8 +95,8 @@ async def test_best_of_n_picks_highest_p_yes_in_one_request() -> None:
 async def test_best_of_n_falls_back_to_concurrent_requests() -> None:
     seen: list[dict[str, Any]] = []
     model = FakeLogprobChat(responder=backbone_script(seen), supports_n_choices=False)
-    result = await build_graph("best_of_n", backbone=model).ainvoke(
-        {"question": "1 + 2?"}, context=Context(gate="always", max_steps=1)
+    result = await build_graph(backbone=model).ainvoke(
+        {"question": "1 + 2?"}, context=Context(strategy="best_of_n", gate="always", max_steps=1)
     )
     assert len(result["steps"][0]["refine"]["candidates"]) == 4
     assert all(k.get("n") is None for k in seen)

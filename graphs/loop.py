@@ -1,0 +1,235 @@
+"""The loop's nodes and routes: draft step t, score it, gate it, keep it, end the solution.
+
+Pure nodes and routes are module functions; the two nodes that ask the backbone are methods
+of `Drafting`, which holds the injected model. graphs/mur.py wires them with the strategies'
+subgraphs. A run's settings are its Context (`settings_of`), the paper's when it passes none.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from langchain_core.language_models import BaseChatModel
+from langgraph.runtime import Runtime
+
+from graphs.state import Context, State, StepRecord
+from nodes.answer import extract_answer
+from nodes.budget import budget_margin
+from nodes.draft import (
+    answer_fallback,
+    check_question,
+    contains_answer,
+    sample_steps,
+    step_messages,
+)
+from nodes.gates import GateHistory, decide
+from nodes.uncertainty import step_confidence, step_uncertainty, update_momentum
+from servers.transport_errors import ContextOverflow
+
+Update = dict[str, Any]
+SPENT_KEYS = ("backbone_tokens", "external_tokens")
+DEFAULT_CONTEXT = Context()
+
+# After a draft overflowed: the answer request's prompt is the draft's with the answer cue in
+# place of the step marker (a few tokens longer), and fewer tokens than this answer nothing.
+FALLBACK_MARGIN_TOKENS = 16
+FALLBACK_MIN_TOKENS = 16
+
+
+def settings_of(runtime: Runtime[Context]) -> Context:
+    """The run's settings: its Context, or the defaults for a run that passes none."""
+    return runtime.context or DEFAULT_CONTEXT
+
+
+def kept_texts(state: State) -> list[str]:
+    return [step["text"] for step in state.get("steps", [])]
+
+
+class Drafting:
+    """The loop's requests to the injected backbone: each step's draft, and the answer."""
+
+    def __init__(self, backbone: BaseChatModel) -> None:
+        self.backbone = backbone
+
+    async def draft_step(self, state: State, runtime: Runtime[Context]) -> Update:
+        """Continue the kept steps with step t (stops at the next step marker)."""
+        ctx = settings_of(runtime)
+        kept = kept_texts(state)
+        index = len(kept) + 1
+        if index == 1:
+            check_question(state["question"])
+        fmt = ctx.step_style
+        messages = step_messages(state["question"], state.get("system_prompt"), kept, index, fmt)
+        (draft,), reply = await sample_steps(
+            self.backbone, messages, index=index, n=1, max_tokens=ctx.max_step_tokens, fmt=fmt
+        )
+        return {
+            "draft": draft,
+            "kept": None,
+            "refine": None,
+            "gate": None,
+            "usage": reply.usage("backbone").as_dict(),
+        }
+
+    async def ask_answer(self, state: State, runtime: Runtime[Context]) -> Update:
+        """After max_steps, or a draft that overflowed the context with room left: one
+        continuation (capped by that room) that asks for the answer."""
+        ctx = settings_of(runtime)
+        room = state.get("answer_room")
+        text, num_tokens, reply = await answer_fallback(
+            self.backbone,
+            state["question"],
+            state.get("system_prompt"),
+            kept_texts(state),
+            max_tokens=min(ctx.max_step_tokens, room) if room else ctx.max_step_tokens,
+            fmt=ctx.step_style,
+        )
+        return {
+            "fallback": {"text": text, "num_tokens": num_tokens},
+            "finish_reason": "context_length" if room else "max_steps",
+            "usage": reply.usage("backbone").as_dict(),
+        }
+
+
+def draft_overflowed(state: State, overflow: ContextOverflow) -> Update:
+    """The draft no longer fits the context: the solution ends, with a short answer request
+    when the server said enough room is left for one."""
+    room = overflow.room
+    answer_room = room - FALLBACK_MARGIN_TOKENS if room is not None else None
+    if answer_room is not None and answer_room < FALLBACK_MIN_TOKENS:
+        answer_room = None
+    return {
+        "draft": None,
+        "done": True,
+        "finish_reason": "context_length",
+        "answer_room": answer_room,
+    }
+
+
+def answer_overflowed(state: State, overflow: ContextOverflow) -> Update:
+    """The answer request no longer fits the context: the solution ends without a fallback."""
+    return {"fallback": None, "finish_reason": "context_length"}
+
+
+def score_uncertainty(state: State) -> Update:
+    """m_t (mean -logprob) and the mean token probability of the draft."""
+    draft = state["draft"]
+    if draft["num_tokens"] == 0:
+        # Nothing was generated: the solution is over, there is nothing to score.
+        return {"done": True, "finish_reason": "empty_step"}
+    return {
+        "gate": {
+            "uncertainty": step_uncertainty(draft["logprobs"]),
+            "confidence": step_confidence(draft["logprobs"]),
+            "threshold": None,
+            "scale": False,
+        }
+    }
+
+
+def gamma_gate(state: State, runtime: Runtime[Context]) -> Update:
+    """Decide whether this step deserves the expensive strategy."""
+    ctx = settings_of(runtime)
+    steps = state.get("steps", [])
+    record = state["gate"]
+    decision = decide(
+        ctx.gate,
+        step=len(steps) + 1,
+        uncertainty=record["uncertainty"],
+        confidence=record["confidence"],
+        history=GateHistory(
+            momentum=state.get("momentum", 0.0),
+            kept_uncertainties=[step["uncertainty"] for step in steps],
+        ),
+        params=ctx.gate_params(
+            state["question"],
+            budget_margin(
+                steps,
+                spent_tokens=sum(state.get("usage", {}).get(k, 0) for k in SPENT_KEYS),
+                draft_tokens=state["draft"]["num_tokens"],
+                settings=ctx.budget_settings(),
+            )
+            if ctx.budget_mode
+            else None,
+        ),
+    )
+    return {"gate": {**record, "threshold": decision.threshold, "scale": decision.scale}}
+
+
+def commit_step(state: State, runtime: Runtime[Context]) -> Update:
+    """Keep the step (refined or not), update the momentum with its uncertainty."""
+    ctx = settings_of(runtime)
+    scaled = state["gate"]["scale"]
+    kept = state.get("kept") if scaled else None
+    if kept is None or kept["num_tokens"] == 0:
+        kept = state["draft"]
+    uncertainty = step_uncertainty(kept["logprobs"])
+    before = state.get("momentum", 0.0)
+    after = update_momentum(before, uncertainty, ctx.alpha)
+    index = len(state.get("steps", [])) + 1
+    record = StepRecord(
+        index=index,
+        text=kept["text"],
+        uncertainty=uncertainty,
+        confidence=step_confidence(kept["logprobs"]),
+        momentum_before=before,
+        momentum_after=after,
+        scaled=scaled,
+        strategy=ctx.strategy if scaled else None,
+        num_tokens=kept["num_tokens"],
+        refine=state.get("refine") if scaled else None,
+    )
+    runtime.stream_writer(
+        {
+            "event": "step",
+            **record,
+            "draft_uncertainty": state["gate"]["uncertainty"],
+            "threshold": state["gate"]["threshold"],
+            "logprobs": kept["logprobs"],
+        }
+    )
+    update: Update = {"steps": [record], "momentum": after}
+    if contains_answer(kept["text"]):
+        update.update(done=True, finish_reason="answer")
+    elif kept["ended_by_model"]:
+        update.update(done=True, finish_reason="end_of_sequence")
+    elif kept["finish_reason"] == "length" and kept["num_tokens"] < ctx.max_step_tokens:
+        # Cut before its cap: the server stopped at the end of the context (vLLM shortens
+        # max_tokens to the room left), so the next request could not fit.
+        update.update(done=True, finish_reason="context_length")
+    return update
+
+
+def finalize(state: State, runtime: Runtime[Context]) -> Update:
+    """The answer: the text after the last 'the answer is' (or the last boxed)."""
+    fallback = state.get("fallback")
+    texts = [*kept_texts(state), fallback["text"] if fallback else ""]
+    return {
+        "answer": extract_answer("\n".join(texts)),
+        "fallback": fallback,
+        "finish_reason": state.get("finish_reason"),
+        "config": settings_of(runtime).as_dict(),
+    }
+
+
+def route_draft(state: State) -> str:
+    if not state.get("done"):
+        return "score_uncertainty"
+    return "ask_answer" if state.get("answer_room") else "finalize"
+
+
+def route_score(state: State) -> str:
+    return "finalize" if state.get("done") else "gamma_gate"
+
+
+def route_gate(state: State, runtime: Runtime[Context]) -> str:
+    """A scaled step goes to the run's strategy (its subgraph's node is named after it)."""
+    return settings_of(runtime).strategy if state["gate"]["scale"] else "commit_step"
+
+
+def route_commit(state: State, runtime: Runtime[Context]) -> str:
+    if state.get("done"):
+        return "finalize"
+    if len(state["steps"]) >= settings_of(runtime).max_steps:
+        return "ask_answer"
+    return "draft_step"

@@ -1,0 +1,65 @@
+"""How every node that asks a model behaves when a request fails, declared in one place.
+
+`ModelCalls.add` puts such a node (draft_step, ask_answer, each strategy's inner nodes) in its
+graph with:
+- LangGraph's RetryPolicy `MODEL_RETRY` for transient server faults: the only retry loop (the
+  clients' own retries are off, servers.clients);
+- every attempt's tokens counted, failed attempts included (`AttemptLedger`);
+- a request that no longer fits the model's context turned into the node's `on_overflow`
+  outcome, which ends the solution instead of failing it.
+
+What a fault is (transient, a full context) is the client layer's to say
+(servers.transport_errors); the graph receives it as LangGraph receives `retry_on`.
+
+Not declared with LangGraph 1.2's other failure settings, and why: a node `error_handler`
+catches every final failure, and one that re-raises leaves the task marked handled in the
+checkpoint, so a resumed thread would never run the node again; a node `TimeoutPolicy` is
+static, while each request's timeout follows its own max_tokens (servers.clients).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from langgraph.graph import StateGraph
+from langgraph.types import RetryPolicy
+
+from graphs.attempts import AttemptLedger, Node, Outcome
+from servers.transport_errors import ContextOverflow, context_overflow, is_transient
+
+# Transient server faults (connection resets, 5xx, timeouts) are retried; anything else (bad
+# request, missing logprobs) fails at once with its own message.
+MODEL_RETRY = RetryPolicy(
+    max_attempts=3,
+    initial_interval=1.0,
+    backoff_factor=2.0,
+    max_interval=30.0,
+    retry_on=is_transient,
+)
+
+OnOverflow = Callable[[Any, ContextOverflow], Outcome]
+"""A node's outcome when its request does not fit the context: (state, overflow) -> update."""
+
+
+class ModelCalls:
+    """Adds model-calling nodes to the graphs of one compiled graph, sharing one ledger."""
+
+    def __init__(
+        self,
+        retry: RetryPolicy = MODEL_RETRY,
+        overflow_of: Callable[[BaseException], ContextOverflow | None] = context_overflow,
+    ) -> None:
+        self.retry = retry
+        self.ledger = AttemptLedger(retry)
+        self.overflow_of = overflow_of
+
+    def add(self, graph: StateGraph, name: str, node: Node, on_overflow: OnOverflow) -> None:
+        """Add `node` as `name`: retried, counted, and ended by `on_overflow` on a full
+        context."""
+
+        def on_failure(state: Any, exc: Exception) -> Outcome | None:
+            overflow = self.overflow_of(exc)
+            return on_overflow(state, overflow) if overflow is not None else None
+
+        graph.add_node(name, self.ledger.counted(node, on_failure), retry_policy=self.retry)

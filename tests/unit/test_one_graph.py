@@ -1,0 +1,116 @@
+"""One compiled graph holds every strategy: its drawing (Studio's, `get_graph(xray=True)`) shows
+the loop's nodes and each strategy's own, and langgraph.json serves that graph."""
+
+from __future__ import annotations
+
+import importlib
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langchain_core.messages import BaseMessage, HumanMessage
+from langgraph.checkpoint.memory import InMemorySaver
+
+from fakes import FakeLogprobChat, Scripted
+from graphs.loop import DEFAULT_CONTEXT
+from graphs.model_calls import ModelCalls
+from graphs.mur import build_graph
+from graphs.refine import REGISTRY, STRATEGIES, Kit
+from graphs.solve import solve
+from graphs.state import Context
+
+ROOT = Path(__file__).resolve().parents[2]
+LOOP = {"draft_step", "score_uncertainty", "gamma_gate", "commit_step", "ask_answer", "finalize"}
+ENDS = {"__start__", "__end__"}
+
+
+def fake() -> FakeLogprobChat:
+    return FakeLogprobChat(responder=lambda messages, kwargs: Scripted(" x", [-0.1] * 3))
+
+
+def inner_nodes(strategy: str) -> set[str]:
+    """The nodes of `strategy`'s subgraph, drawn on its own."""
+    kit = Kit(strategy, fake(), fake(), DEFAULT_CONTEXT, ModelCalls())
+    return set(REGISTRY[strategy].build(kit).get_graph().nodes) - ENDS
+
+
+def test_the_drawing_shows_the_loop_and_every_strategys_own_nodes() -> None:
+    drawing = build_graph(backbone=fake()).get_graph(xray=True)
+    nodes = set(drawing.nodes)
+    assert {*LOOP, *ENDS} <= nodes
+    edges = {(edge.source, edge.target) for edge in drawing.edges}
+    assert {
+        ("__start__", "draft_step"),
+        ("draft_step", "score_uncertainty"),
+        ("score_uncertainty", "gamma_gate"),
+        ("gamma_gate", "commit_step"),
+        ("commit_step", "draft_step"),
+        ("ask_answer", "finalize"),
+    } <= edges
+    assert inner_nodes("critic") == {"critique", "revise", "record"}
+    for strategy in STRATEGIES:
+        own = {f"{strategy}:{name}" for name in inner_nodes(strategy)}
+        assert own and own <= nodes, f"{strategy}'s nodes are not drawn"
+        # gamma_gate leads into the strategy, and its last node on to commit_step.
+        assert any(a == "gamma_gate" and b.startswith(f"{strategy}:") for a, b in edges)
+        assert any(a in own and b == "commit_step" for a, b in edges)
+    drawn = {node.split(":")[0] for node in nodes if ":" in node}
+    assert drawn == set(STRATEGIES)  # nothing else is mounted, nothing is missing
+
+
+def test_langgraph_json_serves_the_one_graph_of_graphs_studio() -> None:
+    config = json.loads((ROOT / "langgraph.json").read_text())
+    assert list(config["graphs"]) == ["mur"]
+    path, name = config["graphs"]["mur"].split(":")
+    module = importlib.import_module(Path(path).with_suffix("").as_posix().replace("/", "."))
+    graph = getattr(module, name)
+    nodes = set(graph.get_graph(xray=True).nodes)
+    assert all(any(n.startswith(f"{s}:") for n in nodes) for s in STRATEGIES)
+
+
+class Crash(Exception):
+    """The process dying mid-run."""
+
+
+def critic_script(crash: bool):
+    """Step 1 (scaled) is judged wrong and revised into the answer; with `crash` the revision
+    request dies."""
+
+    def respond(messages: list[BaseMessage], kwargs: dict[str, Any]) -> Scripted:
+        if isinstance(messages[0], HumanMessage) and "You are a teacher" in messages[0].content:
+            return Scripted("Wrong. \\boxed{No}", [-0.1] * 5, stop_reason=None)
+        if "incorrect" in str(messages[-2].content):
+            if crash:
+                raise Crash("died revising step 1")
+            return Scripted(" so the answer is 7.", [-0.2] * 3, stop_reason=None)
+        return Scripted(" draft", [-0.5] * 4)
+
+    return respond
+
+
+async def test_a_checkpointed_run_resumes_inside_the_strategy() -> None:
+    saver, config = InMemorySaver(), {"configurable": {"thread_id": "t"}}
+    context = Context(gate="always")
+    crashing = FakeLogprobChat(responder=critic_script(crash=True))
+    with pytest.raises(Crash):
+        await solve(
+            build_graph(backbone=crashing, checkpointer=saver),
+            "3 + 4?",
+            context=context,
+            config=config,
+        )
+    healthy = FakeLogprobChat(responder=critic_script(crash=False))
+    solution = await solve(
+        build_graph(backbone=healthy, checkpointer=saver), "3 + 4?", context=context, config=config
+    )
+    assert solution.resumed and solution.output["answer"] == "7"
+    assert len(healthy.calls) == 1  # the revision alone: the draft and the critique were kept
+    assert solution.output["usage"] == {
+        "backbone_tokens": 4 + 3,
+        "external_tokens": 5,
+        "backbone_prompt_tokens": 2 * 10,
+        "external_prompt_tokens": 10,
+        "llm_calls": 3,
+        "failed_calls": 0,  # the crashed run's failed request is not in the thread's state
+    }
