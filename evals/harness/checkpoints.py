@@ -61,8 +61,13 @@ async def solve_resumable(
     if not snapshot.values:
         return Solved(await graph.ainvoke(graph_input, config=config, context=context), 0.0, False)
     earlier = await _active_seconds(graph.checkpointer, config)
-    if not snapshot.next:  # finished, but stopped before it was recorded
-        return Solved(output_of(snapshot.values), earlier, True)
+    if not snapshot.next:
+        if snapshot.values.get("finish_reason"):  # finished, but stopped before recorded
+            return Solved(output_of(snapshot.values), earlier, True)
+        # Stopped before a node this graph no longer has (a checkpoint of an older version
+        # of the graph): nothing can go on from it, so the question starts afresh.
+        await forget(graph, thread_id)
+        return Solved(await graph.ainvoke(graph_input, config=config, context=context), 0.0, False)
     return Solved(await graph.ainvoke(None, config=config, context=context), earlier, True)
 
 

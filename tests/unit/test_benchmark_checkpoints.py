@@ -4,6 +4,9 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TypedDict
+
+from langgraph.graph import END, START, StateGraph
 
 from evals.harness.checkpoints import CHECKPOINTS, open_checkpoints
 from evals.harness.plan import BenchmarkPlan
@@ -14,6 +17,10 @@ from fakes import FakeLogprobChat, Scripted
 from graphs import build_graph
 
 TEST_DATA = Path(__file__).resolve().parents[1] / "data"
+
+
+class OldState(TypedDict):
+    question: str
 
 
 def respond(messages, kwargs):
@@ -97,3 +104,26 @@ async def test_a_question_that_fails_on_its_own_starts_afresh(tmp_path: Path) ->
     async with open_checkpoints(tmp_path) as saver:
         assert [t async for t in saver.alist(None)] == []
     assert not load_records(tmp_path)
+
+
+async def test_a_checkpoint_of_an_older_graph_starts_afresh(tmp_path: Path) -> None:
+    """A thread stopped before a node the graph no longer has (the old single `refine` node,
+    say) has nothing to go on from: the question runs again instead of being recorded as
+    finished with no answer."""
+    old = StateGraph(OldState)
+    old.add_node("draft_step", lambda state: {"question": state["question"]})
+    old.add_node("refine", lambda state: {})
+    old.add_edge(START, "draft_step")
+    old.add_edge("draft_step", "refine")
+    old.add_edge("refine", END)
+    [job] = always_job()
+    thread = job.key.text
+    async with open_checkpoints(tmp_path) as saver:
+        stopped = old.compile(checkpointer=saver, interrupt_before=["refine"])
+        config = {"configurable": {"thread_id": thread}}
+        await stopped.ainvoke({"question": job.problem.question}, config=config)
+        assert (await stopped.aget_state(config)).next == ("refine",)
+    chat = await run(tmp_path, respond, tmp_path)
+    [record] = load_records(tmp_path)
+    assert record["answer"] == "5" and "resumed" not in record
+    assert len(chat.calls) >= 8  # the whole question ran
