@@ -35,6 +35,7 @@ from servers.profiles import (
     server_env,
     split_cpus,
     with_cpus,
+    with_kv_cache,
 )
 
 LOG_TAIL_LINES = 40
@@ -305,6 +306,13 @@ PAIR_CORES: CoreSharing = "shared"
 servers on every core (`shared`), or half each (`split`); measured in servers/README.md."""
 
 
+PAIR_KV_CACHE_GIB = (1, 2)
+"""KV caches of a CPU pair (backbone, verifier), in GiB, instead of each profile's 3: 1 GiB
+holds 87k tokens of Qwen2.5-Coder-0.5B, 2 GiB 75k of the 1.5B, room for 32-64 sequences of
+MUR's 1-2k tokens, and the pair then fits beside the test suite's servers on 24 GiB
+(servers/README.md)."""
+
+
 def up_pair(
     backbone: str | Profile,
     verifier: str | Profile,
@@ -317,6 +325,9 @@ def up_pair(
     """A backbone and a verifier server on this machine, started one after the other (two
     compiling at once would fight over the cores and memory); each is reused if it runs."""
     first, second = _resolve(backbone), _resolve(verifier)
+    if first.device == "cpu" and second.device == "cpu":
+        first = with_kv_cache(first, PAIR_KV_CACHE_GIB[0])
+        second = with_kv_cache(second, PAIR_KV_CACHE_GIB[1])
     if first.port == second.port:
         raise ServerError(
             f"the backbone ({first.name}) and the verifier ({second.name}) profiles both use "

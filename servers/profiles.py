@@ -154,6 +154,14 @@ def with_cpus(profile: Profile, cpus: str) -> Profile:
     return replace(profile, env=_frozen(env))
 
 
+def with_kv_cache(profile: Profile, gib: int) -> Profile:
+    """`profile` with a KV cache of `gib` GiB (a CPU server allocates it whole at start)."""
+    if profile.device != "cpu":
+        raise ServerError(f"profile {profile.name} runs on a GPU: its KV cache is vLLM's choice")
+    env = {**profile.env, "VLLM_CPU_KVCACHE_SPACE": str(gib)}
+    return replace(profile, env=_frozen(env))
+
+
 def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> frozenset[str]:
     """The CPU's feature flags (empty where /proc/cpuinfo is unreadable)."""
     try:

@@ -521,20 +521,23 @@ def test_a_pair_starts_backbone_then_verifier_on_shared_or_split_cores(
     """`python -m servers up --profile A --verifier-profile B [--cores split]`: the backbone
     first (two compiles at once fight over the cores), each on the cores the way asks for."""
     monkeypatch.setattr(os, "sched_getaffinity", lambda _: {0, 1}, raising=False)
-    started: list[tuple[str, str]] = []
+    started: list[tuple[str, str, str]] = []
 
     def fake_up(profile, **_: object) -> launcher.RunningServer:
-        started.append((profile.name, profile.env["VLLM_CPU_OMP_THREADS_BIND"]))
+        env = profile.env
+        started.append(
+            (profile.name, env["VLLM_CPU_OMP_THREADS_BIND"], env["VLLM_CPU_KVCACHE_SPACE"])
+        )
         return launcher.RunningServer(profile.name, profile.base_url, "m", 1, True, True, None)
 
     monkeypatch.setattr(launcher, "up", fake_up)
     launcher.up_pair("cpu-qwen-0.5b", "cpu-qwen-1.5b", cores="shared", progress=False)
     launcher.up_pair("cpu-qwen-0.5b", "cpu-qwen-1.5b", cores="split", progress=False)
-    assert started == [
-        ("cpu-qwen-0.5b", "0-1"),
-        ("cpu-qwen-1.5b", "0-1"),
-        ("cpu-qwen-0.5b", "0"),
-        ("cpu-qwen-1.5b", "1"),
+    assert started == [  # KV caches sized for the pair (launcher.PAIR_KV_CACHE_GIB)
+        ("cpu-qwen-0.5b", "0-1", "1"),
+        ("cpu-qwen-1.5b", "0-1", "2"),
+        ("cpu-qwen-0.5b", "0", "1"),
+        ("cpu-qwen-1.5b", "1", "2"),
     ]
     with pytest.raises(ServerError, match="both use port 8021"):
         launcher.up_pair("cpu-qwen-0.5b", "cpu-qwen-0.5b", progress=False)
