@@ -19,7 +19,7 @@ import sys
 import types
 import typing
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -197,7 +197,7 @@ def flag_settings(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def shared_settings(args: argparse.Namespace, recommended: dict[str, Any]) -> dict[str, Any]:
+def shared_settings(args: argparse.Namespace, recommended: Mapping[str, Any]) -> dict[str, Any]:
     """A profile's recommendations (those that are Context fields), then the flags."""
     names = set(Context.field_names())
     return {**{k: v for k, v in recommended.items() if k in names}, **flag_settings(args)}
@@ -223,7 +223,7 @@ def budget_labels(args: argparse.Namespace) -> list[str]:
     return [budget_label(name, value) for name, value in budget_settings(args)]
 
 
-def single_context(args: argparse.Namespace, recommended: dict[str, Any]) -> Context:
+def single_context(args: argparse.Namespace, recommended: Mapping[str, Any]) -> Context:
     """The Context of a single solve (no lists: validate() refused them): a budget makes it
     the mur gate; a gate label brings its own settings (`mur+bc`, `random@0.12`)."""
     label = (budget_labels(args) or gates(args))[0]

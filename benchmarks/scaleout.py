@@ -286,7 +286,7 @@ def run_load(url: str, problems: Sequence[Problem], args: argparse.Namespace, ph
     store = RecordStore(folder)
     begin = time.monotonic()
     outcome = asyncio.run(
-        run_jobs(graph, plan.jobs(), store, concurrency=plan.concurrency, show_progress=False)
+        run_jobs(graph, plan.jobs(), store, concurrency=args.concurrency, show_progress=False)
     )
     phase.wall_s = time.monotonic() - begin
     records = load_records(folder)
