@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import openai
+from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 from pydantic.fields import FieldInfo
 from rich.console import Console
 from rich.text import Text
@@ -336,9 +337,6 @@ async def solve_one(args: argparse.Namespace, connection: Connection, printer: P
                 on_step=printer.step,
             )
         return solution.output
-    # Here: only --checkpoint needs SQLite's saver (aiosqlite), so other runs skip its import.
-    from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
-
     thread_id = args.thread_id or uuid.uuid4().hex[:12]
     async with AsyncSqliteSaver.from_conn_string(args.checkpoint) as saver:
         printer.say(
@@ -445,7 +443,7 @@ def main(argv: list[str] | None = None) -> int:
     if problems is not None:
         # Here: the benchmark brings statistics and plots (scipy, matplotlib), seconds of
         # imports that a single question, or a wrong --base-url, must not wait for.
-        from evals.benchmark import run_benchmark
+        from evals.benchmark import run_benchmark  # noqa: PLC0415
 
         plan = benchmark_plan(args, problems, connection, command_line(argv))
         return run_benchmark(plan, connection.backbone, connection.verifier)

@@ -93,8 +93,6 @@ class RequestTimeout:
 
     def for_request(self, max_tokens: int | None) -> Any:
         """The SDK's timeout object for one request."""
-        import openai
-
         return openai.Timeout(self.seconds(max_tokens), connect=self.connect_s)
 
     @classmethod

@@ -23,6 +23,7 @@ from typing import Any
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
 from graphs.state import Context, output_of
 
@@ -32,9 +33,6 @@ CHECKPOINTS = "checkpoints.sqlite"
 @asynccontextmanager
 async def open_checkpoints(folder: Path) -> AsyncIterator[BaseCheckpointSaver]:
     """The folder's checkpoint saver, open for the run."""
-    # Local: only benchmark runs need SQLite's saver (aiosqlite).
-    from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
-
     async with AsyncSqliteSaver.from_conn_string(str(folder / CHECKPOINTS)) as saver:
         yield saver
 
