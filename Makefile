@@ -34,6 +34,8 @@ lint: setup
 	$(VENV)/bin/ruff format --check .
 	@# The import rules of the layout (contracts in pyproject.toml, [tool.importlinter]).
 	$(VENV)/bin/lint-imports
+	@# Types across the whole program ([tool.mypy] in pyproject.toml names what it checks).
+	$(VENV)/bin/mypy
 
 run: setup
 	$(PY) run.py --strategy critic

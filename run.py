@@ -19,11 +19,12 @@ import sys
 import types
 import typing
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import openai
+from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 from pydantic.fields import FieldInfo
 from rich.console import Console
 from rich.text import Text
@@ -207,7 +208,7 @@ def flag_settings(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def shared_settings(args: argparse.Namespace, recommended: dict[str, Any]) -> dict[str, Any]:
+def shared_settings(args: argparse.Namespace, recommended: Mapping[str, Any]) -> dict[str, Any]:
     """A profile's recommendations (those that are Context fields), then the flags."""
     names = set(Context.field_names())
     return {**{k: v for k, v in recommended.items() if k in names}, **flag_settings(args)}
@@ -233,7 +234,7 @@ def budget_labels(args: argparse.Namespace) -> list[str]:
     return [budget_label(name, value) for name, value in budget_settings(args)]
 
 
-def single_context(args: argparse.Namespace, recommended: dict[str, Any]) -> Context:
+def single_context(args: argparse.Namespace, recommended: Mapping[str, Any]) -> Context:
     """The Context of a single solve (no lists: validate() refused them): a budget makes it
     the mur gate; a gate label brings its own settings (`mur+bc`, `random@0.12`)."""
     label = (budget_labels(args) or gates(args))[0]
@@ -345,9 +346,6 @@ async def solve_one(args: argparse.Namespace, connection: Connection, printer: P
                 on_step=printer.step,
             )
         return solution.output
-    # Here: only --checkpoint needs SQLite's saver (aiosqlite), so other runs skip its import.
-    from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
-
     thread_id = args.thread_id or uuid.uuid4().hex[:12]
     async with AsyncSqliteSaver.from_conn_string(args.checkpoint) as saver:
         printer.say(
@@ -454,7 +452,7 @@ def main(argv: list[str] | None = None) -> int:
     if problems is not None:
         # Here: the benchmark brings statistics and plots (scipy, matplotlib), seconds of
         # imports that a single question, or a wrong --base-url, must not wait for.
-        from evals.benchmark import run_benchmark
+        from evals.benchmark import run_benchmark  # noqa: PLC0415
 
         plan = benchmark_plan(args, problems, connection, command_line(argv))
         return run_benchmark(plan, connection.backbone, connection.verifier)

@@ -206,8 +206,9 @@ async def run_all(bench: Bench, pool: Sequence[Any]) -> dict[str, Any]:
 
 async def profile_graph(bench: Bench, path: str) -> str:
     """One more MUR run of the first strategy under pyinstrument; returns a summary line."""
-    # Local: pyinstrument is an optional tool (pip install pyinstrument), needed only here.
-    from pyinstrument import Profiler
+    # Local: pyinstrument is an optional tool (pip install pyinstrument), not a dependency; at
+    # the top, every `python -m benchmarks.bench` would fail without it.
+    from pyinstrument import Profiler  # noqa: PLC0415
 
     s = bench.settings
     profiler = Profiler(interval=0.001)

@@ -265,9 +265,8 @@ def summarize(
     fine = [o for o in outcomes if o.status == 200 and o.trace is not None]
     latencies = np.array([o.latency for o in fine]) * 1000
     first_steps = [o.first_step * 1000 for o in fine if o.first_step is not None]
-    reply_tokens = sum(
-        o.trace["usage"]["backbone_tokens"] + o.trace["usage"]["external_tokens"] for o in fine
-    )
+    usages = [o.trace["usage"] for o in fine if o.trace is not None]  # every one of `fine`
+    reply_tokens = sum(u["backbone_tokens"] + u["external_tokens"] for u in usages)
     return Report(
         backbone=backbone,
         clients=clients,

@@ -38,6 +38,8 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from langchain_core.messages import HumanMessage
+
 from evals.harness.plan import BenchmarkPlan
 from evals.harness.record import total_tokens
 from evals.harness.records import RecordStore, load_records
@@ -45,6 +47,21 @@ from evals.harness.runner import run_jobs
 from evals.questions import Problem, load_dataset
 from graphs.mur import build_graph
 from graphs.refine import check_strategy
+from servers.clients import make_chat_model
+from servers.errors import ServerError
+from servers.launcher import down, up
+from servers.metrics import (
+    GENERATION_TOKENS,
+    PREFIX_CACHE_HITS,
+    PREFIX_CACHE_QUERIES,
+    REQUESTS_DONE,
+    read_counter,
+)
+from servers.model import ensure_model
+from servers.paths import mur_home
+from servers.profiles import get_profile
+from servers.replicas import POLICIES, down_group, replica_profile, up_replicas
+from servers.sessions import session
 
 GIB = 1024**3
 NEED_GIB = {"one": 6.0, "two": 8.5}  # ~4.7 GiB server / two ~3.7 GiB replicas, plus headroom
@@ -172,14 +189,6 @@ def private_home(home: Path) -> Iterator[None]:
 
 def counters(urls: Sequence[str]) -> list[dict[str, float]]:
     """The vLLM counters this benchmark reads, per server."""
-    from servers.metrics import (
-        GENERATION_TOKENS,
-        PREFIX_CACHE_HITS,
-        PREFIX_CACHE_QUERIES,
-        REQUESTS_DONE,
-        read_counter,
-    )
-
     names = (GENERATION_TOKENS, PREFIX_CACHE_QUERIES, PREFIX_CACHE_HITS, REQUESTS_DONE)
     return [{name: read_counter(url, name) for name in names} for url in urls]
 
@@ -188,12 +197,6 @@ def fill_from_counters(
     phase: Phase, before: list[dict[str, float]], after: list[dict[str, float]]
 ) -> None:
     """Server-side deltas over the measured window, summed over the servers."""
-    from servers.metrics import (
-        GENERATION_TOKENS,
-        PREFIX_CACHE_HITS,
-        PREFIX_CACHE_QUERIES,
-        REQUESTS_DONE,
-    )
 
     def delta(name: str) -> list[float]:
         return [a[name] - b[name] for a, b in zip(after, before, strict=True)]
@@ -208,9 +211,6 @@ def start_servers(
     case: str, args: argparse.Namespace, base: Any, model_path: Path
 ) -> tuple[Any, ...]:
     """(client URL, replica URLs, cores per server, process group ids) for `case`."""
-    from servers.launcher import up
-    from servers.replicas import replica_profile, up_replicas
-
     if case == ONE:
         one = up(
             replace(base, name="scaleout-one", port=args.port),
@@ -238,9 +238,6 @@ def start_servers(
 
 
 def stop_servers(case: str) -> None:
-    from servers.launcher import down
-    from servers.replicas import down_group
-
     if case == ONE:
         down("scaleout-one")
     else:
@@ -249,9 +246,6 @@ def stop_servers(case: str) -> None:
 
 async def warm_up(model: Any) -> None:
     """A few short requests, so start-up costs stay out of the timing."""
-    from langchain_core.messages import HumanMessage
-
-    from servers.sessions import session
 
     async def one(index: int) -> None:
         with session(f"warm-up/{index}"):
@@ -277,8 +271,6 @@ def load_plan(problems: Sequence[Problem], args: argparse.Namespace) -> Benchmar
 def run_load(url: str, problems: Sequence[Problem], args: argparse.Namespace, phase: Phase) -> None:
     """The benchmark load through `evals.harness.runner`, as `run.py --dataset` runs it; the
     records (full traces) stay in `<home>/runs/<case>` for a look afterwards."""
-    from servers.clients import make_chat_model
-
     plan = load_plan(problems, args)
     graph = build_graph(backbone=make_chat_model(url))
     folder = args.home / "runs" / phase.case
@@ -286,7 +278,7 @@ def run_load(url: str, problems: Sequence[Problem], args: argparse.Namespace, ph
     store = RecordStore(folder)
     begin = time.monotonic()
     outcome = asyncio.run(
-        run_jobs(graph, plan.jobs(), store, concurrency=plan.concurrency, show_progress=False)
+        run_jobs(graph, plan.jobs(), store, concurrency=args.concurrency, show_progress=False)
     )
     phase.wall_s = time.monotonic() - begin
     records = load_records(folder)
@@ -324,10 +316,6 @@ def describe_plan(
 
 def measure(case: str, problems: Sequence[Problem], args: argparse.Namespace) -> Phase:
     """Start the case's servers, run the load once on them, stop them."""
-    from servers.clients import make_chat_model
-    from servers.model import ensure_model
-    from servers.profiles import get_profile
-
     base = replace(get_profile("cpu-tiny"), name="scaleout")  # VLLM_CACHE_ROOT stays shared
     assert base.package is not None
     model_path = ensure_model(base.package)  # in the shared MUR_HOME, converted once
@@ -439,9 +427,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from servers.errors import ServerError
-    from servers.paths import mur_home
-    from servers.replicas import POLICIES
 
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     unknown = [p for p in policies if p not in POLICIES]

@@ -168,7 +168,7 @@ def overhead_table(pairs: Sequence[tuple[GraphRun, ReplayRun]]) -> tuple[str, li
                 fmt(graph_wall, 1),
                 fmt(replay_wall, 1),
                 fmt_ratio(wall_ratio),
-                fmt(100 * ratio(between, spans) if spans else None, 2),
+                fmt(100 * between / spans if spans else None, 2),
                 "",
                 fmt_ratio(client_ratio),
                 "",

@@ -1,6 +1,7 @@
 """The replies, built from the `openai` package's own types (ChatCompletion, its chunk, Model):
 what the reply holds besides OpenAI's fields is the extra `mur` (the step trace) and, on each
-streamed step, `mur_step` (the step's event).
+streamed step, `mur_step` (the step's event). The non-streamed reply and the model entry
+declare their extra fields in subclasses; a chunk's ride in as pydantic extras.
 
 The content is the kept steps as the backbone wrote them (`StepN: text` lines in the marker
 format, paragraphs in the paragraph format), then the fallback text if any; the streamed
@@ -25,10 +26,23 @@ from graphs import output_of
 OWNER = "mur"
 
 
+class MurModel(Model):
+    """An entry of GET /v1/models: the model name and the strategy and gate it runs."""
+
+    strategy: str
+    gate: str
+
+
+class MurChatCompletion(ChatCompletion):
+    """The non-streamed reply: OpenAI's fields, and the step trace as `mur`."""
+
+    mur: dict[str, Any]
+
+
 def model_list(created: int) -> dict[str, Any]:
     """GET /v1/models: one model per strategy x gate, with its strategy and gate."""
     data = [
-        Model(
+        MurModel(
             id=name, object="model", created=created, owned_by=OWNER, strategy=strategy, gate=gate
         ).model_dump(exclude_unset=True)
         for name, (strategy, gate) in MODELS.items()
@@ -70,7 +84,7 @@ def usage_of(trace: Mapping[str, Any]) -> CompletionUsage:
     )
 
 
-def completion(job: Job, trace: dict[str, Any], cid: str, created: int) -> ChatCompletion:
+def completion(job: Job, trace: dict[str, Any], cid: str, created: int) -> MurChatCompletion:
     """The non-streamed reply: the whole solution as content, the trace as `mur`."""
     choice = Choice(
         index=0,
@@ -78,7 +92,7 @@ def completion(job: Job, trace: dict[str, Any], cid: str, created: int) -> ChatC
         logprobs=None,
         finish_reason="stop",
     )
-    return ChatCompletion(
+    return MurChatCompletion(
         id=cid,
         object="chat.completion",
         created=created,

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import sys
 from collections.abc import Iterator, Sequence
@@ -229,15 +230,16 @@ def agreement(
     old, new = (np.array(side, dtype=float) for side in zip(*pairs, strict=True))
     flips: dict[str, tuple[int, int, float, float]] = {}
     for label, gamma, bias_correction in gates:
+        decide = functools.partial(
+            replay_decisions, "mur", alpha=alpha, gamma=gamma, bias_correction=bias_correction
+        )
         differ = decided = before = after = 0
         for trace, news in zip(traces, rescored, strict=True):
             replaced = list(trace.uncertainties)
             for step, value in zip(trace.steps, news, strict=True):
                 if value is not None:
                     replaced[step.index - 1] = value
-            kwargs = {"alpha": alpha, "gamma": gamma, "bias_correction": bias_correction}
-            a = replay_decisions("mur", trace.uncertainties, **kwargs)[1:]
-            b = replay_decisions("mur", replaced, **kwargs)[1:]
+            a, b = decide(trace.uncertainties)[1:], decide(replaced)[1:]
             differ += sum(x != y for x, y in zip(a, b, strict=True))
             decided, before, after = decided + len(a), before + sum(a), after + sum(b)
         flips[label] = (differ, decided, before / max(decided, 1), after / max(decided, 1))

@@ -1,25 +1,22 @@
 """Child-process half of `servers.model`: GGUF -> Hugging Face folder (bf16 safetensors).
 
 Run as a script (`python _convert.py SRC.gguf DEST_DIR`) so torch/transformers are imported
-in a short-lived process (memory freed afterwards, offline env set before import) rather than
-in whatever program asked for the model.
+in a short-lived process (memory freed afterwards) rather than in whatever program asked for
+the model. `servers.model` starts it with HF_HUB_OFFLINE=1 and TRANSFORMERS_OFFLINE=1 in its
+environment: the hub reads them when it is imported, so they cannot be set from here.
 """
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
 
 
 def convert(gguf: Path, dest: Path) -> None:
     """Dequantize `gguf` and save model + tokenizer into `dest` (which must exist)."""
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    # Local: the offline environment above must be set before transformers is imported.
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
-
     folder, name = str(gguf.parent), gguf.name
     # dequantize=True: save_pretrained refuses a model still holding GGUF blocks.
     model = AutoModelForCausalLM.from_pretrained(
@@ -37,5 +34,7 @@ def convert(gguf: Path, dest: Path) -> None:
 
 if __name__ == "__main__":
     if len(sys.argv) != 3:
-        raise SystemExit("usage: python _convert.py SRC.gguf DEST_DIR")
+        raise SystemExit(
+            "usage: HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 python _convert.py SRC.gguf DEST_DIR"
+        )
     convert(Path(sys.argv[1]), Path(sys.argv[2]))

@@ -33,6 +33,7 @@ from typing import Any
 import openai
 from langchain_core.outputs import ChatResult
 from langchain_openai import ChatOpenAI
+from pydantic import SecretStr
 
 from servers.errors import ServerError, ServerUnavailable
 from servers.probes import check_endpoint, normalize_base_url
@@ -92,8 +93,6 @@ class RequestTimeout:
 
     def for_request(self, max_tokens: int | None) -> Any:
         """The SDK's timeout object for one request."""
-        import openai
-
         return openai.Timeout(self.seconds(max_tokens), connect=self.connect_s)
 
     @classmethod
@@ -103,18 +102,28 @@ class RequestTimeout:
         """``base`` (default: the defaults), with MUR_TIMEOUT_FLOOR_S / MUR_TIMEOUT_PER_TOKEN_S
         applied when set."""
         env = os.environ if env is None else env
-        values: dict[str, float] = {}
-        for name, key in ((TIMEOUT_FLOOR_ENV, "floor_s"), (TIMEOUT_PER_TOKEN_ENV, "per_token_s")):
-            text = env.get(name, "").strip()
-            if not text:
-                continue
-            try:
-                values[key] = float(text)
-            except ValueError:
-                raise ServerError(f"{name}={text!r} is not a number of seconds") from None
-            if not values[key] > 0:
-                raise ServerError(f"{name} must be > 0 seconds, got {text}")
-        return replace(base or cls(), **values)
+        base = base or cls()
+        floor_s = _seconds_from_env(env, TIMEOUT_FLOOR_ENV)
+        per_token_s = _seconds_from_env(env, TIMEOUT_PER_TOKEN_ENV)
+        return replace(
+            base,
+            floor_s=base.floor_s if floor_s is None else floor_s,
+            per_token_s=base.per_token_s if per_token_s is None else per_token_s,
+        )
+
+
+def _seconds_from_env(env: Mapping[str, str], name: str) -> float | None:
+    """The positive number of seconds in `env[name]`; None when it is unset or blank."""
+    text = env.get(name, "").strip()
+    if not text:
+        return None
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise ServerError(f"{name}={text!r} is not a number of seconds") from None
+    if not seconds > 0:
+        raise ServerError(f"{name} must be > 0 seconds, got {text}")
+    return seconds
 
 
 def loop_safe_async_http_client() -> Any:
@@ -227,7 +236,7 @@ def make_chat_model(
     overrides.setdefault("logprobs", True)
     overrides.setdefault("max_retries", 0)
     overrides.setdefault("timeouts", RequestTimeout.from_env())
-    api_key = os.environ.get("OPENAI_API_KEY") or "EMPTY"
+    api_key = SecretStr(os.environ.get("OPENAI_API_KEY") or "EMPTY")
     return VLLMChatOpenAI(
         base_url=url,
         model=name,

@@ -21,7 +21,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
 from graphs.state import Context, output_of
 
@@ -31,9 +33,6 @@ CHECKPOINTS = "checkpoints.sqlite"
 @asynccontextmanager
 async def open_checkpoints(folder: Path) -> AsyncIterator[BaseCheckpointSaver]:
     """The folder's checkpoint saver, open for the run."""
-    # Local: only benchmark runs need SQLite's saver (aiosqlite).
-    from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
-
     async with AsyncSqliteSaver.from_conn_string(str(folder / CHECKPOINTS)) as saver:
         yield saver
 
@@ -45,7 +44,7 @@ class Solved:
     resumed: bool
 
 
-async def _active_seconds(saver: BaseCheckpointSaver, config: dict[str, Any]) -> float:
+async def _active_seconds(saver: BaseCheckpointSaver, config: RunnableConfig) -> float:
     """From the thread's first checkpoint to its last: how long it ran before it stopped."""
     stamps = [datetime.fromisoformat(t.checkpoint["ts"]) async for t in saver.alist(config)]
     return (max(stamps) - min(stamps)).total_seconds() if stamps else 0.0
@@ -56,7 +55,7 @@ async def solve_resumable(
 ) -> Solved:
     """Run the question on `graph` (compiled with a checkpointer) as thread `thread_id`, or go
     on where that thread stopped; a thread that had finished gives its output again."""
-    config = {"configurable": {"thread_id": thread_id}}
+    config: RunnableConfig = {"configurable": {"thread_id": thread_id}}
     snapshot = await graph.aget_state(config)
     if not snapshot.values:
         return Solved(await graph.ainvoke(graph_input, config=config, context=context), 0.0, False)

@@ -29,6 +29,9 @@ from pebble import ProcessExpired, ProcessPool
 
 from nodes.answer import extract_answer
 
+if sys.platform.startswith("linux"):  # the workers' memory cap (Linux alone has /proc)
+    import resource
+
 __all__ = [
     "DEFAULT_TIMEOUT_S",
     "MAX_ANSWER_CHARS",
@@ -172,12 +175,11 @@ def _start_worker(extra_memory: int) -> None:
     os.dup2(devnull, 2)
     # New stream objects: a thread of the parent may have held the old ones' locks at the fork.
     sys.stdout = sys.stderr = open(os.devnull, "w")  # noqa: SIM115 (the worker's lifetime)
-    # Local: only the workers load math-verify (and sympy), and before any time limit runs.
-    import math_verify  # noqa: F401
+    # Local: only the workers load math-verify (and sympy), and before any time limit runs;
+    # at the top it would add about half a second to every run.py start (even --help).
+    import math_verify  # noqa: F401, PLC0415
 
     if extra_memory > 0 and sys.platform.startswith("linux"):
-        import resource  # Local: Unix-only module, needed in the workers alone.
-
         with open("/proc/self/statm") as statm:
             used = int(statm.read().split()[0]) * resource.getpagesize()
         resource.setrlimit(resource.RLIMIT_AS, (used + extra_memory, resource.RLIM_INFINITY))
@@ -186,9 +188,9 @@ def _start_worker(extra_memory: int) -> None:
 def _verify(gold: str, pred: str, seconds: int) -> bool:
     """In a worker: math-verify's verdict, its own (signal-based) timeouts as the first guard;
     the pool's timeout and kill are the second, for what signals cannot interrupt."""
-    # Local: the parent never loads math-verify; _start_worker did, in this worker.
-    from math_verify import parse, verify
-    from math_verify.errors import TimeoutException
+    # Local: the parent never loads math-verify (see _start_worker, which did in this worker).
+    from math_verify import parse, verify  # noqa: PLC0415
+    from math_verify.errors import TimeoutException  # noqa: PLC0415
 
     try:
         g = parse("$" + gold + "$", parsing_timeout=seconds)

@@ -49,7 +49,7 @@ def _ratio(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}x"
 
 
-def _table(header: Sequence[str], lines: list[Sequence[str]]) -> list[str]:
+def _table(header: Sequence[str], lines: Sequence[Sequence[str]]) -> list[str]:
     out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     out += ["| " + " | ".join(cells) + " |" for cells in lines]
     return out

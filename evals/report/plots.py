@@ -64,14 +64,14 @@ def _panels(rows: Sequence[Row]) -> dict[tuple[str, str], list[Row]]:
 
 def _sweeps(rows: Sequence[Row]) -> dict[str, list[Row]]:
     """Gate labels run at two gammas or more, their rows by gamma."""
-    by_gate: dict[str, list[Row]] = defaultdict(list)
+    by_gate: dict[str, list[tuple[float, Row]]] = defaultdict(list)
     for row in rows:
         if row.gamma is not None:
-            by_gate[row.gate].append(row)
+            by_gate[row.gate].append((row.gamma, row))
     return {
-        gate: sorted(group, key=lambda r: r.gamma)
+        gate: [row for _, row in sorted(group, key=lambda pair: pair[0])]
         for gate, group in sorted(by_gate.items())
-        if len({r.gamma for r in group}) >= 2
+        if len({gamma for gamma, _ in group}) >= 2
     }
 
 

@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 from scipy import stats as scipy_stats
 
 #: Bootstrap resamples and seed: fixed, so the same records always give the same table.
@@ -46,7 +47,7 @@ class PairedComparison:
 
 
 def bootstrap_interval(
-    values: Sequence[float],
+    values: Sequence[float] | npt.NDArray[np.float64],
     *,
     resamples: int = RESAMPLES,
     seed: int = SEED,

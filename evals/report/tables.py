@@ -23,7 +23,7 @@ import math
 import sys
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -138,47 +138,47 @@ def _row(
     )
 
 
-_AVERAGED = (
-    "accuracy",
-    "backbone_tokens",
-    "external_tokens",
-    "total_tokens",
-    "steps_total",
-    "steps_scaled",
-    "scaled_share",
-    "wall_mean",
-    "wall_p50",
-    "wall_p95",
-)
-
-
 def _averages(rows: Sequence[Row]) -> list[Row]:
     """The unweighted mean over datasets of each (strategy, gate, gamma), like the paper's Avg:
     point estimates only (intervals and tests are per dataset, where questions pair)."""
     by_setting: dict[tuple[str, str, float | None], list[Row]] = defaultdict(list)
     for row in rows:
         by_setting[(row.strategy, row.gate, row.gamma)].append(row)
-    empty = {f.name: None for f in fields(Row)}
     averaged = []
     for (strategy, gate, gamma), group in by_setting.items():
-        values = {name: stats.mean([getattr(r, name) for r in group]) for name in _AVERAGED}
         averaged.append(
             Row(
-                **{
-                    **empty,
-                    **values,
-                    "dataset": AVERAGE,
-                    "strategy": strategy,
-                    "gate": gate,
-                    "gamma": gamma,
-                    "questions": sum(r.questions for r in group),
-                    "runs": sum(r.runs for r in group),
-                }
+                dataset=AVERAGE,
+                strategy=strategy,
+                gate=gate,
+                gamma=gamma,
+                questions=sum(r.questions for r in group),
+                runs=sum(r.runs for r in group),
+                accuracy=stats.mean([r.accuracy for r in group]),
+                accuracy_low=None,
+                accuracy_high=None,
+                paired_questions=None,
+                accuracy_diff=None,
+                accuracy_diff_low=None,
+                accuracy_diff_high=None,
+                better=None,
+                worse=None,
+                p_value=None,
+                backbone_tokens=stats.mean([r.backbone_tokens for r in group]),
+                external_tokens=stats.mean([r.external_tokens for r in group]),
+                total_tokens=stats.mean([r.total_tokens for r in group]),
+                tokens_vs_always=None,
+                steps_total=stats.mean([r.steps_total for r in group]),
+                steps_scaled=stats.mean([r.steps_scaled for r in group]),
+                scaled_share=stats.mean([r.scaled_share for r in group]),
+                wall_mean=stats.mean([r.wall_mean for r in group]),
+                wall_p50=stats.mean([r.wall_p50 for r in group]),
+                wall_p95=stats.mean([r.wall_p95 for r in group]),
             )
         )
     always = {r.strategy: r.total_tokens for r in averaged if r.gate == REFERENCE_GATE}
     return [
-        Row(**{**asdict(r), "tokens_vs_always": r.total_tokens / always[r.strategy]})
+        replace(r, tokens_vs_always=r.total_tokens / always[r.strategy])
         if always.get(r.strategy)
         else r
         for r in averaged

@@ -97,7 +97,7 @@ def test_the_load_runs_through_the_runner(tmp_path: Path, monkeypatch: pytest.Mo
         return Scripted(" So the answer is 5.", [-0.5] * 6, stop_reason=None)
 
     monkeypatch.setattr(
-        "servers.clients.make_chat_model", lambda url: FakeLogprobChat(responder=respond)
+        "benchmarks.scaleout.make_chat_model", lambda url: FakeLogprobChat(responder=respond)
     )
     args = build_parser().parse_args(["--questions", "2", "--concurrency", "2"])
     args.home = tmp_path
