@@ -309,8 +309,7 @@ servers on every core (`shared`), or half each (`split`); measured in servers/RE
 PAIR_KV_CACHE_GIB = (1, 2)
 """KV caches of a CPU pair (backbone, verifier), in GiB, instead of each profile's 3: 1 GiB
 holds 87k tokens of Qwen2.5-Coder-0.5B, 2 GiB 75k of the 1.5B, room for 32-64 sequences of
-MUR's 1-2k tokens, and the pair then fits beside the test suite's servers on 24 GiB
-(servers/README.md)."""
+MUR's 1-2k tokens: 15 GiB for the pair instead of 17 (servers/README.md)."""
 
 
 def up_pair(
