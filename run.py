@@ -42,6 +42,7 @@ from nodes.draft import check_question
 from nodes.gate_labels import budget_label
 from nodes.llm import MissingLogprobsError
 from servers import ServerError, check_single_url
+from servers.cli import OneLineParser, usage_error
 from servers.connect import Connection, add_connection_arguments, connection_options
 from servers.connect import connect as connect_servers
 from servers.sessions import new_session_id, session
@@ -149,7 +150,7 @@ def _concurrency(text: str) -> int | None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="run.py", description="MUR: momentum-uncertainty-guided step-level reasoning."
     )
     add_context_flags(parser)
@@ -440,8 +441,7 @@ def main(argv: list[str] | None = None) -> int:
         validate(args)
         problems = load_problems(args) if args.dataset else None
     except (UsageError, ValueError, OSError) as exc:
-        print(f"run.py: error: {exc}", file=sys.stderr)
-        return 2
+        return usage_error("run.py", str(exc))
 
     printer = Printer(enabled=not args.json)
     try:

@@ -42,6 +42,7 @@ from benchmarks.tables import fmt
 from evals.harness.contexts import context_for
 from evals.questions import load_dataset
 from graphs.refine import check_strategy
+from servers.cli import OneLineParser
 from servers.clients import resolve_model
 from servers.connect import add_connection_arguments
 from servers.launcher import up
@@ -61,7 +62,7 @@ def _csv(kind: type) -> Callable[[str], tuple[Any, ...]]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="python -m benchmarks.bench",
         description="MUR's token economy and the orchestration's speed, side by side; "
         "writes the four tables to --out.",

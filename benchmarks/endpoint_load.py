@@ -38,6 +38,7 @@ import httpx
 import numpy as np
 
 from benchmarks.fake_endpoint import expected_content
+from servers.cli import OneLineParser
 from servers.connect import add_connection_arguments, connection_argv
 from servers.metrics import generation_tokens
 
@@ -383,7 +384,7 @@ def table_row(report: Report) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="python -m benchmarks.endpoint_load",
         description="Load-test the MUR endpoint and check every reply.",
     )

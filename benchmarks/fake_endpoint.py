@@ -12,7 +12,6 @@ injected fault (502 before the first step, an error in the stream after it).
 
 from __future__ import annotations
 
-import argparse
 import re
 from typing import Any
 
@@ -21,6 +20,7 @@ from langchain_core.messages import BaseMessage, HumanMessage
 
 from endpoint import create_app
 from endpoint.cli import KEEP_ALIVE_SECONDS
+from servers.cli import OneLineParser
 from tests.fakes import FakeLogprobChat, Scripted
 
 DRAFT_UNCERTAINTY = {1: 1.0, 2: 1.3, 3: 0.15}  # the gamma-gate scales step 2 only
@@ -73,7 +73,7 @@ def make_app(max_runs: int = 64) -> Any:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="python -m benchmarks.fake_endpoint",
         description="Serve the MUR endpoint over the scripted load-test backbone.",
     )

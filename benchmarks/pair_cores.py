@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from evals.harness.records import load_records
+from servers.cli import OneLineParser
 from servers.launcher import CORE_SHARING, CoreSharing, down, up_pair
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -84,7 +85,7 @@ def table(runs: list[PairRun]) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.pair_cores", description=__doc__)
+    parser = OneLineParser(prog="python -m benchmarks.pair_cores", description=__doc__)
     parser.add_argument("--profile", default="cpu-qwen-0.5b", help="the backbone's profile")
     parser.add_argument("--verifier-profile", default="cpu-qwen-1.5b")
     parser.add_argument("--limit", type=int, default=8, help="first N MATH-500 questions")

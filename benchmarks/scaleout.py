@@ -47,6 +47,7 @@ from evals.harness.runner import run_jobs
 from evals.questions import Problem, load_dataset
 from graphs.mur import build_graph
 from graphs.refine import check_strategy
+from servers.cli import OneLineParser
 from servers.clients import make_chat_model
 from servers.errors import ServerError
 from servers.launcher import down, up
@@ -384,7 +385,7 @@ def table(phases: Sequence[Phase]) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="python -m benchmarks.scaleout",
         description="Prefix-cache hit rate and tok/s: one vLLM CPU server vs two replicas "
         "behind vllm-router, with and without session affinity.",

@@ -23,6 +23,7 @@ import uvicorn
 from endpoint.app import DEFAULT_MAX_REQUEST_BYTES, DEFAULT_MAX_RUNS, create_app
 from endpoint.schemas import MODELS
 from servers import ServerError
+from servers.cli import OneLineParser
 from servers.connect import add_connection_arguments, connection_options
 from servers.connect import connect as connect_servers
 
@@ -49,7 +50,7 @@ def _positive(text: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog=PROG,
         description="Serve MUR (every strategy x gate) as an OpenAI-compatible chat API.",
     )

@@ -45,6 +45,7 @@ from experiments.cli import float_list, publish
 from nodes.draft import STEP_FORMATS, step_messages
 from nodes.gates import replay_decisions
 from nodes.llm import CONTINUE_FINAL_MESSAGE
+from servers.cli import OneLineParser
 from servers.connect import add_connection_arguments, connect, connection_options
 from servers.errors import ServerError
 from servers.probes import normalize_base_url
@@ -285,7 +286,7 @@ def report(result: Agreement, folder: str, base_url: str, model: str, traces: in
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="python -m experiments.rescore", description=(__doc__ or "").split("\n")[0]
     )
     parser.add_argument("folder", help="a results folder (records.jsonl and settings.json)")

@@ -44,6 +44,7 @@ from evals.questions import DATASETS, check_dataset
 from evals.report.headlines import matched_random_rate
 from graphs.refine import STRATEGIES
 from nodes.gate_labels import PAPER_TABLE_LABELS
+from servers.cli import OneLineParser
 from servers.connect import add_connection_arguments, connection_argv
 from servers.errors import ServerError
 from servers.profiles import DEFAULT_PROFILE, get_profile
@@ -240,7 +241,7 @@ def _csv(kind: type) -> Callable[[str], tuple]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="python -m experiments.table1",
         description="The paper's Table 1 in miniature: every strategy's gates, the random "
         f"baseline at MUR's rate and a gamma sweep, resumable ({COMMAND} skips what is done). "

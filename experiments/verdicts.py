@@ -35,6 +35,7 @@ from evals.harness.records import load_records
 from evals.questions import load_dataset
 from experiments.cli import float_list, publish
 from nodes.judge import VERDICT_PATTERN, continue_to_verdict, forced_verdict, judge_prompt
+from servers.cli import OneLineParser
 from servers.connect import add_connection_arguments, connect, connection_options
 from servers.errors import ServerError
 
@@ -193,7 +194,7 @@ def _shares(text: str) -> tuple[float, ...]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="python -m experiments.verdicts", description=(__doc__ or "").split("\n")[0]
     )
     parser.add_argument("folder", help="a results folder of critic runs (with records.jsonl)")

@@ -51,8 +51,8 @@ def cluster_labels(texts: Sequence[str], *, k: int = 2, seed: int = 0) -> list[i
         return [0] * len(texts)
     # Imported here: scikit-learn (with scipy) takes about a second to import, and only the
     # foresight strategy clusters; every command line would otherwise pay it before starting.
-    from sklearn.cluster import KMeans
-    from sklearn.feature_extraction.text import TfidfVectorizer
+    from sklearn.cluster import KMeans  # noqa: PLC0415
+    from sklearn.feature_extraction.text import TfidfVectorizer  # noqa: PLC0415
 
     try:
         vectors = TfidfVectorizer().fit_transform(texts)

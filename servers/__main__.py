@@ -17,6 +17,7 @@ import os
 import sys
 from dataclasses import replace
 
+from servers.cli import OneLineParser
 from servers.errors import ServerError
 from servers.launcher import (
     CORE_SHARING,
@@ -34,7 +35,7 @@ from servers.replicas import DEFAULT_POLICY, POLICIES, down_group, up_replicas
 
 def _parser() -> argparse.ArgumentParser:
     names = sorted(profiles())
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="python -m servers", description="Manage the vLLM servers MUR talks to."
     )
     sub = parser.add_subparsers(dest="cmd", required=True)

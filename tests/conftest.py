@@ -27,11 +27,15 @@ TEST_DATA = Path(__file__).resolve().parent / "data"
 """A small benchmark file of the tests' own (math500 format): see tests/data/README.md."""
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Integration tests without a time limit of their own get INTEGRATION_TIMEOUT_S."""
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Integration tests without a time limit of their own get INTEGRATION_TIMEOUT_S; tests
+    marked `all_strategies` run only when the -m expression names that marker."""
+    asked = "all_strategies" in (config.getoption("markexpr") or "")
     for item in items:
         if item.get_closest_marker("integration") and not item.get_closest_marker("timeout"):
             item.add_marker(pytest.mark.timeout(INTEGRATION_TIMEOUT_S))
+        if item.get_closest_marker("all_strategies") and not asked:
+            item.add_marker(pytest.mark.skip(reason="all four strategies: -m all_strategies"))
 
 
 @pytest.fixture

@@ -16,7 +16,6 @@ between another's append and its own reading of it.
 
 from __future__ import annotations
 
-import argparse
 import gzip
 import json
 import os
@@ -28,6 +27,7 @@ from typing import Any, TypedDict
 from filelock import FileLock
 
 from evals.harness.record import RunRecord
+from servers.cli import OneLineParser
 
 RECORDS = "records.jsonl"
 PACKED = "records.jsonl.gz"
@@ -215,7 +215,7 @@ def records_so_far(folder: str | os.PathLike[str]) -> list[RunRecord]:
 def main(argv: Sequence[str] | None = None) -> int:
     """`python -m evals.harness.records drop DIR --gate LABEL`: remove one gate's runs from a
     folder."""
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="python -m evals.harness.records",
         description="Maintain a run folder's records. drop: remove every run of one gate label "
         "(runs a since-fixed bug made), so that rerunning the folder's command.txt records "

@@ -11,7 +11,6 @@ interval and the exact sign test, and the tokens per question of each with their
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ from evals.harness.record import RunRecord
 from evals.harness.records import load_records
 from evals.report import stats
 from evals.report.pairing import Pairing, SettingKey, group_settings, pair, setting_order
+from servers.cli import OneLineParser
 
 
 @dataclass(frozen=True)
@@ -76,7 +76,7 @@ def to_markdown(comparisons: Sequence[Comparison], folder_a: str, folder_b: str)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="python -m evals.compare", description=(__doc__ or "").split("\n")[0]
     )
     parser.add_argument("a", help="results folder A (the reference)")

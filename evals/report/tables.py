@@ -49,6 +49,7 @@ from evals.report.pairing import (
 )
 from evals.report.plots import plot_accuracy_vs_tokens, plot_gamma_sweep
 from evals.report.rows import Row, RunTime
+from servers.cli import OneLineParser
 
 
 @dataclass(frozen=True)
@@ -267,7 +268,7 @@ def _positive_float(text: str) -> float:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="python -m evals.report", description="Tables and plots from a run's records."
     )
     parser.add_argument(

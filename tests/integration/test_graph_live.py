@@ -1,8 +1,18 @@
-"""The MUR graph against the real CPU vLLM server: exact uncertainty, decisions and tokens."""
+"""The MUR graph against the real CPU vLLM server, checked against the server's own replies.
+
+Every chat completion is recorded as the server sent it (tests/recorder.py). From those
+replies alone the test recomputes, with plain arithmetic as /work/shared/docs/mur-algorithm.md
+states it, each step's uncertainty (the mean of -logprob over its generated tokens), the
+momentum (M_t = alpha * M_{t-1} + (1 - alpha) * m_t of the kept step) and every gate decision
+(mur: t >= 2 and m_t > M_{t-1} - ln gamma; always: every step; never: none), and finds each
+kept text in them. None of the graph's own functions or numbers is trusted; the token usage is
+checked against the recorded replies and the server's own counter.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import math
 from typing import Any
 
 import pytest
@@ -10,10 +20,8 @@ import pytest
 from graphs import STRATEGIES, Context
 from graphs.mur import build_graph
 from graphs.solve import solve
-from nodes.gates import replay_decisions
-from nodes.uncertainty import step_uncertainty
+from recorder import Exchange, Recorder, choice_logprobs, choice_text, recording_model
 from servers import generation_tokens
-from servers.connect import connect
 
 pytestmark = pytest.mark.integration
 
@@ -22,73 +30,132 @@ QUESTIONS = [
     "What is the sum of the first 10 positive odd numbers?",
     "If 2x + 3 = 11, what is x?",
 ]
-# Small enough for two CPU cores, large enough for several steps and every mechanism.
+# Small enough for two CPU cores, large enough for several steps and every mechanism; a gamma
+# above 1 makes the mur gate scale some steps and keep others on this model.
 TINY = {"max_steps": 4, "max_step_tokens": 48, "judge_max_tokens": 32, "thinking_budget": 32}
+GAMMA, ALPHA = 1.2, 0.9
+# Every strategy under the two gates that scale; the critic also under never. Each pair is one
+# graph run of the three questions (the gates' own unit tests cover the rest on a fake).
+RUNS = [(strategy, gate) for strategy in STRATEGIES for gate in ("always", "mur")]
+RUNS.append(("critic", "never"))
 
 
-@pytest.fixture(scope="module")
-def backbone(cpu_server):
-    return connect(base_url=cpu_server.base_url, model=cpu_server.model).backbone
+def mean_surprise(choice: dict[str, Any]) -> float:
+    """m: the mean of -logprob over every token the server generated for this choice."""
+    logprobs = choice_logprobs(choice)
+    assert logprobs, "a step without tokens has no uncertainty"
+    return -sum(logprobs) / len(logprobs)
 
 
-async def solve_all(graph, context: Context) -> list[tuple[dict, list[dict]]]:
-    solutions = await asyncio.gather(*(solve(graph, q, context=context) for q in QUESTIONS))
-    return [(solution.output, solution.steps) for solution in solutions]
+def step_prefix(kept: list[str], index: int) -> str:
+    """The assistant text a draft of step `index` continues (the paper's marker format)."""
+    return "\n".join([*(f"Step{k}: {text}" for k, text in enumerate(kept, 1)), f"Step{index}:"])
 
 
-def check_trace(result: dict[str, Any], events: list[dict[str, Any]], context: Context) -> None:
-    steps = result["steps"]
-    assert [e["index"] for e in events] == [s["index"] for s in steps]
-    for step, event in zip(steps, events, strict=True):
-        # The uncertainty recomputes from the kept step's own token logprobs.
-        assert len(event["logprobs"]) == step["num_tokens"] > 0
-        assert step["uncertainty"] == pytest.approx(step_uncertainty(event["logprobs"]))
-    drafts = [e["draft_uncertainty"] if e["scaled"] else None for e in events]
-    replayed = replay_decisions(
-        context.gate,
-        [s["uncertainty"] for s in steps],
-        gamma=context.gamma,
-        alpha=context.alpha,
-        draft_uncertainties=drafts,
+def draft_of(exchanges: list[Exchange], kept: list[str], index: int) -> dict[str, Any]:
+    """The reply that drafted step `index`: the question's own turn continued from the kept
+    steps, one choice. The last such reply: a foresight rollout of the step before, which
+    continues the same text, came back before the draft was asked for."""
+    prefix = step_prefix(kept, index)
+    drafts = [
+        exchange
+        for exchange in exchanges
+        if [m["role"] for m in exchange.request["messages"]] == ["user", "assistant"]
+        and exchange.last_content == prefix
+        and exchange.request.get("n", 1) == 1
+    ]
+    assert drafts, f"no recorded draft of step {index}"
+    (choice,) = drafts[-1].choices
+    return choice
+
+
+def check_usage(exchanges: list[Exchange], tokens: int) -> None:
+    """One logprob per generated token in every reply, and the tokens the result reports
+    are the ones the replies were billed."""
+    for exchange in exchanges:
+        listed = sum(len(choice_logprobs(choice)) for choice in exchange.choices)
+        assert listed == exchange.completion_tokens
+    assert tokens == sum(exchange.completion_tokens for exchange in exchanges)
+
+
+def check_against_replies(
+    result: dict[str, Any], backbone: list[Exchange], verifier: list[Exchange], gate: str
+) -> None:
+    """Uncertainties, kept texts, momentum and every gate decision of one solution, from
+    the recorded replies of its question."""
+    momentum, kept = 0.0, []
+    for index, step in enumerate(result["steps"], start=1):
+        draft = draft_of(backbone, kept, index)
+        m_draft = mean_surprise(draft)
+        expected = {
+            "always": True,
+            "never": False,
+            "mur": index >= 2 and m_draft > momentum - math.log(GAMMA),
+        }[gate]
+        if gate == "mur" and abs(m_draft - (momentum - math.log(GAMMA))) < 1e-9:
+            expected = step["scaled"]  # a tie to rounding: either decision is right
+        assert step["scaled"] is expected, f"step {index}: m={m_draft}, M={momentum}"
+        if step["scaled"]:
+            assert step["refine"]["draft"]["text"] == choice_text(draft).strip()
+            assert step["refine"]["draft"]["uncertainty"] == pytest.approx(m_draft)
+            # The kept step is a reply the backbone sent for this question, word for word.
+            sources = [
+                choice
+                for exchange in backbone
+                for choice in exchange.choices
+                if choice_text(choice).strip() == step["text"]
+            ]
+        else:
+            sources = [draft]
+            assert step["text"] == choice_text(draft).strip()
+        matches = [
+            c
+            for c in sources
+            if len(choice_logprobs(c)) == step["num_tokens"]
+            and mean_surprise(c) == pytest.approx(step["uncertainty"])
+        ]
+        assert matches, f"step {index}: no recorded reply has its text and uncertainty"
+        momentum = ALPHA * momentum + (1 - ALPHA) * mean_surprise(matches[0])
+        assert step["momentum_after"] == pytest.approx(momentum)
+        kept.append(step["text"])
+    usage = result["usage"]
+    check_usage(backbone, usage["backbone_tokens"])
+    check_usage(verifier, usage["external_tokens"])
+    assert usage["llm_calls"] == len(backbone) + len(verifier)
+
+
+@pytest.mark.parametrize(("strategy", "gate"), RUNS, ids=[f"{s}-{g}" for s, g in RUNS])
+async def test_every_step_and_decision_recomputes_from_the_servers_replies(
+    cpu_server, strategy: str, gate: str
+) -> None:
+    # One backbone and one verifier client per question, each recording its replies.
+    recorders = [(Recorder(), Recorder()) for _ in QUESTIONS]
+    graphs = [
+        build_graph(
+            backbone=recording_model(cpu_server.base_url, cpu_server.model, backbone),
+            verifier=recording_model(cpu_server.base_url, cpu_server.model, verifier),
+        )
+        for backbone, verifier in recorders
+    ]
+    context = Context(
+        strategy=strategy, gate=gate, gamma=GAMMA, alpha=ALPHA, num_candidates=3, **TINY
     )
-    assert replayed == [s["scaled"] for s in steps]
-
-
-async def solve_and_check(server, graph, context: Context) -> list[tuple[dict, list[dict]]]:
-    """Solve every question; the usage must equal what the server generated, and every
-    trace must recompute and replay exactly."""
-    before = generation_tokens(server.base_url)
-    results = await solve_all(graph, context)
-    generated = generation_tokens(server.base_url) - before
-    counted = sum(r["usage"]["backbone_tokens"] + r["usage"]["external_tokens"] for r, _ in results)
-    assert counted == generated
-    for result, events in results:
-        check_trace(result, events, context)
-    return results
-
-
-@pytest.mark.parametrize("gate", ["mur", "always", "never"])
-async def test_critic_graph_is_exact_against_the_server(cpu_server, backbone, gate) -> None:
-    context = Context(gate=gate, **TINY)
-    graph = build_graph(backbone=backbone)
-    results = await solve_and_check(cpu_server, graph, context)
-    for result, _ in results:
-        if gate == "always":
-            assert all(s["scaled"] for s in result["steps"])
-        if gate == "never":
-            assert result["usage"]["external_tokens"] == 0
-
-
-@pytest.mark.parametrize("strategy", STRATEGIES)
-@pytest.mark.parametrize("gate", ["always", "mur"])
-async def test_every_strategy_counts_every_token(cpu_server, backbone, strategy, gate) -> None:
-    context = Context(strategy=strategy, gate=gate, gamma=1.2, num_candidates=3, **TINY)
-    graph = build_graph(backbone=backbone)
-    results = await solve_and_check(cpu_server, graph, context)
-    for result, _ in results:
+    before = generation_tokens(cpu_server.base_url)
+    solutions = await asyncio.gather(
+        *(solve(graph, q, context=context) for graph, q in zip(graphs, QUESTIONS, strict=True))
+    )
+    generated = generation_tokens(cpu_server.base_url) - before
+    results = [solution.output for solution in solutions]
+    # Every token the server generated is in a result's usage (no other client, no retry).
+    spent = sum(r["usage"]["backbone_tokens"] + r["usage"]["external_tokens"] for r in results)
+    assert spent == generated
+    for result, (backbone, verifier) in zip(results, recorders, strict=True):
+        assert result["steps"], "no step kept"
+        check_against_replies(result, backbone.exchanges, verifier.exchanges, gate)
         for step in result["steps"]:
-            if step["scaled"]:
-                assert step["refine"]["strategy"] == strategy
-                assert step["strategy"] == strategy
-    if gate == "always":
-        assert all(s["refine"] for r, _ in results for s in r["steps"])
+            assert step["strategy"] == (strategy if step["scaled"] else None)
+            assert (step["refine"] or {}).get("strategy", strategy) == strategy
+    if gate == "never":
+        assert all(r["usage"]["external_tokens"] == 0 for r in results)
+    if gate == "mur":
+        assert all(not r["steps"][0]["scaled"] for r in results)  # never the first step

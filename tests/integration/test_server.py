@@ -7,6 +7,7 @@ stop string or EOS ends the text, and where `stop_reason` ends up.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import subprocess
 import sys
@@ -17,6 +18,7 @@ from pathlib import Path
 import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
+from recorder import Recorder, recording_model
 from servers import launcher, probes
 from servers.clients import make_chat_model
 from servers.launcher import RunningServer
@@ -116,14 +118,35 @@ def test_logprobs_include_stop_string_token_and_eos(cpu_server: RunningServer) -
             assert msg.response_metadata["stop_reason"] is None
 
 
-def test_n_choices_keep_their_own_logprobs(cpu_server: RunningServer) -> None:
-    llm = make_chat_model(cpu_server.base_url, cpu_server.model, max_tokens=16, n=3)
+def test_n_choices_keep_their_own_tokens_and_logprobs(cpu_server: RunningServer) -> None:
+    """best_of_n and foresight read n candidates from one reply. Through the shipped client
+    (LangChain's agenerate, as the graph calls it) each choice is the one the server sent:
+    its tokens spell its own text, and choices with different texts have different logprobs."""
+    recorder = Recorder()
+    llm = recording_model(cpu_server.base_url, cpu_server.model, recorder, max_tokens=16, n=3)
     result = asyncio.run(llm.agenerate([[HumanMessage(QUESTION)]]))
     msgs = [g.message for g in result.generations[0]]
-    assert len(msgs) == 3
-    total = sum(len(_tokens(m)) for m in msgs)
+    (exchange,) = recorder.exchanges
+    assert len(msgs) == len(exchange.choices) == 3
+    entries = [msg.response_metadata["logprobs"]["content"] for msg in msgs]
+    for msg, tokens, sent in zip(msgs, entries, exchange.choices, strict=True):
+        assert msg.content == sent["message"]["content"]
+        assert [(t["token"], t["logprob"]) for t in tokens] == [
+            (t["token"], t["logprob"]) for t in sent["logprobs"]["content"]
+        ]
+        if msg.response_metadata["finish_reason"] == "stop":  # EOS: generated, not in the text
+            assert tokens[-1]["token"] == "<|im_end|>"
+            tokens = tokens[:-1]
+        assert b"".join(bytes(t["bytes"]) for t in tokens).decode() == msg.content
+    texts = [msg.content for msg in msgs]
+    assert len(set(texts)) > 1, "three samples of 16 tokens came back identical"
+    for i, j in itertools.combinations(range(3), 2):
+        if texts[i] != texts[j]:
+            assert [t["logprob"] for t in entries[i]] != [t["logprob"] for t in entries[j]]
+    total = sum(len(tokens) for tokens in entries)
     # usage is per response: every message carries the sum over all choices.
     assert all(m.usage_metadata and m.usage_metadata["output_tokens"] == total for m in msgs)
+    assert exchange.completion_tokens == total
 
 
 def test_one_model_across_event_loops(cpu_server: RunningServer) -> None:

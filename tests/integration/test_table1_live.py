@@ -1,6 +1,6 @@
 """`python -m experiments.table1` end to end against the real CPU vLLM server: every phase of the
-table (main gates, random at MUR's measured rate, the gamma sweep) into one folder, then a
-rerun that finds everything done."""
+table (main gates, random at MUR's measured rate, the gamma sweep) into one folder, stopped
+by a SIGTERM and finished by reruns that lose and repeat nothing."""
 
 from __future__ import annotations
 
@@ -44,35 +44,13 @@ def tiny_table(
     )  # fmt: skip
 
 
-def test_table1_runs_every_phase_and_resumes(cpu_server, tmp_path: Path, test_data) -> None:
-    args = tiny_table(cpu_server.base_url, tmp_path, test_data, limit=2, concurrency=4)
-    done = table1(*args)
-    assert done.returncode == 0, done.stderr[-3000:]
-    folder = tmp_path / "math500-critic-tiny"
-    records = load_records(folder)
-    labels = {(r["gate"], r["gamma"]) for r in records}
-    random_labels = [gate for gate, _ in labels if gate.startswith("random@")]
-    assert len(random_labels) == 1
-    assert labels == {
-        *((gate, 0.9 if gate in ("mur", "mur+bc") else None) for gate in MAIN_GATES),
-        (random_labels[0], None),
-        ("mur", 0.5),
-    }
-    assert len(records) == 2 * (len(MAIN_GATES) + 2)
-    assert len((folder / "command.txt").read_text().splitlines()) == 3
-    # MUR's headline pairs it with the random run the table made at its rate.
-    assert f"Against random at its rate (`{random_labels[0]}`" in (folder / "report.md").read_text()
-
-    again = table1(*args)
-    assert again.returncode == 0, again.stderr[-3000:]
-    assert again.stderr.count(", 0 to go") == 3
-    assert len(load_records(folder)) == len(records)
-
-
-def test_a_sigterm_lets_the_questions_in_flight_finish_then_a_rerun_completes(
+def test_a_sigterm_stops_the_table_then_reruns_finish_every_phase_once(
     cpu_server, tmp_path: Path, test_data
 ) -> None:
-    args = tiny_table(cpu_server.base_url, tmp_path, test_data, limit=4, concurrency=2)
+    """One table, three commands: stopped by a SIGTERM after its first record (the questions
+    in flight finish and are saved), finished by a rerun (every phase: main gates, random at
+    MUR's measured rate, the gamma sweep), then found done by a third."""
+    args = tiny_table(cpu_server.base_url, tmp_path, test_data, limit=2, concurrency=2)
     folder = tmp_path / "math500-critic-tiny"
     records_file = folder / "records.jsonl"
     table = subprocess.Popen(
@@ -86,16 +64,33 @@ def test_a_sigterm_lets_the_questions_in_flight_finish_then_a_rerun_completes(
     while not (records_file.exists() and records_file.read_text().strip()):
         assert table.poll() is None and time.monotonic() < deadline, "no record was written"
         time.sleep(0.2)
-    table.send_signal(signal.SIGTERM)  # one: the question in flight finishes and is saved
+    table.send_signal(signal.SIGTERM)  # one: the questions in flight finish and are saved
     _, stderr = table.communicate(timeout=600)
     assert table.returncode == 130, stderr[-3000:]
     assert "SIGTERM: starting no new questions" in stderr
     assert "critic / main stopped; its finished questions are saved" in stderr
     saved = load_records(folder)
-    assert 1 <= len(saved) < 4 * len(MAIN_GATES)
+    assert 1 <= len(saved) < 2 * len(MAIN_GATES)
     assert not (folder / "errors.jsonl").exists()
 
     rest = table1(*args)
     assert rest.returncode == 0, rest.stderr[-3000:]
-    keys = [record["key"] for record in load_records(folder)]
-    assert len(keys) == len(set(keys)) == 4 * (len(MAIN_GATES) + 2)
+    records = load_records(folder)
+    keys = [record["key"] for record in records]
+    assert len(keys) == len(set(keys)) == 2 * (len(MAIN_GATES) + 2)
+    labels = {(r["gate"], r["gamma"]) for r in records}
+    random_labels = [gate for gate, _ in labels if gate.startswith("random@")]
+    assert len(random_labels) == 1
+    assert labels == {
+        *((gate, 0.9 if gate in ("mur", "mur+bc") else None) for gate in MAIN_GATES),
+        (random_labels[0], None),
+        ("mur", 0.5),
+    }
+    assert len((folder / "command.txt").read_text().splitlines()) == 3
+    # MUR's headline pairs it with the random run the table made at its rate.
+    assert f"Against random at its rate (`{random_labels[0]}`" in (folder / "report.md").read_text()
+
+    again = table1(*args)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert again.stderr.count(", 0 to go") == 3
+    assert len(load_records(folder)) == len(records)

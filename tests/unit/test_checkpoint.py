@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
+import queue
 import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -112,3 +115,104 @@ def test_ctrl_c_on_a_benchmark_says_how_to_resume(tmp_path: Path, test_data: Pat
     assert "rerun the same command" in stderr and "Traceback" not in stderr
     lines = records.read_text().splitlines()
     assert 2 <= len(lines) < 20 and all(line.endswith("}") for line in lines)
+
+
+# ---------------------------------------------- a second stop signal, and the run that resumes
+
+# Three steps answered, then the fourth draft never answers: the question is in flight, with
+# three finished steps checkpointed, when the signals come.
+STALLS_AT_STEP_4 = ["step", "step", "step", "stall"]
+FINISHES_AT_STEP_4 = ["step", "step", "step", "ok"]
+
+
+def benchmark(base_url: str, out: Path, test_data: Path) -> list[str]:
+    return [
+        sys.executable, "run.py", "--strategy", "critic", "--gate", "never",
+        "--dataset", "math500", "--data-dir", str(test_data), "--limit", "1",
+        "--max-steps", "6", "--base-url", base_url, "--out", str(out),
+    ]  # fmt: skip
+
+
+def records_of(folder: Path) -> list[dict]:
+    """records.jsonl as a user reads it."""
+    path = folder / "records.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+class StderrLines:
+    """A process's stderr, read as it comes (a thread), to wait for a line."""
+
+    def __init__(self, proc: subprocess.Popen) -> None:
+        self.lines: queue.Queue[str] = queue.Queue()
+        self.seen: list[str] = []
+        threading.Thread(target=self._read, args=(proc.stderr,), daemon=True).start()
+
+    def _read(self, stream) -> None:
+        for line in stream:
+            self.lines.put(line)
+
+    def wait_for(self, text: str, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while not any(text in line for line in self.seen):
+            self.seen.append(self.lines.get(timeout=max(deadline - time.monotonic(), 0.01)))
+
+    def rest(self) -> str:
+        while not self.lines.empty():
+            self.seen.append(self.lines.get())
+        return "".join(self.seen)
+
+
+def test_a_second_stop_signal_stops_the_question_and_the_rerun_resumes_it(
+    tmp_path: Path, test_data: Path
+) -> None:
+    """README: a second Ctrl-C or SIGTERM stops the questions in flight too, "and the next run
+    resumes each from its checkpoint": the rerun records it as resumed, with the same steps
+    and usage as a run never stopped, asking the server only for what was not finished. Here
+    a Ctrl-C, then a SIGTERM (either kind counts as the first or the second)."""
+    with faulty_server(FINISHES_AT_STEP_4) as server:
+        fresh = subprocess.run(
+            benchmark(server.base_url, tmp_path / "fresh", test_data),
+            cwd=ROOT, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+    assert fresh.returncode == 0, fresh.stderr
+    [expected] = records_of(tmp_path / "fresh")
+    fresh_calls = server.requests
+    assert expected["steps_total"] == 4 and "resumed" not in expected
+
+    out = tmp_path / "stopped"
+    with faulty_server(STALLS_AT_STEP_4) as server:
+        proc = subprocess.Popen(
+            benchmark(server.base_url, out, test_data),
+            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            preexec_fn=_default_sigint,  # as from a terminal (see the Ctrl-C test above)
+        )  # fmt: skip
+        stderr = StderrLines(proc)
+        deadline = time.monotonic() + 60
+        while server.requests < len(STALLS_AT_STEP_4):
+            assert proc.poll() is None and time.monotonic() < deadline, stderr.rest()
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGINT)
+        stderr.wait_for("SIGINT: starting no new questions; the 1 in flight finish and are saved")
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+    said = stderr.rest()
+    assert proc.returncode == 130, said
+    assert "SIGTERM again: stopping the 1 questions in flight now" in said
+    assert "stopped (SIGINT)" in said
+    assert "0 runs finished this time" in said and "rerun the same command" in said
+    assert "Traceback" not in said
+    assert records_of(out) == [] and (out / "checkpoints.sqlite").exists()
+
+    with faulty_server(["ok"]) as server:
+        rerun = subprocess.run(
+            benchmark(server.base_url, out, test_data),
+            cwd=ROOT, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+    assert rerun.returncode == 0, rerun.stderr
+    [record] = records_of(out)
+    assert record["resumed"] is True
+    assert 0 < server.requests < fresh_calls  # only the step that never came back
+    assert [s["text"] for s in record["trace"]["steps"]] == [
+        s["text"] for s in expected["trace"]["steps"]
+    ]
+    assert record["usage"] == expected["usage"] and record["answer"] == expected["answer"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import os
+import runpy
 import subprocess
 import sys
 import tomllib
@@ -13,6 +14,7 @@ import pytest
 from rich.console import Console
 
 import run
+from evals.questions import loading as datasets
 from graphs import Context
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -73,10 +75,11 @@ def test_bad_input_exits_2_with_one_line(name: str, capsys, monkeypatch) -> None
         status = run.main(argv)
     except SystemExit as exc:  # argparse's own errors
         status = exc.code
-    err = capsys.readouterr().err.strip().splitlines()
+    err = capsys.readouterr().err.splitlines()
     assert status == 2
-    assert message in err[-1]
-    assert not any("Traceback" in line for line in err)
+    assert len(err) == 1, err  # the line, not argparse's usage block before it
+    assert err[0].startswith("run.py: error: ") and message in err[0]
+    assert err[0].endswith("; see --help")  # argparse's errors and run.py's own alike
 
 
 def test_non_utf8_question_from_the_shell() -> None:
@@ -160,8 +163,6 @@ def test_mur_is_run_py_installed_as_a_command() -> None:
 
 
 def test_absent_gpqa_exits_2_saying_where_to_put_it(tmp_path, capsys, monkeypatch) -> None:
-    from evals.questions import loading as datasets
-
     monkeypatch.delenv(datasets.DATA_DIR_ENV, raising=False)
     monkeypatch.setattr(datasets, "_SHARED_DATA_DIR", tmp_path / "absent")
     monkeypatch.setattr(run, "connect", lambda *a, **k: pytest.fail("no server for bad input"))
@@ -188,3 +189,113 @@ def test_the_fallback_prints_as_text_without_markup_tags() -> None:
     )
     shown = printer.console.file.getvalue()
     assert "fallback: so [b]the answer[/b] is 4." in shown and "[dim]" not in shown
+
+
+# ------------------------------------------------------------ every command line of the project
+
+
+def project_sources() -> list[Path]:
+    """The project's Python files, relative to its root: not the tests' own, nor anything in
+    a hidden or build folder (a virtualenv inside the checkout included)."""
+    found = []
+    for folder, subfolders, files in os.walk(ROOT):
+        subfolders[:] = [
+            name
+            for name in subfolders
+            if not name.startswith((".", "__")) and name not in ("tests", "build", "dist")
+        ]
+        found += [Path(folder, name).relative_to(ROOT) for name in files if name.endswith(".py")]
+    return sorted(found)
+
+
+def command_lines() -> dict[str, str]:
+    """Every command a user runs, found by its main guard (so a new or moved one is found
+    too): a module name for `python -m`, or a script path. Private helpers (`_name.py`) and
+    the tests' own scripts are not commands."""
+    commands = {}
+    for relative in project_sources():
+        path = ROOT / relative
+        if path.name.startswith("_") and path.name != "__main__.py":
+            continue
+        guarded = 'if __name__ == "__main__":' in path.read_text(encoding="utf-8")
+        if not guarded and path.name != "__main__.py":
+            continue
+        if len(relative.parts) == 1:
+            commands[relative.name] = str(relative)  # a script beside the packages: run.py
+        else:
+            module = ".".join(relative.with_suffix("").parts).removesuffix(".__main__")
+            commands[f"python -m {module}"] = module
+    return commands
+
+
+COMMANDS = command_lines()
+# Errors a subcommand's own parser finds: they are one line as well.
+SUBCOMMAND_ERRORS = {
+    "python -m servers up": ["up", "--profile", "no-such-profile"],
+    "python -m servers down": ["down", "--all", "--profile", "cpu-tiny"],
+    "python -m evals.harness.records drop": ["drop"],
+}
+
+
+def usage_error_of(command: str, argv: list[str], capsys, monkeypatch) -> tuple[object, list[str]]:
+    """Run `command` as `python -m`/`python SCRIPT` would, in this process: (its exit
+    status, its stderr lines)."""
+    target = COMMANDS[command]
+    monkeypatch.setattr(sys, "argv", [target, *argv])
+    with pytest.raises(SystemExit) as stopped:
+        if target.endswith(".py"):
+            runpy.run_path(str(ROOT / target), run_name="__main__")
+        else:
+            runpy.run_module(target, run_name="__main__", alter_sys=True)
+    return stopped.value.code, capsys.readouterr().err.splitlines()
+
+
+def test_every_command_line_is_found() -> None:
+    assert {"run.py", "python -m servers", "python -m endpoint"} <= set(COMMANDS)
+    assert any(c.startswith("python -m evals.") for c in COMMANDS)
+    assert any(c.startswith("python -m benchmarks.") for c in COMMANDS)
+
+
+# runpy warns that it runs a module already imported (by an earlier test): as `python -m` would.
+one_run = pytest.mark.filterwarnings("ignore:.*found in sys.modules:RuntimeWarning")
+
+
+@one_run
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_command_line_says_a_usage_error_in_one_line(command, capsys, monkeypatch) -> None:
+    status, err = usage_error_of(command, ["--no-such-flag"], capsys, monkeypatch)
+    assert status == 2
+    assert len(err) == 1, err
+    assert err[0].endswith("; see --help") and ": error: " in err[0]
+
+
+@one_run
+@pytest.mark.parametrize("subcommand", SUBCOMMAND_ERRORS)
+def test_a_subcommand_says_a_usage_error_in_one_line(subcommand, capsys, monkeypatch) -> None:
+    command = subcommand.rsplit(" ", 1)[0]
+    status, err = usage_error_of(command, SUBCOMMAND_ERRORS[subcommand], capsys, monkeypatch)
+    assert status == 2
+    assert err == [err[0]] and err[0].startswith(f"{subcommand}: error: "), err
+
+
+def test_every_parser_is_the_one_line_parser() -> None:
+    """A command written with plain argparse would print its usage block again."""
+    plain = [
+        str(path)
+        for path in project_sources()
+        if "argparse.ArgumentParser(" in (ROOT / path).read_text(encoding="utf-8")
+    ]
+    assert plain == [], "use servers.cli.OneLineParser"
+
+
+def test_the_usage_error_is_one_line_through_the_shell() -> None:
+    done = subprocess.run(
+        [sys.executable, "run.py", "--strategy", "beam"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.startswith("run.py: error: argument --strategy: invalid choice: 'beam'")
+    assert done.stderr.endswith("; see --help\n") and done.stderr.count("\n") == 1

@@ -19,7 +19,9 @@ from langchain_openai import ChatOpenAI
 
 from asgi_server import running
 from endpoint import MODELS, create_app, model_name
+from endpoint.replies import content_of
 from fakes import FakeLogprobChat, Scripted
+from faulty_server import MODEL, faulty_server
 from graphs import STRATEGIES
 from nodes.gates import GATES
 from servers.clients import make_chat_model
@@ -225,6 +227,27 @@ def test_unreachable_backbone_is_502_naming_the_url() -> None:
     assert "unreachable" in error["message"]
 
 
+@pytest.mark.parametrize(
+    ("fault", "says"),
+    [("unreachable", "is unreachable"), ("http-error", "answered HTTP 400")],
+    ids=["unreachable", "http-error"],
+)
+def test_a_failing_verifier_is_502_naming_its_url(fault: str, says: str) -> None:
+    """The critic with gate always asks the verifier at step 1; the backbone is fine."""
+    with faulty_server(["400"]) as server:
+        dead = "http://127.0.0.1:9/v1"  # discard port: nothing listens
+        verifier_url = dead if fault == "unreachable" else server.base_url
+        verifier = make_chat_model(verifier_url, MODEL, max_retries=0)
+        with running(create_app(FakeLogprobChat(responder=respond), verifier)) as url:
+            client = openai.OpenAI(base_url=url, api_key="unused", max_retries=0)
+            with pytest.raises(openai.APIStatusError) as caught:
+                ask(client, model="mur-critic-always")
+    assert caught.value.status_code == 502
+    error = caught.value.body
+    assert error["type"] == "server_error" and error["code"] == "upstream_error"
+    assert f"the verifier at {verifier_url} {says}" in error["message"]
+
+
 def failing_at(step: int) -> FakeLogprobChat:
     """A backbone that breaks (with an error the graph does not retry) at step `step`."""
 
@@ -256,8 +279,6 @@ def test_stream_failing_after_a_step_reports_the_error_in_stream() -> None:
 
 
 def test_content_keeps_the_format_the_backbone_wrote() -> None:
-    from endpoint.replies import content_of
-
     steps = [{"index": 1, "text": "First."}, {"index": 2, "text": "So the answer is 2."}]
     marker = {"steps": steps, "fallback": None, "config": {"step_format": "marker"}}
     paragraph = {**marker, "config": {"step_format": "paragraph"}}

@@ -3,6 +3,7 @@ Context field accepted, and the command line. Real uvicorn, the scripted fake as
 
 from __future__ import annotations
 
+import hmac
 import json
 import os
 import socket
@@ -22,7 +23,7 @@ from langchain_core.messages import BaseMessage
 from pydantic import TypeAdapter, ValidationError
 
 from asgi_server import running
-from endpoint import create_app
+from endpoint import create_app, guards
 from endpoint.cli import build_parser, is_loopback, main
 from endpoint.guards import ApiKey
 from fakes import FakeLogprobChat, Scripted
@@ -102,6 +103,36 @@ def test_api_key_keeps_only_a_digest() -> None:
     assert KEY not in repr(key) and KEY not in repr(vars(key))
     with pytest.raises(ValueError, match="empty"):
         ApiKey("  ")
+
+
+def test_api_key_is_compared_in_constant_time(
+    keyed_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every request's key goes through hmac.compare_digest, on digests of one length whatever
+    the key's, and its verdict alone decides: a `==` on the key (which stops at the first byte
+    that differs) fails this."""
+    real = hmac.compare_digest
+    compared: list[tuple[int, int]] = []
+    forced: bool | None = None
+
+    def spy(a: bytes, b: bytes) -> bool:
+        compared.append((len(a), len(b)))
+        return real(a, b) if forced is None else forced
+
+    monkeypatch.setattr(hmac, "compare_digest", spy)
+    if hasattr(guards, "compare_digest"):  # imported by name
+        monkeypatch.setattr(guards, "compare_digest", spy)
+
+    def status(key: str) -> int:
+        headers = {"Authorization": f"Bearer {key}"}
+        return httpx.get(f"{keyed_url}/models", headers=headers).status_code
+
+    assert [status(KEY), status("k"), status(KEY * 10)] == [200, 401, 401]
+    assert len(compared) == 3 and len({*compared}) == 1 and compared[0][0] == compared[0][1]
+    forced = False
+    assert status(KEY) == 401
+    forced = True
+    assert status("wrong-key") == 200
 
 
 # ------------------------------------------------------------------------- limits

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from faulty_server import MODEL, STEP_TOKENS, faulty_server
+from servers.profiles import DEFAULT_PROFILE
 
 ROOT = Path(__file__).resolve().parents[2]
 # A request may take 1 s + 1 ms per requested token before it counts as stalled: with
@@ -239,3 +240,68 @@ def test_cli_sends_one_session_id_on_every_request_of_the_question() -> None:
     assert done.returncode == 0, done.stderr
     assert len(server.sessions) >= 2  # a draft and its judge at least
     assert len(set(server.sessions)) == 1 and server.sessions[0].startswith("run.py/")
+
+
+# ------------------------------------------------------ the embedded server dies while starting
+
+# Stands in for vLLM's server module: 50 lines of start-up, then it fails.
+DYING_VLLM = """import sys
+for line in range(1, 51):
+    print(f"vllm start-up line {line}", flush=True)
+print("RuntimeError: cannot start (a stand-in for vLLM)", file=sys.stderr, flush=True)
+sys.exit(3)
+"""
+# `python run.py ARGS` with the embedded profile moved to a free port (the real one may be in
+# use) and PYTHONPATH in its server's environment, so that its `python -m
+# vllm.entrypoints.openai.api_server` runs the stand-in. Nothing else of run.py is changed.
+RUN_PY_WITH_DYING_SERVER = """import dataclasses, importlib, runpy, sys
+profiles = importlib.import_module("servers.profiles")
+port, fake_vllm, *args = sys.argv[1:]
+known = profiles.profiles
+
+def moved():
+    table = known()
+    default = table[profiles.DEFAULT_PROFILE]
+    env = {**default.env, "PYTHONPATH": fake_vllm}
+    table[default.name] = dataclasses.replace(default, model="m", port=int(port), env=env)
+    return table
+
+profiles.profiles = moved
+sys.argv = ["run.py", *args]
+runpy.run_path("run.py", run_name="__main__")
+"""
+
+
+def test_an_embedded_server_that_dies_while_starting_stops_run_py_with_its_log(
+    tmp_path: Path,
+) -> None:
+    fake_vllm = tmp_path / "fake"
+    module = fake_vllm / "vllm" / "entrypoints" / "openai"
+    module.mkdir(parents=True)
+    for package in (fake_vllm / "vllm", module.parent, module):
+        (package / "__init__.py").write_text("")
+    (module / "api_server.py").write_text(DYING_VLLM)
+    home = tmp_path / "home"
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("MUR_")}
+    argv = [str(free_port()), str(fake_vllm), "--strategy", "critic", "--json"]
+    done = subprocess.run(
+        [sys.executable, "-c", RUN_PY_WITH_DYING_SERVER, *argv],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**environment, "MUR_HOME": str(home)},
+    )
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr and done.stdout == ""
+    first, *tail = done.stderr.splitlines()
+    log = home / "logs" / f"{DEFAULT_PROFILE}.log"
+    assert first == (
+        f"run.py: the {DEFAULT_PROFILE} server exited while starting with exit code 3. "
+        f"Last lines of {log}:"
+    )
+    # The last 40 lines of its log, as the launcher promises.
+    assert tail == [f"vllm start-up line {n}" for n in range(12, 51)] + [
+        "RuntimeError: cannot start (a stand-in for vLLM)"
+    ]
+    assert not (home / "run" / f"{DEFAULT_PROFILE}.json").exists()  # no record of it is left

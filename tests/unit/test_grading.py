@@ -12,6 +12,7 @@ import importlib.util
 import json
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
@@ -212,6 +213,35 @@ def test_timeout_kills_and_recovers() -> None:
     # Shorter than math-verify's own 1 s minimum: only the process kill can stop it in time.
     assert math_equal("10^{10^{10^{10}}}", "7", timeout=0.3) is False
     assert math_equal("1/2", "0.5")
+
+
+# A comparison that runs past its limit is ended by the pool; returning takes the kill and the
+# reply, well under a second on an idle machine. Two seconds more allow for a loaded one. (A
+# comparison asked for while every worker is being replaced after such a kill waits for a new
+# worker to load math-verify first: 2-5 s more on a busy 2-core machine.)
+RETURN_MARGIN_S = 2.0
+# sympy works on these for minutes; only the limit ends them.
+ADVERSARIAL = ["10^{10^{10^{10}}}", "9^{9^{9^{9^{9}}}}", "(" * 300 + "1" + ")" * 300]
+
+
+@_bounded(120)
+@pytest.mark.parametrize("answer", ADVERSARIAL, ids=["tower", "tower5", "nested"])
+@pytest.mark.parametrize(
+    "limit", [0.5, grading.DEFAULT_TIMEOUT_S], ids=["half a second", "the configured limit"]
+)
+def test_adversarial_answers_return_within_the_limit(answer: str, limit: float) -> None:
+    """README: "graded in bounded time", measured. At 0.5 s the pool's kill ends the
+    comparison (math-verify's own limits are whole seconds); at the grader's configured limit,
+    through `grade` as the runner calls it, whichever of the two comes first."""
+    assert math_equal("1/2", "0.5")  # a worker is up and idle: the clock times the comparison
+    start = time.monotonic()
+    if limit == grading.DEFAULT_TIMEOUT_S:
+        verdict = grade(_problem("math500", "7"), f"the answer is ${answer}$")
+    else:
+        verdict = math_equal(answer, "7", timeout=limit)
+    elapsed = time.monotonic() - start
+    assert verdict is False
+    assert elapsed <= limit + RETURN_MARGIN_S, f"returned after {elapsed:.2f} s"
 
 
 @_bounded(60)

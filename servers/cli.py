@@ -1,0 +1,37 @@
+"""The argument parser every command line of the project uses (run.py, `python -m servers`,
+`python -m endpoint`, `python -m evals.*`, `python -m benchmarks.*`).
+
+argparse answers a bad flag with its whole usage block (26 lines for run.py) before the one
+line that says what is wrong. Here a usage error is that one line, `PROG: error: WHAT; see
+--help`, and exit status 2, for subcommands too. It lives in servers/, the lowest layer every
+entry point may import.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any, NoReturn
+
+USAGE_EXIT = 2  # argparse's own status for a usage error
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse.ArgumentParser whose usage errors are one line on stderr and exit status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        reason = " ".join(message.split())  # an error message never spans lines
+        self.exit(USAGE_EXIT, f"{self.prog}: error: {reason}; see --help\n")
+
+    def add_subparsers(self, **kwargs: Any) -> Any:
+        """Subcommands parse with this class as well, so their errors are one line too."""
+        kwargs.setdefault("parser_class", type(self))
+        return super().add_subparsers(**kwargs)
+
+
+def usage_error(prog: str, message: str) -> int:
+    """Report a usage error found after parsing (a bad value) as the parser would: one line
+    on stderr, ending `; see --help`; returns the exit status to give."""
+    reason = " ".join(str(message).split())
+    print(f"{prog}: error: {reason}; see --help", file=sys.stderr)
+    return USAGE_EXIT

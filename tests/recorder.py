@@ -1,0 +1,83 @@
+"""Chat completions as they went over the wire, for live tests that must not trust the code
+under test: a test checks the graph's numbers against the server's own replies (token
+logprobs, texts, usage), recomputed in the test.
+
+    recorder = Recorder()
+    model = recording_model(server.base_url, server.model, recorder)   # a shipped client
+    ... run the graph with `model` ...
+    for exchange in recorder.exchanges: exchange.request, exchange.response
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from servers.clients import loop_safe_async_http_client, make_chat_model
+
+
+@dataclass
+class Exchange:
+    """One chat completion: the request body sent and the reply body received."""
+
+    request: dict[str, Any]
+    response: dict[str, Any]
+
+    @property
+    def choices(self) -> list[dict[str, Any]]:
+        return sorted(self.response["choices"], key=lambda choice: choice["index"])
+
+    @property
+    def message(self) -> dict[str, Any]:
+        return self.choices[0]["message"]
+
+    @property
+    def raw_text(self) -> str:
+        """All the text the server returned in the first choice, wherever it filed it."""
+        return choice_text(self.choices[0])
+
+    @property
+    def completion_tokens(self) -> int:
+        return int(self.response["usage"]["completion_tokens"])
+
+    @property
+    def last_content(self) -> str:
+        return str(self.request["messages"][-1]["content"])
+
+    def mentions(self, text: str) -> bool:
+        """Whether any message of the request holds `text` (e.g. one question of several)."""
+        return any(text in str(message.get("content")) for message in self.request["messages"])
+
+
+def choice_text(choice: dict[str, Any]) -> str:
+    """A choice's text, reasoning parser or not."""
+    message = choice["message"]
+    return (message.get("reasoning") or "") + (message.get("content") or "")
+
+
+def choice_logprobs(choice: dict[str, Any]) -> list[float]:
+    """The token logprobs of one choice, as the server sent them."""
+    return [float(token["logprob"]) for token in choice["logprobs"]["content"]]
+
+
+class Recorder:
+    """Records every chat completion a client makes (an httpx response hook), in the order
+    the replies arrived."""
+
+    def __init__(self) -> None:
+        self.exchanges: list[Exchange] = []
+
+    async def on_response(self, response: Any) -> None:
+        if not response.request.url.path.endswith("/chat/completions"):
+            return
+        await response.aread()
+        if response.status_code == 200:
+            self.exchanges.append(Exchange(json.loads(response.request.content), response.json()))
+
+
+def recording_model(base_url: str, model: str, recorder: Recorder, **overrides: Any) -> Any:
+    """The shipped chat model (servers.clients.make_chat_model), its replies recorded."""
+    client = loop_safe_async_http_client()
+    client.event_hooks["response"].append(recorder.on_response)
+    return make_chat_model(base_url, model, http_async_client=client, **overrides)
