@@ -14,16 +14,24 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
-from typing import Any
+from typing import Any, Protocol
 
 from langgraph.runtime import Runtime
 from langgraph.types import Command, RetryPolicy
+from langgraph.typing import ContextT
 
 from nodes.usage import Usage, add_usage, metered
 
 Update = dict[str, Any]
 Outcome = Update | Command
-Node = Callable[[Any, Runtime[Any]], Awaitable[Outcome]]
+
+
+class Node(Protocol[ContextT]):
+    """A node that asks a model, over a graph whose run context is `ContextT`."""
+
+    def __call__(self, state: Any, runtime: Runtime[ContextT]) -> Awaitable[Outcome]: ...
+
+
 OnFailure = Callable[[Any, Exception], Outcome | None]
 """What a node makes of its own failure: an outcome, or None to let it fail (and be retried)."""
 
@@ -43,15 +51,23 @@ class AttemptLedger:
         retry_on = self.policy.retry_on
         if not isinstance(exc, Exception):
             return False
-        retried = retry_on(exc) if callable(retry_on) else isinstance(exc, retry_on)
+        # As LangGraph reads retry_on (pregel._retry._should_retry_on).
+        if isinstance(retry_on, type):
+            retried = isinstance(exc, retry_on)
+        elif callable(retry_on):
+            retried = retry_on(exc)
+        else:
+            retried = isinstance(exc, tuple(retry_on))
         return retried and attempt < self.policy.max_attempts
 
-    def counted(self, node: Node, on_failure: OnFailure | None = None) -> Node:
+    def counted(self, node: Node[ContextT], on_failure: OnFailure | None = None) -> Node[ContextT]:
         """`node` with every attempt's requests counted in the usage it returns; with
         `on_failure`, a failure it turns into an outcome ends the node with that outcome."""
 
-        async def attempt(state: Any, runtime: Runtime[Any]) -> Outcome:
+        async def attempt(state: Any, runtime: Runtime[ContextT]) -> Outcome:
             info = runtime.execution_info
+            if info is None:  # LangGraph sets it on every node it runs
+                raise RuntimeError("a model-calling node ran outside a LangGraph task")
             key, number = info.task_id, info.node_attempt
             with metered() as meter:
                 try:

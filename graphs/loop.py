@@ -12,10 +12,11 @@ from typing import Any
 from langchain_core.language_models import BaseChatModel
 from langgraph.runtime import Runtime
 
-from graphs.state import Context, State, StepRecord
+from graphs.state import Context, GateRecord, State, StepRecord
 from nodes.answer import extract_answer
 from nodes.budget import budget_margin
 from nodes.draft import (
+    StepCandidate,
     answer_fallback,
     check_question,
     contains_answer,
@@ -43,6 +44,21 @@ def settings_of(runtime: Runtime[Context]) -> Context:
 
 def kept_texts(state: State) -> list[str]:
     return [step["text"] for step in state.get("steps", [])]
+
+
+def drafted(state: State) -> StepCandidate:
+    """Step t's draft, there on every route past draft_step (an overflow, which clears it,
+    goes straight to the end)."""
+    draft = state["draft"]
+    assert draft is not None, "no draft past draft_step"
+    return draft
+
+
+def gated(state: State) -> GateRecord:
+    """Step t's gate record, there on every route past score_uncertainty."""
+    record = state["gate"]
+    assert record is not None, "no gate record past score_uncertainty"
+    return record
 
 
 class Drafting:
@@ -113,7 +129,7 @@ def answer_overflowed(state: State, overflow: ContextOverflow) -> Update:
 
 def score_uncertainty(state: State) -> Update:
     """m_t (mean -logprob) and the mean token probability of the draft."""
-    draft = state["draft"]
+    draft = drafted(state)
     if draft["num_tokens"] == 0:
         # Nothing was generated: the solution is over, there is nothing to score.
         return {"done": True, "finish_reason": "empty_step"}
@@ -131,7 +147,7 @@ def gamma_gate(state: State, runtime: Runtime[Context]) -> Update:
     """Decide whether this step deserves the expensive strategy."""
     ctx = settings_of(runtime)
     steps = state.get("steps", [])
-    record = state["gate"]
+    record = gated(state)
     decision = decide(
         ctx.gate,
         step=len(steps) + 1,
@@ -146,7 +162,7 @@ def gamma_gate(state: State, runtime: Runtime[Context]) -> Update:
             budget_margin(
                 steps,
                 spent_tokens=sum(state.get("usage", {}).get(k, 0) for k in SPENT_KEYS),
-                draft_tokens=state["draft"]["num_tokens"],
+                draft_tokens=drafted(state)["num_tokens"],
                 settings=ctx.budget_settings(),
             )
             if ctx.budget_mode
@@ -159,10 +175,11 @@ def gamma_gate(state: State, runtime: Runtime[Context]) -> Update:
 def commit_step(state: State, runtime: Runtime[Context]) -> Update:
     """Keep the step (refined or not), update the momentum with its uncertainty."""
     ctx = settings_of(runtime)
-    scaled = state["gate"]["scale"]
+    gate = gated(state)
+    scaled = gate["scale"]
     kept = state.get("kept") if scaled else None
     if kept is None or kept["num_tokens"] == 0:
-        kept = state["draft"]
+        kept = drafted(state)
     uncertainty = step_uncertainty(kept["logprobs"])
     before = state.get("momentum", 0.0)
     after = update_momentum(before, uncertainty, ctx.alpha)
@@ -183,8 +200,8 @@ def commit_step(state: State, runtime: Runtime[Context]) -> Update:
         {
             "event": "step",
             **record,
-            "draft_uncertainty": state["gate"]["uncertainty"],
-            "threshold": state["gate"]["threshold"],
+            "draft_uncertainty": gate["uncertainty"],
+            "threshold": gate["threshold"],
             "logprobs": kept["logprobs"],
         }
     )
@@ -224,7 +241,7 @@ def route_score(state: State) -> str:
 
 def route_gate(state: State, runtime: Runtime[Context]) -> str:
     """A scaled step goes to the run's strategy (its subgraph's node is named after it)."""
-    return settings_of(runtime).strategy if state["gate"]["scale"] else "commit_step"
+    return settings_of(runtime).strategy if gated(state)["scale"] else "commit_step"
 
 
 def route_commit(state: State, runtime: Runtime[Context]) -> str:

@@ -24,6 +24,7 @@ from typing import Any
 
 from langgraph.graph import StateGraph
 from langgraph.types import RetryPolicy
+from langgraph.typing import ContextT
 
 from graphs.attempts import AttemptLedger, Node, Outcome
 from servers.transport_errors import ContextOverflow, context_overflow, is_transient
@@ -54,7 +55,13 @@ class ModelCalls:
         self.ledger = AttemptLedger(retry)
         self.overflow_of = overflow_of
 
-    def add(self, graph: StateGraph, name: str, node: Node, on_overflow: OnOverflow) -> None:
+    def add(
+        self,
+        graph: StateGraph[Any, ContextT, Any, Any],
+        name: str,
+        node: Node[ContextT],
+        on_overflow: OnOverflow,
+    ) -> None:
         """Add `node` as `name`: retried, counted, and ended by `on_overflow` on a full
         context."""
 

@@ -53,7 +53,7 @@ def build_graph(
     backbone: BaseChatModel | None = None,
     verifier: BaseChatModel | None = None,
     checkpointer: Any = None,
-) -> CompiledStateGraph:
+) -> CompiledStateGraph[State, Context, InputState, OutputState]:
     """Compile the MUR graph with every refine strategy mounted. The verifier defaults to the
     backbone; without a backbone, both are clients of the default servers."""
     if backbone is None:

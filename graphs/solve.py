@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
+from langchain_core.runnables import RunnableConfig
 from langgraph.graph.state import CompiledStateGraph
 
 from graphs.state import Context, output_of
@@ -24,12 +25,12 @@ class Solution:
 
 
 async def solve(
-    graph: CompiledStateGraph,
+    graph: CompiledStateGraph[Any, Context, Any, Any],
     question: str,
     *,
     system_prompt: str | None = None,
     context: Context | None = None,
-    config: dict[str, Any] | None = None,
+    config: RunnableConfig | None = None,
     on_step: Callable[[StepEvent], None] | None = None,
     on_resume: Callable[[], None] | None = None,
 ) -> Solution:
@@ -51,9 +52,11 @@ async def solve(
             return Solution(output_of(snapshot.values))  # that thread already finished
     steps: list[StepEvent] = []
     final: dict[str, Any] = {}
-    async for mode, chunk in graph.astream(
+    async for part in graph.astream(
         graph_input, config=config, context=context, stream_mode=["custom", "values"]
     ):
+        # With a list of modes each part is a (mode, chunk) pair, which the stubs do not say.
+        mode, chunk = cast(tuple[str, dict[str, Any]], part)
         if mode == "values":
             final = chunk
         elif chunk.get("event") == "step":

@@ -247,9 +247,8 @@ def replay_decisions(
     history = GateHistory()
     decisions: list[bool] = []
     for index, kept in enumerate(uncertainties):
-        seen = kept
-        if draft_uncertainties is not None and draft_uncertainties[index] is not None:
-            seen = draft_uncertainties[index]
+        draft = draft_uncertainties[index] if draft_uncertainties is not None else None
+        seen = kept if draft is None else draft
         decision = decide(
             gate,
             step=index + 1,

@@ -26,6 +26,7 @@ from typing import Any, Literal, TypeVar
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.outputs import ChatGeneration, LLMResult
 
 from nodes.usage import Usage, count_request
 
@@ -174,6 +175,16 @@ def _reply_usage(message: BaseMessage, choices: Sequence[Generation]) -> tuple[i
     return sum(choice.num_tokens for choice in choices), 0
 
 
+def _chat_generations(result: LLMResult) -> list[ChatGeneration]:
+    """The generations of a chat model's one prompt: ChatGenerations, each with its message
+    (LLMResult's type allows any generation)."""
+    generations = result.generations[0]
+    chats = [g for g in generations if isinstance(g, ChatGeneration)]
+    if len(chats) != len(generations):
+        raise TypeError("the chat model returned a generation without a message")
+    return chats
+
+
 async def _one_request(model: BaseChatModel, request: Request, n: int) -> Reply:
     kwargs = request.payload_kwargs(model)
     if n > 1:
@@ -183,7 +194,7 @@ async def _one_request(model: BaseChatModel, request: Request, n: int) -> Reply:
     except BaseException:  # cancelled too: the request got no usable answer
         count_request(failed=True)
         raise  # as the client raised it: the graph judges what it means (retry, full context)
-    generations = result.generations[0]
+    generations = _chat_generations(result)
     try:
         choices = tuple(
             _parse_generation(g.message, g.generation_info, request.stop) for g in generations

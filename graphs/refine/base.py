@@ -8,8 +8,9 @@ that knows how to summarise itself. Its nodes get the injected models and the ru
 from a `Kit`, and add every node that asks a model with `Kit.add_model_node`.
 
 The strategies sit below graphs.state (its Context lists them): they read a run's settings
-through `Kit.settings`, and their nodes take a plain `Runtime` (LangGraph resolves node
-annotations when it adds them, and the Context is not there yet at run time).
+through `Kit.settings`, and their nodes take a `Runtime[Context]`. The Context is the type
+checker's only (graphs.state imports this package, so it is not there yet at run time): LangGraph
+resolves node and route annotations when it adds them, and reads `Context` here as `Any`.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from __future__ import annotations
 from abc import abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
+from typing import TYPE_CHECKING, Any, NotRequired, TypeAlias, TypedDict
 
 from langchain_core.language_models import BaseChatModel
 from langgraph.graph import StateGraph
@@ -35,6 +36,8 @@ from servers.transport_errors import ContextOverflow
 
 if TYPE_CHECKING:
     from graphs.state import Context
+else:
+    Context = Any  # what LangGraph resolves in the strategies' annotations (see above)
 
 Update = dict[str, Any]
 
@@ -71,7 +74,7 @@ class Kit:
         """The run's settings (the graph's defaults for a run that passes none)."""
         return runtime.context or self.defaults
 
-    def add_model_node(self, graph: StateGraph, name: str, node: Node) -> None:
+    def add_model_node(self, graph: RefineBuilder, name: str, node: Node[Context]) -> None:
         """Add `node`, which asks a model: retried on transient faults, every attempt
         counted, and a request that no longer fits the context ends the strategy with the
         draft kept (the loop then ends the solution)."""
@@ -91,7 +94,11 @@ class Kit:
         )
 
 
-Builder = Callable[[Kit], CompiledStateGraph]
+RefineBuilder: TypeAlias = StateGraph[Any, Context, RefineInput, RefineOutput]
+"""A strategy's subgraph being built; its run Context is the loop graph's, which mounts it."""
+RefineGraph: TypeAlias = CompiledStateGraph[Any, Context, RefineInput, RefineOutput]
+"""A strategy's compiled subgraph."""
+Builder = Callable[[Kit], RefineGraph]
 
 
 class CandidateSummary(BaseModel):
@@ -153,7 +160,7 @@ def single_step_turn(candidate: StepCandidate) -> StepCandidate:
     return {**candidate, "ended_by_model": False}
 
 
-def new_graph(scratch: type) -> StateGraph:
+def new_graph(scratch: type) -> RefineBuilder:
     """A refine subgraph over the strategy's own scratch state, with the shared interface (the
     run's Context comes from the loop's graph, which mounts it)."""
     return StateGraph(scratch, input_schema=RefineInput, output_schema=RefineOutput)
@@ -165,7 +172,9 @@ class CandidateNodes:
     def __init__(self, kit: Kit) -> None:
         self.kit = kit
 
-    async def sample_candidates(self, state: Mapping[str, Any], runtime: Runtime) -> Update:
+    async def sample_candidates(
+        self, state: Mapping[str, Any], runtime: Runtime[Context]
+    ) -> Update:
         """N candidates for the step in one request: the paper discards the draft; with
         `reuse_draft` the draft (a sample from the same policy) is candidate 0."""
         ctx = self.kit.settings(runtime)

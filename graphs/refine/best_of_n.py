@@ -6,13 +6,14 @@ from __future__ import annotations
 from typing import Annotated, Literal
 
 from langgraph.graph import END, START
-from langgraph.graph.state import CompiledStateGraph
 from langgraph.runtime import Runtime
 
 from graphs.refine.base import (
     CandidateNodes,
     CandidateSummary,
+    Context,
     Kit,
+    RefineGraph,
     RefineInput,
     RefineOutput,
     RefineRecord,
@@ -56,7 +57,7 @@ class BestOfNState(RefineInput, RefineOutput):
 class BestOfNNodes(CandidateNodes):
     """Best-of-N's nodes over the injected models: N backbone candidates, verifier judgements."""
 
-    async def verify_candidates(self, state: BestOfNState, runtime: Runtime) -> Update:
+    async def verify_candidates(self, state: BestOfNState, runtime: Runtime[Context]) -> Update:
         """The external model judges every candidate in context, concurrently."""
         ctx = self.kit.settings(runtime)
         texts, index = kept_texts(state), step_index(state)
@@ -80,7 +81,7 @@ class BestOfNNodes(CandidateNodes):
             "usage": usage.as_dict(),
         }
 
-    def choose(self, state: BestOfNState, runtime: Runtime) -> Update:
+    def choose(self, state: BestOfNState, runtime: Runtime[Context]) -> Update:
         """Keep the candidate with the highest P(Yes); ties go to the first."""
         candidates, judgements = state["candidates"], state["judgements"]
         scores = [judgement["p_yes"] for judgement in judgements]
@@ -103,7 +104,7 @@ class BestOfNNodes(CandidateNodes):
         return {"kept": candidates[chosen], "refine": record.as_dict()}
 
 
-def build(kit: Kit) -> CompiledStateGraph:
+def build(kit: Kit) -> RefineGraph:
     nodes = BestOfNNodes(kit)
     graph = new_graph(BestOfNState)
     kit.add_model_node(graph, "sample_candidates", nodes.sample_candidates)

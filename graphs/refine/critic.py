@@ -7,13 +7,14 @@ from typing import Annotated, Any, Literal
 
 from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.graph import END, START
-from langgraph.graph.state import CompiledStateGraph
 from langgraph.runtime import Runtime
 from pydantic import BaseModel, model_serializer
 
 from graphs.refine.base import (
     CandidateSummary,
+    Context,
     Kit,
+    RefineGraph,
     RefineInput,
     RefineOutput,
     RefineRecord,
@@ -70,7 +71,7 @@ class CriticNodes:
     def __init__(self, kit: Kit) -> None:
         self.kit = kit
 
-    async def critique(self, state: CriticState, runtime: Runtime) -> Update:
+    async def critique(self, state: CriticState, runtime: Runtime[Context]) -> Update:
         """The external model judges the current version of the step."""
         ctx = self.kit.settings(runtime)
         current: StepCandidate = state.get("kept") or state["draft"]
@@ -96,7 +97,7 @@ class CriticNodes:
             "usage": usage.as_dict(),
         }
 
-    async def revise(self, state: CriticState, runtime: Runtime) -> Update:
+    async def revise(self, state: CriticState, runtime: Runtime[Context]) -> Update:
         """Feed the critique back and let the backbone rewrite the step."""
         ctx = self.kit.settings(runtime)
         texts, index = kept_texts(state), step_index(state)
@@ -121,7 +122,7 @@ class CriticNodes:
             "usage": reply.usage("backbone").as_dict(),
         }
 
-    def after_revise(self, state: CriticState, runtime: Runtime) -> str:
+    def after_revise(self, state: CriticState, runtime: Runtime[Context]) -> str:
         rounds_done = len(state["critiques"])
         return "critique" if rounds_done < self.kit.settings(runtime).critic_rounds else "record"
 
@@ -142,7 +143,7 @@ def record(state: CriticState) -> Update:
     }
 
 
-def build(kit: Kit) -> CompiledStateGraph:
+def build(kit: Kit) -> RefineGraph:
     nodes = CriticNodes(kit)
     graph = new_graph(CriticState)
     kit.add_model_node(graph, "critique", nodes.critique)

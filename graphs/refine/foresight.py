@@ -7,13 +7,14 @@ from typing import Annotated, Any, Literal
 
 from langchain_core.messages import AIMessage
 from langgraph.graph import END, START
-from langgraph.graph.state import CompiledStateGraph
 from langgraph.runtime import Runtime
 
 from graphs.refine.base import (
     CandidateNodes,
     CandidateSummary,
+    Context,
     Kit,
+    RefineGraph,
     RefineInput,
     RefineOutput,
     RefineRecord,
@@ -76,7 +77,7 @@ def foresight_score(candidate: StepCandidate, rollout: dict[str, Any]) -> float:
 class ForesightNodes(CandidateNodes):
     """Foresight's nodes over the injected backbone: N candidates, a rollout of each."""
 
-    async def foresee(self, state: ForesightState, runtime: Runtime) -> Update:
+    async def foresee(self, state: ForesightState, runtime: Runtime[Context]) -> Update:
         """Roll each candidate forward; its score is the rollout's mean logprob."""
         ctx = self.kit.settings(runtime)
         texts, index = kept_texts(state), step_index(state)
@@ -108,7 +109,7 @@ class ForesightNodes(CandidateNodes):
         usage = sum((spent for _, spent in results), Usage())
         return {"rollouts": [rollout for rollout, _ in results], "usage": usage.as_dict()}
 
-    def choose(self, state: ForesightState, runtime: Runtime) -> Update:
+    def choose(self, state: ForesightState, runtime: Runtime[Context]) -> Update:
         """Weights from rollout scores and cluster sizes; a seeded draw or the argmax."""
         ctx = self.kit.settings(runtime)
         candidates, rollouts = state["candidates"], state["rollouts"]
@@ -144,7 +145,7 @@ class ForesightNodes(CandidateNodes):
         return {"kept": candidates[chosen], "refine": record.as_dict()}
 
 
-def build(kit: Kit) -> CompiledStateGraph:
+def build(kit: Kit) -> RefineGraph:
     nodes = ForesightNodes(kit)
     graph = new_graph(ForesightState)
     kit.add_model_node(graph, "sample_candidates", nodes.sample_candidates)

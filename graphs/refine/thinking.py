@@ -7,12 +7,13 @@ from typing import Annotated, Any, Literal
 
 from langchain_core.messages import AIMessage
 from langgraph.graph import END, START
-from langgraph.graph.state import CompiledStateGraph
 from langgraph.runtime import Runtime
 
 from graphs.refine.base import (
     CandidateSummary,
+    Context,
     Kit,
+    RefineGraph,
     RefineInput,
     RefineOutput,
     RefineRecord,
@@ -51,7 +52,7 @@ class ThinkingNodes:
     def __init__(self, kit: Kit) -> None:
         self.kit = kit
 
-    async def think_about_step(self, state: ThinkingState, runtime: Runtime) -> Update:
+    async def think_about_step(self, state: ThinkingState, runtime: Runtime[Context]) -> Update:
         """Think (capped at thinking_budget, whole sentences kept) about the flagged step."""
         ctx = self.kit.settings(runtime)
         conv = thinking_conversation(
@@ -69,7 +70,7 @@ class ThinkingNodes:
             "usage": reply.usage("backbone").as_dict(),
         }
 
-    async def write_step(self, state: ThinkingState, runtime: Runtime) -> Update:
+    async def write_step(self, state: ThinkingState, runtime: Runtime[Context]) -> Update:
         """Write the step after the closed think block; its uncertainty feeds the momentum.
 
         Sent with thinking off, like every step: the think block is in the continued message
@@ -105,7 +106,7 @@ class ThinkingNodes:
         }
 
 
-def build(kit: Kit) -> CompiledStateGraph:
+def build(kit: Kit) -> RefineGraph:
     nodes = ThinkingNodes(kit)
     graph = new_graph(ThinkingState)
     kit.add_model_node(graph, "think", nodes.think_about_step)
