@@ -20,8 +20,7 @@ class OneLineParser(argparse.ArgumentParser):
     """argparse.ArgumentParser whose usage errors are one line on stderr and exit status 2."""
 
     def error(self, message: str) -> NoReturn:
-        reason = " ".join(message.split())  # an error message never spans lines
-        self.exit(USAGE_EXIT, f"{self.prog}: error: {reason}; see --help\n")
+        self.exit(USAGE_EXIT, usage_line(self.prog, message) + "\n")
 
     def add_subparsers(self, **kwargs: Any) -> Any:
         """Subcommands parse with this class as well, so their errors are one line too."""
@@ -29,9 +28,14 @@ class OneLineParser(argparse.ArgumentParser):
         return super().add_subparsers(**kwargs)
 
 
+def usage_line(prog: str, message: str) -> str:
+    """`PROG: error: WHAT; see --help`, on one line whatever line breaks `message` holds."""
+    reason = " ".join(str(message).split())
+    return f"{prog}: error: {reason}; see --help"
+
+
 def usage_error(prog: str, message: str) -> int:
     """Report a usage error found after parsing (a bad value) as the parser would: one line
     on stderr, ending `; see --help`; returns the exit status to give."""
-    reason = " ".join(str(message).split())
-    print(f"{prog}: error: {reason}; see --help", file=sys.stderr)
+    print(usage_line(prog, message), file=sys.stderr)
     return USAGE_EXIT
