@@ -7,12 +7,19 @@ throughput is within `NEAR_BEST` of the best: more streams than that only length
 request. A measurement is kept under MUR_HOME keyed by the server's facts (URL, model, vLLM
 version, dtype, CPU), so a resumed run on the same machine does not measure again and a run on
 another machine does.
+
+A probe taken while the server, or a server beside it on the same cores (a backbone and its
+judge), works for someone else measures the sharing, not the server: on two cores the 0.5B read
+16 tok/s at 16 streams and 39 at 8 so. vLLM's generation counter tells: it moves by exactly the
+tokens it generated, so tokens beyond the probe's own mean other work. Such a measurement is
+used for the run at hand and not kept, and a line says so.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -22,6 +29,7 @@ from filelock import FileLock
 
 from servers.errors import ServerUnavailable
 from servers.facts import ServerFacts
+from servers.metrics import generation_tokens
 from servers.paths import mur_home
 
 STREAMS = (8, 16, 32, 64)
@@ -62,15 +70,23 @@ async def _generate(client: httpx.AsyncClient, url: str, model: str, i: int) -> 
     return int(reply.json()["usage"]["completion_tokens"])
 
 
+@dataclass(frozen=True)
+class Probe:
+    """One throughput measurement and the tokens it generated itself."""
+
+    rates: list[StreamRate]
+    tokens: int
+
+
 async def measure(
     base_url: str, model: str, streams: Sequence[int] = STREAMS, timeout: float = 600
-) -> list[StreamRate]:
+) -> Probe:
     """Generated tokens per second at each number of concurrent streams, the best of two
     passes (up, then down again), after one warm-up request: a machine shared with other work
     slows a single pass at random, and the best pass is the server's own speed."""
     best: dict[int, float] = {}
     async with httpx.AsyncClient(timeout=timeout) as client:
-        await _generate(client, base_url, model, -1)
+        total = await _generate(client, base_url, model, -1)
         for width in [*streams, *reversed(streams)]:
             start = time.perf_counter()
             counts = await asyncio.gather(
@@ -78,7 +94,8 @@ async def measure(
             )
             rate = sum(counts) / (time.perf_counter() - start)
             best[width] = max(rate, best.get(width, 0.0))
-    return [StreamRate(width, best[width]) for width in streams]
+            total += sum(counts)
+    return Probe([StreamRate(width, best[width]) for width in streams], total)
 
 
 def choose(rates: Sequence[StreamRate], near_best: float = NEAR_BEST) -> int:
@@ -94,15 +111,54 @@ def _key(facts: ServerFacts) -> str:
     )
 
 
-def measured_rates(facts: ServerFacts, streams: Sequence[int] = STREAMS) -> list[StreamRate]:
-    """The server's rates at `streams`, measured once per server facts and kept on disk."""
+def _counters(urls: Sequence[str]) -> dict[str, int]:
+    """Each server's generation counter; a server without vLLM's counters (a router in front
+    of replicas) is left out, and so is not checked."""
+    counts = {}
+    for url in urls:
+        try:
+            counts[url] = generation_tokens(url)
+        except ServerUnavailable:
+            continue
+    return counts
+
+
+def other_work(base_url: str, probe: Probe, before: dict[str, int]) -> str:
+    """What else the servers counted in `before` generated while `probe` ran on `base_url`
+    ("" if nothing): that server's tokens beyond the probe's own, any other's at all."""
+    after = _counters(list(before))
+    busy = []
+    for url, was in before.items():
+        extra = after.get(url, was) - was - (probe.tokens if url == base_url else 0)
+        if extra > 0:
+            busy.append(f"{url} generated {extra} tokens for other clients")
+    return "; ".join(busy)
+
+
+def measured_rates(
+    facts: ServerFacts, streams: Sequence[int] = STREAMS, beside: Sequence[str] = ()
+) -> list[StreamRate]:
+    """The server's rates at `streams`, measured once per server facts and kept on disk,
+    unless the server or one `beside` it (on the same host, so sharing its cores) worked for
+    other clients meanwhile."""
     path = mur_home() / "throughput.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     key = f"{_key(facts)}|{','.join(map(str, streams))}"
     with FileLock(str(path) + ".lock"):
         known = json.loads(path.read_text()) if path.exists() else {}
-        if key not in known:
-            rates = asyncio.run(measure(facts.base_url, facts.model, streams))
-            known[key] = [[rate.streams, round(rate.tokens_per_s, 2)] for rate in rates]
+        if key in known:
+            return [StreamRate(int(width), float(rate)) for width, rate in known[key]]
+        before = _counters([facts.base_url, *beside])
+        probe = asyncio.run(measure(facts.base_url, facts.model, streams))
+        rates = [StreamRate(r.streams, round(r.tokens_per_s, 2)) for r in probe.rates]
+        busy = other_work(facts.base_url, probe, before)
+        if busy:
+            print(
+                f"throughput of {facts.base_url} measured while {busy}: used for this run, "
+                f"not kept in {path}",
+                file=sys.stderr,
+            )
+        else:
+            known[key] = [[rate.streams, rate.tokens_per_s] for rate in rates]
             path.write_text(json.dumps(known, indent=2) + "\n")
-    return [StreamRate(int(width), float(rate)) for width, rate in known[key]]
+    return rates

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from typing import Any
+from urllib.parse import urlsplit
 
 from langchain_core.language_models import BaseChatModel
 
@@ -46,6 +47,12 @@ def role_facts(backbone: BaseChatModel, verifier: BaseChatModel) -> dict[str, Se
     return facts
 
 
+def same_host(url: str, urls: list[str]) -> list[str]:
+    """The other servers of `urls` on `url`'s host: they share its cores."""
+    host = urlsplit(url).hostname
+    return [other for other in urls if other != url and urlsplit(other).hostname == host]
+
+
 def choose_concurrency(
     facts: dict[str, ServerFacts], streams: tuple[int, ...] = STREAMS
 ) -> tuple[int, dict[str, list[StreamRate]]]:
@@ -56,7 +63,10 @@ def choose_concurrency(
     distinct: dict[str, str] = {}
     for role, fact in facts.items():
         distinct.setdefault(fact.base_url, role)  # one server in both roles: "backbone"
-    rates = {role: measured_rates(facts[role], streams) for role in distinct.values()}
+    rates = {
+        role: measured_rates(facts[role], streams, beside=same_host(url, list(distinct)))
+        for url, role in distinct.items()
+    }
     return min(choose(r) for r in rates.values()), rates
 
 
