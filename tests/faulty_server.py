@@ -29,7 +29,7 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler, HTTPServer, ThreadingHTTPServer
 from typing import Any
 
 MODEL = "faulty-model"
@@ -204,13 +204,22 @@ class FaultyServer:
 
 
 @contextmanager
-def faulty_server(script: Sequence[str]) -> Iterator[FaultyServer]:
-    server = FaultyServer(script)
-    thread = threading.Thread(target=server.httpd.serve_forever, daemon=True)
+def in_thread(httpd: HTTPServer) -> Iterator[HTTPServer]:
+    """Serve `httpd` from a daemon thread for the duration of the block."""
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
     try:
-        yield server
+        yield httpd
     finally:
-        server.closing.set()
-        server.httpd.shutdown()
-        server.httpd.server_close()
+        httpd.shutdown()
+        httpd.server_close()
+
+
+@contextmanager
+def faulty_server(script: Sequence[str]) -> Iterator[FaultyServer]:
+    server = FaultyServer(script)
+    with in_thread(server.httpd):
+        try:
+            yield server
+        finally:
+            server.closing.set()  # stalled handlers return before the server shuts down

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from evals.harness.provenance import same_host
+from faulty_server import in_thread
 from servers.facts import ServerFacts
 from servers.throughput import PROBE_TOKENS, STREAMS, measured_rates
 
@@ -65,13 +66,8 @@ class CountingServer:
 @contextmanager
 def serving(others: int = 0) -> Iterator[CountingServer]:
     server = CountingServer(others)
-    thread = threading.Thread(target=server.httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with in_thread(server.httpd):
         yield server
-    finally:
-        server.httpd.shutdown()
-        server.httpd.server_close()
 
 
 def facts_of(server: CountingServer) -> ServerFacts:
