@@ -10,7 +10,7 @@ another machine does.
 
 A probe taken while the server, or a server beside it on the same cores (a backbone and its
 judge), works for someone else measures the sharing, not the server: on two cores the 0.5B read
-16 tok/s at 16 streams and 39 at 8 so. vLLM's generation counter tells: it moves by exactly the
+16 tok/s at 16 streams and 39 at 8. vLLM's generation counter tells: it moves by exactly the
 tokens it generated, so tokens beyond the probe's own mean other work. Such a measurement is
 used for the run at hand and not kept, and a line says so.
 """
