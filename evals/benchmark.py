@@ -12,6 +12,7 @@ from langchain_core.language_models import BaseChatModel
 from evals.harness.checkpoints import open_checkpoints
 from evals.harness.plan import BenchmarkPlan
 from evals.harness.provenance import (
+    ROLES,
     choose_concurrency,
     record_servers,
     role_facts,
@@ -22,6 +23,7 @@ from evals.harness.runner import RunOutcome, run_jobs
 from evals.harness.stopping import STOPPED_EXIT
 from evals.report.tables import write_report
 from graphs.mur import build_graph
+from graphs.refine import check_strategy
 from servers.errors import ServerUnavailable
 
 
@@ -42,7 +44,8 @@ def servers_in_use(
     differ) and return the questions to keep in flight: the plan's, or measured."""
     facts = role_facts(backbone, verifier)
     if plan.concurrency is None:
-        concurrency, rates = choose_concurrency(facts)
+        asked = ROLES if check_strategy(plan.strategy).uses_verifier else ("backbone",)
+        concurrency, rates = choose_concurrency(facts, asked=asked)
         how = "measured" if rates else "default (no vLLM server to measure)"
     else:
         concurrency, rates, how = plan.concurrency, {}, "--concurrency"

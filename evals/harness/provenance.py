@@ -54,10 +54,14 @@ def same_host(url: str, urls: list[str]) -> list[str]:
 
 
 def choose_concurrency(
-    facts: dict[str, ServerFacts], streams: tuple[int, ...] = STREAMS
+    facts: dict[str, ServerFacts],
+    streams: tuple[int, ...] = STREAMS,
+    asked: tuple[str, ...] = ROLES,
 ) -> tuple[int, dict[str, list[StreamRate]]]:
-    """Questions in flight: the fewest streams near each server's best throughput, the
-    smaller of the two where backbone and verifier are different servers."""
+    """Questions in flight: the fewest streams near each asked server's best throughput, the
+    smaller of the two where backbone and verifier are different servers. A role the strategy
+    does not ask (`asked`: the verifier of foresight or thinking) is not measured, but other
+    work on its server still keeps a measurement out of the cache (it shares the cores)."""
     if not facts or any(f.vllm_version is None for f in facts.values()):
         return FALLBACK_CONCURRENCY, {}  # a test double or another API: nothing to measure
     distinct: dict[str, str] = {}
@@ -66,7 +70,10 @@ def choose_concurrency(
     rates = {
         role: measured_rates(facts[role], streams, beside=same_host(url, list(distinct)))
         for url, role in distinct.items()
+        if role in asked
     }
+    if not rates:
+        return FALLBACK_CONCURRENCY, {}  # the asked roles are test doubles
     return min(choose(r) for r in rates.values()), rates
 
 

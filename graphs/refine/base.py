@@ -135,11 +135,14 @@ class RefineRecord(BaseModel):
 
 @dataclass(frozen=True)
 class Strategy:
-    """A registry entry: the strategy's name, its subgraph builder and its record type."""
+    """A registry entry: the strategy's name, its subgraph builder and its record type, and
+    whether it asks the verifier (a strategy that does not leaves the verifier's server idle, so
+    that server's speed does not bound how many questions a benchmark keeps in flight)."""
 
     name: str
     build: Builder
     record: type[RefineRecord]
+    uses_verifier: bool = True
 
     def summarise(self, record: Mapping[str, Any]) -> str:
         return self.record.model_validate(record).summary()

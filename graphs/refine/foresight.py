@@ -158,4 +158,4 @@ def build(kit: Kit) -> RefineGraph:
     return graph.compile(name="refine_foresight")
 
 
-STRATEGY = Strategy("foresight", build, ForesightRecord)
+STRATEGY = Strategy("foresight", build, ForesightRecord, uses_verifier=False)

@@ -117,4 +117,4 @@ def build(kit: Kit) -> RefineGraph:
     return graph.compile(name="refine_thinking")
 
 
-STRATEGY = Strategy("thinking", build, ThinkingRecord)
+STRATEGY = Strategy("thinking", build, ThinkingRecord, uses_verifier=False)

@@ -201,6 +201,22 @@ async def test_refine_records_keep_their_shape_and_summarise_themselves(strategy
     json.dumps(result)  # plain data all the way down
 
 
+@pytest.mark.parametrize("strategy", STRATEGIES)
+async def test_uses_verifier_says_whether_the_strategy_asks_the_verifier(strategy: str) -> None:
+    """The registry's `uses_verifier` decides whose throughput bounds a benchmark's questions
+    in flight (evals.benchmark): it must match the calls the strategy makes."""
+    seen: list[dict[str, Any]] = []
+    backbone = FakeLogprobChat(responder=backbone_script(seen), supports_n_choices=True)
+    verifier = FakeLogprobChat(responder=backbone_script(seen), supports_n_choices=True)
+    graph = build_graph(backbone=backbone, verifier=verifier)
+    await graph.ainvoke(
+        {"question": "1 + 2?"},
+        context=Context(strategy=strategy, gate="always", max_steps=2),
+    )
+    assert backbone.calls
+    assert bool(verifier.calls) == check_strategy(strategy).uses_verifier
+
+
 def test_critic_rounds_carry_a_revision_only_when_revised() -> None:
     draft = {"text": "d", "uncertainty": 0.5, "num_tokens": 3}
     rounds = [

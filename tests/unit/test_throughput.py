@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from evals.harness.provenance import same_host
+from evals.harness.provenance import ROLES, choose_concurrency, same_host
 from faulty_server import in_thread
 from servers.facts import ServerFacts
 from servers.throughput import PROBE_TOKENS, STREAMS, measured_rates
@@ -118,3 +118,14 @@ def test_only_servers_on_the_same_host_count_as_beside() -> None:
     urls = ["http://127.0.0.1:8021/v1", "http://127.0.0.1:8022/v1", "http://gpu-box:8001/v1"]
     assert same_host(urls[0], urls) == [urls[1]]
     assert same_host(urls[2], urls) == []
+
+
+@pytest.mark.parametrize("asked", [ROLES, ("backbone",)])
+def test_only_the_servers_a_strategy_asks_are_measured(asked: tuple[str, ...]) -> None:
+    """Foresight and thinking never ask the verifier: its server's speed must not bound the
+    questions in flight (nor cost a probe); the backbone's alone chooses them."""
+    with serving() as backbone, serving() as verifier:
+        facts = {"backbone": facts_of(backbone), "verifier": facts_of(verifier)}
+        concurrency, rates = choose_concurrency(facts, asked=asked)
+    assert list(rates) == list(asked) and concurrency in STREAMS
+    assert verifier.completions == (0 if asked == ("backbone",) else 1 + 2 * sum(STREAMS))
