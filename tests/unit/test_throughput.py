@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from evals.harness.provenance import ROLES, choose_concurrency, same_host
+from evals.harness.provenance import FALLBACK_CONCURRENCY, ROLES, choose_concurrency, same_host
 from faulty_server import in_thread
 from servers.facts import ServerFacts
 from servers.throughput import PROBE_TOKENS, STREAMS, measured_rates
@@ -129,3 +129,11 @@ def test_only_the_servers_a_strategy_asks_are_measured(asked: tuple[str, ...]) -
         concurrency, rates = choose_concurrency(facts, asked=asked)
     assert list(rates) == list(asked) and concurrency in STREAMS
     assert verifier.completions == (0 if asked == ("backbone",) else 1 + 2 * sum(STREAMS))
+
+
+def test_no_asked_server_to_measure_keeps_the_default() -> None:
+    """A backbone that is a test double and a real verifier the strategy never asks: nothing
+    to measure, so the default, and the verifier is left alone."""
+    with serving() as verifier:
+        chosen = choose_concurrency({"verifier": facts_of(verifier)}, asked=("backbone",))
+    assert chosen == (FALLBACK_CONCURRENCY, {}) and verifier.completions == 0
