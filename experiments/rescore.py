@@ -315,7 +315,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         }
         traces = list(recorded_traces(records, problems, settings, args.gate, args.limit))
         if not traces:
-            parser.error(f"{folder} holds no {args.gate} traces without a scaled step")
+            parser.error(
+                f"{folder} holds no {args.gate} traces of two or more steps without a scaled "
+                "step (only a step followed by another is compared)"
+            )
         backbone = connect(**connection_options(args)).backbone
         base_url, model = str(backbone.openai_api_base), str(backbone.model_name)
         result = asyncio.run(_run(args, base_url, model, traces, settings))

@@ -149,7 +149,8 @@ def test_cli_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[s
     with pytest.raises(SystemExit) as exc:
         main([str(tmp_path), "--base-url", "http://127.0.0.1:9"])
     assert exc.value.code == 2
-    assert "holds no never traces without a scaled step" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "holds no never traces of two or more steps without a scaled step" in err
 
 
 def test_publish_prints_and_writes_the_summary_with_its_command(
