@@ -52,7 +52,7 @@ def test_rescore_runs_on_a_recorded_folder(cpu_server, tmp_path: Path) -> None:
     step followed by another), and a step 1 whose last token was whitespace, stripped in the
     trace, tokenizes shorter. With two questions CI once drew two such step 1s; with twenty,
     three runs here compared 18, 13 and 14 step 1s (of 18, 14 and 14)."""
-    folder = tmp_path / "never"  # MATH-500's first questions: the tests' own take one step
+    folder = tmp_path / "never"  # MATH-500's first twenty: the tests' own take one step
     run = subprocess.run(
         [
             sys.executable, "run.py", "--strategy", "critic", "--dataset", "math500",
