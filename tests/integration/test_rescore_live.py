@@ -17,6 +17,7 @@ from experiments.rescore import RecordedStep, Scorer, Trace, main, recorded_trac
 from nodes.llm import CONTINUE_FINAL_MESSAGE
 
 ROOT = Path(__file__).resolve().parents[2]
+QUESTIONS = 20  # MATH-500's first: see test_rescore_runs_on_a_recorded_folder
 
 pytestmark = pytest.mark.integration
 
@@ -52,11 +53,11 @@ def test_rescore_runs_on_a_recorded_folder(cpu_server, tmp_path: Path) -> None:
     step followed by another), and a step 1 whose last token was whitespace, stripped in the
     trace, tokenizes shorter. With two questions CI once drew two such step 1s; with twenty,
     three runs here compared 18, 13 and 14 step 1s (of 18, 14 and 14)."""
-    folder = tmp_path / "never"  # MATH-500's first twenty: the tests' own take one step
+    folder = tmp_path / "never"  # MATH-500, as the tests' own questions take one step
     run = subprocess.run(
         [
             sys.executable, "run.py", "--strategy", "critic", "--dataset", "math500",
-            "--limit", "20", "--gate", "never", "--base-url", cpu_server.base_url,
+            "--limit", str(QUESTIONS), "--gate", "never", "--base-url", cpu_server.base_url,
             "--profile", "cpu-tiny", "--step-format", "paragraph",
             "--max-steps", "2", "--max-step-tokens", "8", "--out", str(folder),
         ],
@@ -65,13 +66,13 @@ def test_rescore_runs_on_a_recorded_folder(cpu_server, tmp_path: Path) -> None:
     assert run.returncode == 0, run.stderr[-3000:]
     settings = json.loads((folder / "settings.json").read_text())
     problems = {(p.dataset, p.id): p for p in load_dataset("math500")}
-    traces = list(recorded_traces(load_records(folder), problems, settings, "never", 20))
+    traces = list(recorded_traces(load_records(folder), problems, settings, "never", QUESTIONS))
     out = tmp_path / "rescore.md"
-    args = ["--base-url", cpu_server.base_url, "--limit", "20", "--out", str(out)]
+    args = ["--base-url", cpu_server.base_url, "--limit", str(QUESTIONS), "--out", str(out)]
     code = main([str(folder), *args])
     assert code == 0
     text = out.read_text()
     steps = sum(len(t.steps) for t in traces)
     assert f"{len(traces)} traces, {steps} steps followed by another" in text
     assert "| mur, gamma 0.9 |" in text
-    assert text.rstrip().endswith(f"--limit 20 --out {out}")
+    assert text.rstrip().endswith(f"--limit {QUESTIONS} --out {out}")
