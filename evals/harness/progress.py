@@ -9,8 +9,11 @@ far the run is, how fast it goes and when it should end:
 With many questions in flight, counting only finished ones misleads early in a run: the first
 answers come after minutes, so tok/s reads near 0 and the ETA hours too long. Given a live count
 of the tokens the server has produced (`live_tokens`, in-flight questions included), tok/s is
-that count's rate, and the ETA is the tokens still expected (finished questions' mean per
-question, for each one not finished, less what those in flight have already spent) at that rate.
+that count's rate, and the ETA is the tokens still expected, less what those in flight have
+already spent, at that rate. A run mixes settings of very different cost (a best_of_n question
+under the always gate spends several times one under never, and the cheap ones finish first), so
+each question not done is expected to cost the mean of its own setting's finished questions, those
+recorded in the folder before this run included; a setting with none finished yet, the mean of all.
 That rate is taken over the last `WINDOW` seconds, not since the start: a resumed run that
 shared its server with other work for half an hour, or slowed down on a busier batch, shows the
 speed it has now, and the ETA follows it.
@@ -22,8 +25,9 @@ import asyncio
 import contextlib
 import sys
 import time
-from collections import deque
-from collections.abc import Callable
+from collections import Counter, defaultdict, deque
+from collections.abc import Callable, Iterable, Sequence
+from statistics import fmean
 from types import TracebackType
 from typing import TextIO
 
@@ -39,6 +43,7 @@ from rich.progress import (
 EVERY = 5  # questions between two plain lines
 INTERVAL = 60.0  # seconds: the longest silence without a line
 WINDOW = 600.0  # seconds of recent history behind tok/s and the ETA
+ALL = ""  # the one setting of questions given without their settings
 
 
 def duration(seconds: float) -> str:
@@ -56,7 +61,10 @@ class RunProgress:
     terminal, plain lines (every ``every`` questions, and after ``interval`` seconds without
     one) when it is not, nothing when ``enabled`` is false. ``live_tokens`` counts the tokens
     produced so far, questions in flight included (a run-wide `nodes.usage.metered`); without it,
-    rates and ETA come from finished questions only. Use as ``async with``."""
+    rates and ETA come from finished questions only. ``settings`` names each question's setting
+    (`evals.harness.record.setting_of`; one setting for all when left out) and ``recorded``
+    gives (setting, tokens) of questions finished before this run: they price the questions
+    left. Use as ``async with``."""
 
     def __init__(
         self,
@@ -69,8 +77,16 @@ class RunProgress:
         clock: Callable[[], float] = time.monotonic,
         live_tokens: Callable[[], int] | None = None,
         window: float = WINDOW,
+        settings: Sequence[str] | None = None,
+        recorded: Iterable[tuple[str, int]] = (),
     ) -> None:
+        if settings is not None and len(settings) != total:
+            raise ValueError(f"{len(settings)} settings given for {total} questions")
         self.total, self.every, self.interval, self.clock = total, every, interval, clock
+        self._left = Counter(settings if settings is not None else [ALL] * total)
+        self._costs: defaultdict[str, list[int]] = defaultdict(list)  # tokens per finished one
+        for setting, tokens in recorded:
+            self._costs[setting].append(tokens)
         self.live_tokens, self.window = live_tokens, window
         self._samples: deque[tuple[float, int]] = deque()  # (time, tokens produced by then)
         self.stream = stream if stream is not None else sys.stderr
@@ -119,17 +135,30 @@ class RunProgress:
         elapsed = max(now - self.started, 1e-9)
         return elapsed, self.finished / elapsed * 60, self._token_rate(now, self._produced())
 
+    def tokens_left(self) -> float | None:
+        """What the questions not done should cost in all, each at its setting's mean; None
+        while no question has finished, in this run or recorded before it."""
+        every = [tokens for costs in self._costs.values() for tokens in costs]
+        if not every:
+            return None
+        overall = fmean(every)
+        return sum(
+            left * (fmean(self._costs[setting]) if self._costs[setting] else overall)
+            for setting, left in self._left.items()
+        )
+
     def _eta(self, elapsed: float, tokens_per_s: float) -> str:
         remaining = self.total - self.done
         if remaining <= 0:
             return "done"
-        if not self.done:
-            return "ETA unknown"
-        if self.live_tokens is not None and self.finished and tokens_per_s > 0:
+        tokens_left = self.tokens_left()
+        if self.live_tokens is not None and tokens_left is not None and tokens_per_s > 0:
             in_flight = self._produced() - self.tokens  # spent on questions not yet finished
-            expected = remaining * self.tokens / self.finished - in_flight
+            expected = tokens_left - in_flight
             if expected > 0:
                 return f"ETA {duration(expected / tokens_per_s)}"
+        if not self.done:
+            return "ETA unknown"
         return f"ETA {duration(remaining * elapsed / self.done)}"
 
     def line(self) -> str:
@@ -146,17 +175,27 @@ class RunProgress:
         print(self.line(), file=self.stream, flush=True)
         self.last_line, self.shown = self.clock(), self.done
 
-    def update(self, *, finished: int, failed: int, tokens: int) -> None:
-        """Record the new counts after a question finished (or failed), and show them;
-        ``tokens`` are those of the finished questions."""
-        step = finished + failed - self.done
-        self.finished, self.failed, self.tokens = finished, failed, tokens
+    def finished_one(self, tokens: int, setting: str = ALL) -> None:
+        """A question of ``setting`` finished, having cost ``tokens``."""
+        self.finished += 1
+        self.tokens += tokens
+        self._costs[setting].append(tokens)
+        self._left[setting] -= 1
+        self._show()
+
+    def failed_one(self, setting: str = ALL) -> None:
+        """A question of ``setting`` failed: done, at no cost to price the others by."""
+        self.failed += 1
+        self._left[setting] -= 1
+        self._show()
+
+    def _show(self) -> None:
         elapsed, per_minute, tokens_per_s = self._rates()
         # The bar shows the same ETA as the lines (rich's own counts finished questions only).
         rate = (
             f"{per_minute:.1f} q/min  {tokens_per_s:.0f} tok/s  {self._eta(elapsed, tokens_per_s)}"
         )
-        self.bar.update(self.task, advance=step, rate=rate)
+        self.bar.update(self.task, completed=self.done, rate=rate)
         if not self.plain:
             return
         due = self.done % self.every == 0 or self.done == self.total

@@ -74,8 +74,18 @@ class JobKey:
 
     @property
     def text(self) -> str:
-        gamma = "-" if self.gamma is None else f"{self.gamma:g}"
-        return f"{self.dataset}/{self.problem_id}/{self.strategy}/{self.gate}/{gamma}/{self.sample}"
+        return f"{self.dataset}/{self.problem_id}/{self.setting}/{self.sample}"
+
+    @property
+    def setting(self) -> str:
+        """What a run is besides its question and sample: strategy, gate label and gamma."""
+        return setting_of(self.strategy, self.gate, self.gamma)
+
+
+def setting_of(strategy: str, gate: str, gamma: float | None) -> str:
+    """`critic/mur/0.9`; `critic/never/-` for a gate that does not read gamma. A record's is
+    `setting_of(record["strategy"], record["gate"], record["gamma"])`."""
+    return f"{strategy}/{gate}/{'-' if gamma is None else f'{gamma:g}'}"
 
 
 def total_tokens(record: RunRecord) -> int:

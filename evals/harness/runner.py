@@ -15,7 +15,7 @@ from typing import Any
 from evals.harness.checkpoints import Solved, forget, solve_resumable
 from evals.harness.plan import Job
 from evals.harness.progress import RunProgress
-from evals.harness.record import RunRecord, make_record, total_tokens
+from evals.harness.record import RunRecord, make_record, setting_of, total_tokens
 from evals.harness.records import RecordStore
 from evals.harness.stopping import StopSignals
 from evals.questions import grade
@@ -61,7 +61,6 @@ async def run_jobs(
     finished = failed = in_flight = 0
     consecutive_server_failures = 0
     server_gone: str | None = None
-    tokens = 0
     # A bar on a terminal; a plain line every few questions in a log (evals/harness/progress.py),
     # its rate from every request answered so far, questions in flight included.
     run_meter = CallMeter()
@@ -69,6 +68,11 @@ async def run_jobs(
         len(jobs),
         enabled=show_progress,
         live_tokens=lambda: run_meter.answered.generated_tokens,
+        settings=[job.key.setting for job in jobs],
+        recorded=[
+            (setting_of(r["strategy"], r["gate"], r["gamma"]), total_tokens(r))
+            for r in store.load()
+        ],
     )
     tasks: list[asyncio.Task[None]] = []
 
@@ -93,7 +97,7 @@ async def run_jobs(
     stop = StopSignals(on_first=finish_in_flight, on_second=cancel_in_flight)
 
     async def run_one(job: Job) -> None:
-        nonlocal finished, tokens, in_flight
+        nonlocal finished, in_flight
         async with limit:
             if server_gone or stop.requested:
                 return
@@ -105,8 +109,7 @@ async def run_jobs(
         if record is None:
             return
         finished += 1
-        tokens += total_tokens(record)
-        progress.update(finished=finished, failed=failed, tokens=tokens)
+        progress.finished_one(total_tokens(record), job.key.setting)
 
     async def solve_and_grade(job: Job) -> RunRecord | None:
         """The job's record, appended to the store; None when it failed (recorded as such)."""
@@ -127,7 +130,7 @@ async def run_jobs(
             store.append_error(
                 {"key": job.key.text, "error": type(exc).__name__, "message": str(exc)[:2000]}
             )
-            progress.update(finished=finished, failed=failed, tokens=tokens)
+            progress.failed_one(job.key.setting)
             consecutive_server_failures = (
                 consecutive_server_failures + 1 if is_transient(exc) else 0
             )

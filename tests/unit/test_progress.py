@@ -54,9 +54,9 @@ async def test_plain_lines_every_few_questions_with_rate_and_eta() -> None:
     progress = RunProgress(12, stream=stream, every=5, interval=600, clock=clock)
     assert progress.plain
     async with progress:
-        for done in range(1, 13):
+        for _ in range(12):
             clock.now += 30  # one question every 30 s: 2 q/min
-            progress.update(finished=done, failed=0, tokens=done * 600)
+            progress.finished_one(600)
     lines = stream.getvalue().splitlines()
     assert [re.match(r"progress: (\d+)/12", line).group(1) for line in lines] == [
         "0",
@@ -80,7 +80,7 @@ async def test_live_tokens_give_the_rate_and_eta_while_questions_are_in_flight()
     async with progress:
         clock.now += 600
         live[0] = 36_000  # 600 s at 60 tok/s, spread over the 24 in flight
-        progress.update(finished=1, failed=0, tokens=2_400)
+        progress.finished_one(2_400)
     first = stream.getvalue().splitlines()[1]
     # 23 left at 2,400 tokens each, less the 33,600 already spent on them: 360 s at 60 tok/s.
     assert first == (
@@ -99,8 +99,8 @@ async def test_rate_and_eta_follow_the_last_window_not_the_whole_run() -> None:
             clock.now += 60
             live[0] += 600 if minute <= 20 else 3_600
             if minute in (20, 30):
-                progress.update(finished=minute // 10 - 1, failed=0, tokens=0)
-        progress.update(finished=3, failed=0, tokens=30_000)
+                progress.finished_one(10_000)
+        progress.finished_one(10_000)
     lines = stream.getvalue().splitlines()
     assert ", 10 tok/s, elapsed 20m00s" in lines[1]
     # 7 left at 10,000 tokens each, less 18,000 spent on those in flight: 52,000 at 60 tok/s.
@@ -113,17 +113,18 @@ async def test_eta_falls_back_to_questions_when_tokens_say_nothing_is_left() -> 
         4, stream=stream, every=1, interval=600, clock=clock, live_tokens=lambda: 10_000
     ) as progress:
         clock.now += 60
-        progress.update(finished=2, failed=0, tokens=200)  # in flight spent more than expected
-    assert stream.getvalue().splitlines()[1].endswith("ETA 1m00s")
+        progress.finished_one(100)
+        progress.finished_one(100)  # those in flight spent more than expected
+    assert stream.getvalue().splitlines()[-1].endswith("ETA 1m00s")
 
 
 async def test_a_slow_question_still_prints_after_the_interval() -> None:
     stream, clock = io.StringIO(), Clock()
     async with RunProgress(100, stream=stream, every=5, interval=60, clock=clock) as progress:
         clock.now += 61
-        progress.update(finished=0, failed=1, tokens=0)  # not a multiple of 5, but a minute on
+        progress.failed_one()  # not a multiple of 5, but a minute on
         clock.now += 10
-        progress.update(finished=1, failed=1, tokens=50)  # too soon for another
+        progress.finished_one(50)  # too soon for another
     lines = stream.getvalue().splitlines()
     assert len(lines) == 3  # start, after the minute, the final count at the end
     assert "1/100 questions (1.0%), 1 failed" in lines[1]
@@ -143,8 +144,8 @@ async def test_terminal_gets_the_bar_not_lines() -> None:
     progress = RunProgress(4, stream=stream, every=1)
     assert not progress.plain
     async with progress:
-        for done in range(1, 5):
-            progress.update(finished=done, failed=0, tokens=10 * done)
+        for _ in range(4):
+            progress.finished_one(10)
     assert "progress:" not in stream.getvalue()
     assert "4/4" in stream.getvalue()  # rich's bar, drawn on the terminal
     assert "tok/s  done" in stream.getvalue()  # with the lines' ETA, not rich's own
@@ -153,7 +154,8 @@ async def test_terminal_gets_the_bar_not_lines() -> None:
 async def test_disabled_shows_nothing() -> None:
     stream = io.StringIO()
     async with RunProgress(2, enabled=False, stream=stream) as progress:
-        progress.update(finished=2, failed=0, tokens=5)
+        progress.finished_one(2)
+        progress.finished_one(3)
     assert stream.getvalue() == ""
 
 
@@ -211,3 +213,71 @@ async def test_run_jobs_counts_the_tokens_of_every_request_live(
         r["usage"]["backbone_tokens"] + r["usage"]["external_tokens"] for r in store.load()
     )
     assert recorded > 0 and seen[0].live_tokens() == recorded
+
+
+async def test_each_question_left_is_priced_at_its_own_settings_mean() -> None:
+    """A resumed run of 3 never and 3 always questions: the cheap never ones finish first.
+    Priced at the finished questions' mean (100 tokens) the 4 left would cost nothing more than
+    is in flight; priced by setting, with the folder's recorded always runs, 3,100 are left."""
+    stream, clock, live = io.StringIO(), Clock(), [0]
+    progress = RunProgress(
+        6,
+        stream=stream,
+        every=1,
+        interval=6000,
+        clock=clock,
+        live_tokens=lambda: live[0],
+        settings=["critic/never/-"] * 3 + ["critic/always/-"] * 3,
+        recorded=[("critic/always/-", 900), ("critic/always/-", 1_100), ("critic/never/-", 100)],
+    )
+    assert progress.tokens_left() == 3 * 100 + 3 * 1_000
+    async with progress:
+        clock.now += 600
+        live[0] = 600  # 1 tok/s; 400 of it spent on questions still in flight
+        progress.finished_one(100, "critic/never/-")
+        progress.finished_one(100, "critic/never/-")
+    assert progress.tokens_left() == 100 + 3 * 1_000
+    # 3,100 left less the 400 in flight, at 1 tok/s.
+    assert stream.getvalue().splitlines()[2].endswith("elapsed 10m00s, ETA 45m00s")
+
+
+def test_a_setting_with_nothing_finished_is_priced_at_the_mean_of_all() -> None:
+    progress = RunProgress(3, settings=["a", "b", "b"], recorded=[("a", 300), ("c", 100)])
+    assert progress.tokens_left() == 300 + 2 * 200  # b at the mean of a and c
+    assert RunProgress(3).tokens_left() is None  # nothing to price by: the ETA counts questions
+
+
+def test_settings_must_name_every_question() -> None:
+    with pytest.raises(ValueError, match="2 settings given for 3 questions"):
+        RunProgress(3, settings=["a", "b"])
+
+
+async def test_run_jobs_prices_a_resumed_run_by_the_folders_records(tmp_path) -> None:
+    """The runner tells the progress each job's setting and the folder's recorded costs."""
+    plan = BenchmarkPlan(
+        dataset="math500",
+        strategy="critic",
+        problems=tuple(load_dataset("math500", limit=3)),
+        gates=("never", "always"),
+        settings={"max_steps": 2},
+    )
+    store = RecordStore(tmp_path)
+    graph = build_graph(backbone=FakeLogprobChat(responder=respond))
+    jobs = plan.jobs()
+    await run_jobs(graph, jobs[:2], store, concurrency=1, show_progress=False)  # question 1
+    cost = {
+        r["gate"]: r["usage"]["backbone_tokens"] + r["usage"]["external_tokens"]
+        for r in store.load()
+    }
+    assert cost["always"] > cost["never"]
+    priced: list[float | None] = []
+
+    class Watched(RunProgress):
+        def __init__(self, *args, **kwargs) -> None:
+            super().__init__(*args, **kwargs)
+            priced.append(self.tokens_left())
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("evals.harness.runner.RunProgress", Watched)
+        await run_jobs(graph, jobs[2:], store, concurrency=1, show_progress=False)
+    assert priced == [2 * cost["never"] + 2 * cost["always"]]
