@@ -93,7 +93,8 @@ class RunProgress:
         console = Console(file=self.stream)
         # rich's own test: isatty, unless TTY_COMPATIBLE / FORCE_COLOR say otherwise.
         self.plain = enabled and (not console.is_terminal or console.is_dumb_terminal)
-        self.finished = self.failed = self.tokens = 0
+        self.finished = self.failed = 0
+        self.tokens = 0  # made in this run for the questions finished
         self.started = self.last_line = clock()
         self._samples.append((self.started, 0))
         self.shown = -1  # the count of questions the last plain line reported
@@ -153,7 +154,7 @@ class RunProgress:
             return "done"
         tokens_left = self.tokens_left()
         if self.live_tokens is not None and tokens_left is not None and tokens_per_s > 0:
-            in_flight = self._produced() - self.tokens  # spent on questions not yet finished
+            in_flight = self._produced() - self.tokens  # made for questions not yet finished
             expected = tokens_left - in_flight
             if expected > 0:
                 return f"ETA {duration(expected / tokens_per_s)}"
@@ -175,10 +176,11 @@ class RunProgress:
         print(self.line(), file=self.stream, flush=True)
         self.last_line, self.shown = self.clock(), self.done
 
-    def finished_one(self, tokens: int, setting: str = ALL) -> None:
-        """A question of ``setting`` finished, having cost ``tokens``."""
+    def finished_one(self, tokens: int, setting: str = ALL, *, here: int | None = None) -> None:
+        """A question of ``setting`` finished, having cost ``tokens``, ``here`` of them made in
+        this run (all when None; a question resumed from its checkpoint made the rest before)."""
         self.finished += 1
-        self.tokens += tokens
+        self.tokens += tokens if here is None else here
         self._costs[setting].append(tokens)
         self._left[setting] -= 1
         self._show()

@@ -103,13 +103,16 @@ async def run_jobs(
                 return
             in_flight += 1
             try:
-                record = await solve_and_grade(job)
+                with metered() as made_here:  # a resumed question's record counts more
+                    record = await solve_and_grade(job)
             finally:
                 in_flight -= 1
         if record is None:
             return
         finished += 1
-        progress.finished_one(total_tokens(record), job.key.setting)
+        progress.finished_one(
+            total_tokens(record), job.key.setting, here=made_here.answered.generated_tokens
+        )
 
     async def solve_and_grade(job: Job) -> RunRecord | None:
         """The job's record, appended to the store; None when it failed (recorded as such)."""

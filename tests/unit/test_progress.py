@@ -281,3 +281,17 @@ async def test_run_jobs_prices_a_resumed_run_by_the_folders_records(tmp_path) ->
         patch.setattr("evals.harness.runner.RunProgress", Watched)
         await run_jobs(graph, jobs[2:], store, concurrency=1, show_progress=False)
     assert priced == [2 * cost["never"] + 2 * cost["always"]]
+
+
+async def test_a_resumed_question_counts_only_what_this_run_made_as_spent() -> None:
+    """Two questions in flight after a resume; one finishes at 1,000 tokens, 800 of them made
+    before the resume. The live count's 300 are its 200 and 100 for the one still in flight,
+    which is then expected to need 900 more, not 1,600."""
+    stream, clock, live = io.StringIO(), Clock(), [0]
+    async with RunProgress(
+        2, stream=stream, every=1, interval=6000, clock=clock, live_tokens=lambda: live[0]
+    ) as progress:
+        clock.now += 300
+        live[0] = 300  # 1 tok/s
+        progress.finished_one(1_000, here=200)
+    assert stream.getvalue().splitlines()[1].endswith("elapsed 5m00s, ETA 15m00s")
