@@ -6,7 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TypedDict
 
-import pytest
 from langgraph.graph import END, START, StateGraph
 
 from evals.harness.checkpoints import CHECKPOINTS, open_checkpoints
@@ -72,7 +71,7 @@ async def run(folder: Path, responder, checkpoints: Path | None) -> FakeLogprobC
 
 
 async def test_a_stopped_question_resumes_where_it_stopped(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, runner_progress: list[RunProgress]
 ) -> None:
     whole = await run(tmp_path / "whole", respond, None)
     [expected] = load_records(tmp_path / "whole")
@@ -85,19 +84,11 @@ async def test_a_stopped_question_resumes_where_it_stopped(
     await run(folder, failing_after(5, ConnectionError("server gone")), folder)
     assert (folder / CHECKPOINTS).exists() and not load_records(folder)
 
-    shown: list[RunProgress] = []
-
-    class Watched(RunProgress):
-        def __init__(self, *args, **kwargs) -> None:
-            super().__init__(*args, **kwargs)
-            shown.append(self)
-
-    monkeypatch.setattr("evals.harness.runner.RunProgress", Watched)
     rest = await run(folder, respond, folder)
     [record] = load_records(folder)
     # The progress counts as made in this run only what the resumed run made (its ETA's
     # "spent on questions in flight" would otherwise go negative).
-    assert 0 < shown[0].tokens < record["usage"]["backbone_tokens"]
+    assert 0 < runner_progress[-1].tokens < record["usage"]["backbone_tokens"]
     # Only the nodes not finished before the stop ran again (the first draft did not).
     assert 0 < len(rest.calls) < len(whole.calls)
     assert record["resumed"] is True

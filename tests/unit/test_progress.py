@@ -10,6 +10,7 @@ import pytest
 
 from evals.harness.plan import BenchmarkPlan
 from evals.harness.progress import RunProgress, duration
+from evals.harness.record import total_tokens
 from evals.harness.records import RecordStore
 from evals.harness.runner import run_jobs
 from evals.questions import load_dataset
@@ -187,18 +188,10 @@ async def test_run_jobs_prints_progress_lines_to_a_non_terminal_stderr(
 
 
 async def test_run_jobs_counts_the_tokens_of_every_request_live(
-    tmp_path, monkeypatch: pytest.MonkeyPatch
+    tmp_path, runner_progress: list[RunProgress]
 ) -> None:
     """The run-wide meter reaches the graph's requests: at the end it holds what the records
     hold (no request failed), so mid-run it counts the questions in flight as well."""
-    seen: list[RunProgress] = []
-
-    class Watched(RunProgress):
-        def __init__(self, *args, **kwargs) -> None:
-            super().__init__(*args, **kwargs)
-            seen.append(self)
-
-    monkeypatch.setattr("evals.harness.runner.RunProgress", Watched)
     plan = BenchmarkPlan(
         dataset="math500",
         strategy="critic",
@@ -209,10 +202,8 @@ async def test_run_jobs_counts_the_tokens_of_every_request_live(
     store = RecordStore(tmp_path)
     graph = build_graph(backbone=FakeLogprobChat(responder=respond))
     await run_jobs(graph, plan.jobs(), store, concurrency=2, show_progress=False)
-    recorded = sum(
-        r["usage"]["backbone_tokens"] + r["usage"]["external_tokens"] for r in store.load()
-    )
-    assert recorded > 0 and seen[0].live_tokens() == recorded
+    recorded = sum(total_tokens(r) for r in store.load())
+    assert recorded > 0 and runner_progress[0].live_tokens() == recorded
 
 
 async def test_each_question_left_is_priced_at_its_own_settings_mean() -> None:
@@ -252,7 +243,9 @@ def test_settings_must_name_every_question() -> None:
         RunProgress(3, settings=["a", "b"])
 
 
-async def test_run_jobs_prices_a_resumed_run_by_the_folders_records(tmp_path) -> None:
+async def test_run_jobs_prices_a_resumed_run_by_the_folders_records(
+    tmp_path, runner_progress: list[RunProgress]
+) -> None:
     """The runner tells the progress each job's setting and the folder's recorded costs."""
     plan = BenchmarkPlan(
         dataset="math500",
@@ -265,22 +258,10 @@ async def test_run_jobs_prices_a_resumed_run_by_the_folders_records(tmp_path) ->
     graph = build_graph(backbone=FakeLogprobChat(responder=respond))
     jobs = plan.jobs()
     await run_jobs(graph, jobs[:2], store, concurrency=1, show_progress=False)  # question 1
-    cost = {
-        r["gate"]: r["usage"]["backbone_tokens"] + r["usage"]["external_tokens"]
-        for r in store.load()
-    }
+    cost = {r["gate"]: total_tokens(r) for r in store.load()}
     assert cost["always"] > cost["never"]
-    priced: list[float | None] = []
-
-    class Watched(RunProgress):
-        def __init__(self, *args, **kwargs) -> None:
-            super().__init__(*args, **kwargs)
-            priced.append(self.tokens_left())
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr("evals.harness.runner.RunProgress", Watched)
-        await run_jobs(graph, jobs[2:], store, concurrency=1, show_progress=False)
-    assert priced == [2 * cost["never"] + 2 * cost["always"]]
+    await run_jobs(graph, jobs[2:], store, concurrency=1, show_progress=False)  # questions 2, 3
+    assert runner_progress[1].priced_at_start == 2 * cost["never"] + 2 * cost["always"]
 
 
 async def test_a_resumed_question_counts_only_what_this_run_made_as_spent() -> None:
