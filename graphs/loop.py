@@ -7,6 +7,7 @@ subgraphs. A run's settings are its Context (`settings_of`), the paper's when it
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from langchain_core.language_models import BaseChatModel
@@ -25,6 +26,7 @@ from nodes.draft import (
 )
 from nodes.gates import GateHistory, decide
 from nodes.uncertainty import step_confidence, step_uncertainty, update_momentum
+from nodes.voting import TraceRules, should_stop
 from servers.transport_errors import ContextOverflow
 
 Update = dict[str, Any]
@@ -44,6 +46,23 @@ def settings_of(runtime: Runtime[Context]) -> Context:
 
 def kept_texts(state: State) -> list[str]:
     return [step["text"] for step in state.get("steps", [])]
+
+
+def trace_confidences(steps: Sequence[StepRecord]) -> list[float]:
+    """The token confidences of a trace's kept steps, in order (empty when not recorded)."""
+    return [c for step in steps for c in step.get("confidences", ())]
+
+
+def stops_after(steps: Sequence[StepRecord], rules: TraceRules, threshold: float | None) -> bool:
+    """The stop rule after the last of `steps` (commit_step asks it before the next step)."""
+    if not steps:
+        return False
+    return should_stop(
+        rules,
+        threshold,
+        momentum=steps[-1]["momentum_after"],
+        confidences=trace_confidences(steps),
+    )
 
 
 def drafted(state: State) -> StepCandidate:
@@ -77,7 +96,13 @@ class Drafting:
         fmt = ctx.step_style
         messages = step_messages(state["question"], state.get("system_prompt"), kept, index, fmt)
         (draft,), reply = await sample_steps(
-            self.backbone, messages, index=index, n=1, max_tokens=ctx.max_step_tokens, fmt=fmt
+            self.backbone,
+            messages,
+            index=index,
+            n=1,
+            max_tokens=ctx.max_step_tokens,
+            fmt=fmt,
+            top_logprobs=ctx.top_logprobs,
         )
         return {
             "draft": draft,
@@ -196,9 +221,12 @@ def commit_step(state: State, runtime: Runtime[Context]) -> Update:
         num_tokens=kept["num_tokens"],
         refine=state.get("refine") if scaled else None,
     )
+    if "confidences" in kept:
+        record["confidences"] = kept["confidences"]
     runtime.stream_writer(
         {
             "event": "step",
+            "trace": state.get("trace", 0),
             **record,
             "draft_uncertainty": gate["uncertainty"],
             "threshold": gate["threshold"],
@@ -214,6 +242,10 @@ def commit_step(state: State, runtime: Runtime[Context]) -> Update:
         # Cut before its cap: the server stopped at the end of the context (vLLM shortens
         # max_tokens to the room left), so the next request could not fit.
         update.update(done=True, finish_reason="context_length")
+    elif stops_after(
+        [*state.get("steps", []), record], ctx.trace_rules(), state.get("stop_threshold")
+    ):
+        update.update(done=True, finish_reason="stopped")
     return update
 
 

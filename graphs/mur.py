@@ -1,4 +1,9 @@
-"""The MUR reasoning loop, assembled in one place:
+"""The MUR graph, assembled in one place. A question is solved by one or more traces and a
+vote (graphs/traces.py):
+
+    plan_traces --Send x batch--> trace --> plan_traces --(settled or all drawn)--> vote
+
+and each trace is the MUR reasoning loop:
 
     draft_step -> score_uncertainty -> gamma_gate -> [the run's strategy] -> commit_step -> done?
                                                                         |-> draft_step (next step)
@@ -44,7 +49,16 @@ from graphs.loop import (
 )
 from graphs.model_calls import ModelCalls
 from graphs.refine import REGISTRY, STRATEGIES, Kit
-from graphs.state import Context, InputState, OutputState, State
+from graphs.state import (
+    Context,
+    InputState,
+    OutputState,
+    QuestionState,
+    State,
+    TraceInput,
+    TraceOutput,
+)
+from graphs.traces import plan_traces, route_traces, trace_node, vote
 from servers.connect import connect
 
 
@@ -53,9 +67,29 @@ def build_graph(
     backbone: BaseChatModel | None = None,
     verifier: BaseChatModel | None = None,
     checkpointer: Any = None,
-) -> CompiledStateGraph[State, Context, InputState, OutputState]:
-    """Compile the MUR graph with every refine strategy mounted. The verifier defaults to the
-    backbone; without a backbone, both are clients of the default servers."""
+) -> CompiledStateGraph[QuestionState, Context, InputState, OutputState]:
+    """Compile the MUR graph: a question's traces (each the loop with every refine strategy
+    mounted) and their vote. The verifier defaults to the backbone; without a backbone, both
+    are clients of the default servers."""
+    loop = build_loop(backbone=backbone, verifier=verifier)
+    graph = StateGraph(
+        QuestionState, context_schema=Context, input_schema=InputState, output_schema=OutputState
+    )
+    graph.add_node("plan_traces", plan_traces)
+    graph.add_node("trace", trace_node(loop))
+    graph.add_node("vote", vote)
+    graph.add_edge(START, "plan_traces")
+    graph.add_conditional_edges("plan_traces", route_traces, ["trace", "vote"])
+    graph.add_edge("trace", "plan_traces")
+    graph.add_edge("vote", END)
+    return graph.compile(checkpointer=checkpointer, name="mur")
+
+
+def build_loop(
+    *, backbone: BaseChatModel | None = None, verifier: BaseChatModel | None = None
+) -> CompiledStateGraph[State, Context, TraceInput, TraceOutput]:
+    """Compile one trace: the MUR loop with every refine strategy mounted (checkpointed by
+    the graph that runs it)."""
     if backbone is None:
         backbone, default_verifier = default_models()
         verifier = verifier or default_verifier
@@ -64,7 +98,7 @@ def build_graph(
     drafting = Drafting(backbone)
 
     graph = StateGraph(
-        State, context_schema=Context, input_schema=InputState, output_schema=OutputState
+        State, context_schema=Context, input_schema=TraceInput, output_schema=TraceOutput
     )
     calls.add(graph, "draft_step", drafting.draft_step, on_overflow=draft_overflowed)
     graph.add_node("score_uncertainty", score_uncertainty)
@@ -89,7 +123,7 @@ def build_graph(
     )
     graph.add_edge("ask_answer", "finalize")
     graph.add_edge("finalize", END)
-    return graph.compile(checkpointer=checkpointer, name="mur")
+    return graph.compile(name="trace")
 
 
 def default_models() -> tuple[BaseChatModel, BaseChatModel]:

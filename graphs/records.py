@@ -5,7 +5,10 @@ from __future__ import annotations
 
 from typing import Any, Literal, NotRequired, TypedDict
 
-FinishReason = Literal["answer", "end_of_sequence", "max_steps", "empty_step", "context_length"]
+FinishReason = Literal[
+    "answer", "end_of_sequence", "max_steps", "empty_step", "context_length", "stopped"
+]
+"""Why a solution ended; `stopped`: a trace's stop rule ended it part-way (it has no vote)."""
 
 
 class StepRecord(TypedDict):
@@ -21,6 +24,8 @@ class StepRecord(TypedDict):
     strategy: str | None
     num_tokens: int
     refine: NotRequired[dict[str, Any] | None]
+    confidences: NotRequired[list[float]]
+    """DeepConf's confidence of each token (only when the run asked for top_logprobs)."""
 
 
 class GateRecord(TypedDict):
@@ -35,3 +40,22 @@ class GateRecord(TypedDict):
 class Fallback(TypedDict):
     text: str
     num_tokens: int
+
+
+class TraceSummary(TypedDict):
+    """One trace of a question, as the output contract lists it beside the voted answer."""
+
+    index: int
+    answer: str | None
+    finish_reason: FinishReason | None
+    stopped: bool
+    """The stop rule ended it part-way: it has no vote."""
+    steps: int
+    tokens: int
+    """Completion tokens it cost (backbone + external), stopped or not."""
+    momentum: float
+    """MUR's momentum after its last kept step."""
+    confidence: dict[str, float | None] | None
+    """DeepConf's measures (lowest_group, bottom_10, tail, mean); None without top_logprobs."""
+    weight: float
+    """Its weight in the vote (0: it did not vote)."""

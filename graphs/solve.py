@@ -53,12 +53,18 @@ async def solve(
     steps: list[StepEvent] = []
     final: dict[str, Any] = {}
     async for part in graph.astream(
-        graph_input, config=config, context=context, stream_mode=["custom", "values"]
+        graph_input,
+        config=config,
+        context=context,
+        stream_mode=["custom", "values"],
+        subgraphs=True,  # the step events come from inside the traces
     ):
-        # With a list of modes each part is a (mode, chunk) pair, which the stubs do not say.
-        mode, chunk = cast(tuple[str, dict[str, Any]], part)
+        # With subgraphs and a list of modes each part is (namespace, mode, chunk), which the
+        # stubs do not say; the question's values are those of the root namespace.
+        namespace, mode, chunk = cast(tuple[tuple[str, ...], str, dict[str, Any]], part)
         if mode == "values":
-            final = chunk
+            if not namespace:
+                final = chunk
         elif chunk.get("event") == "step":
             steps.append(chunk)
             if on_step is not None:

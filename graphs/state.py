@@ -8,12 +8,13 @@ from typing import Annotated, Any, Literal, NotRequired, TypedDict
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from graphs.records import Fallback, FinishReason, GateRecord, StepRecord
+from graphs.records import Fallback, FinishReason, GateRecord, StepRecord, TraceSummary
 from graphs.refine import StrategyName
 from nodes.budget import BudgetSettings
 from nodes.draft import STEP_FORMATS, StepCandidate, StepFormat
 from nodes.gates import GateName, GateParams, question_seed
 from nodes.usage import add_usage
+from nodes.voting import MeasureName, SettleName, StopName, TraceRules, VoteName
 
 
 class ContextError(ValueError):
@@ -148,6 +149,74 @@ class Context(BaseModel):
         "chat_template_kwargs enable_thinking=true.",
     )
 
+    top_logprobs: int = Field(
+        0,
+        ge=0,
+        le=20,
+        description="Ask the server for the top-k logprobs of every step token (k; 0: off) and "
+        "record each token's DeepConf confidence (minus their mean); the confidence vote, "
+        "measure and stop rule read them.",
+    )
+    traces: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="Traces: independent solutions of the question (each the MUR loop with "
+        "this strategy and gate), at most this many, reduced to one answer by the vote.",
+    )
+    trace_batch: int | None = Field(
+        None,
+        ge=1,
+        description="Traces started at a time: the first batch (the warm-up) runs in full, "
+        "then one batch after another until the settle rule holds or `traces` are drawn. "
+        "None: all at once.",
+    )
+    vote: VoteName = Field(
+        "majority",
+        description="How traces vote: one vote each (majority), weighted by exp(-final "
+        "momentum) (momentum, MUR's), or by DeepConf's confidence_measure (confidence).",
+    )
+    vote_keep: float = Field(
+        1.0,
+        gt=0,
+        le=1,
+        description="Vote with only this top fraction of the answered traces (DeepConf's eta), "
+        "ranked by the vote's weight (majority: by confidence_measure).",
+    )
+    confidence_measure: MeasureName = Field(
+        "lowest_group",
+        description="DeepConf's trace confidence for the confidence vote and filter: the "
+        "lowest group, bottom-10% group, tail or mean token confidence.",
+    )
+    group_window: int = Field(
+        64, ge=1, description="DeepConf: tokens in a group (a sliding window of the trace)."
+    )
+    tail_tokens: int = Field(
+        64, ge=1, description="DeepConf: the last tokens that make a trace's tail confidence."
+    )
+    settle: SettleName = Field(
+        "never",
+        description="When to stop drawing traces (needs trace_batch): never; agree (the last "
+        "batch's answers, two or more, all agree: early-stopping self-consistency); consensus "
+        "(the leading answer holds `consensus` of the vote: DeepConf's adaptive sampling).",
+    )
+    consensus: float = Field(
+        0.95, gt=0.5, le=1, description="Settle rule consensus: the leader's share of the vote."
+    )
+    trace_stop: StopName = Field(
+        "none",
+        description="Stop a trace after the warm-up part-way (it then has no vote): when a "
+        "group's confidence falls below the warm-up's (confidence, DeepConf's online rule) or "
+        "its momentum rises above the warm-up's (momentum, MUR's). Checked after every step.",
+    )
+    stop_keep: float = Field(
+        0.9,
+        gt=0,
+        le=1,
+        description="The stop threshold keeps about this fraction of traces like the warm-up's "
+        "(DeepConf-high 0.9, -low 0.1).",
+    )
+
     def __init__(self, **settings: Any) -> None:
         try:
             super().__init__(**settings)
@@ -164,6 +233,47 @@ class Context(BaseModel):
                 f"not {self.gate!r}"
             )
         return self
+
+    @model_validator(mode="after")
+    def _trace_rules_need_their_inputs(self) -> Context:
+        reads_confidence = [
+            name
+            for name, value in (("vote", self.vote), ("trace_stop", self.trace_stop))
+            if value == "confidence"
+        ]
+        if reads_confidence and self.top_logprobs == 0:
+            raise ValueError(
+                f"{' and '.join(reads_confidence)} confidence read(s) token confidences: set "
+                "top_logprobs (e.g. 20)"
+            )
+        if self.vote_keep < 1 and self.vote == "majority" and self.top_logprobs == 0:
+            raise ValueError(
+                "vote_keep < 1 with the majority vote ranks by confidence: set top_logprobs"
+            )
+        batch = self.trace_batch
+        if (self.settle != "never" or self.trace_stop != "none") and (
+            batch is None or batch >= self.traces
+        ):
+            raise ValueError(
+                f"settle and trace_stop act between batches: set trace_batch below traces "
+                f"({self.traces}), got {batch}"
+            )
+        return self
+
+    def trace_rules(self) -> TraceRules:
+        """The trace-level settings as the pure rules of nodes.voting read them."""
+        return TraceRules(
+            traces=self.traces,
+            batch=self.trace_batch,
+            vote=self.vote,
+            vote_keep=self.vote_keep,
+            measure=self.confidence_measure,
+            settle=self.settle,
+            consensus=self.consensus,
+            stop=self.trace_stop,
+            stop_keep=self.stop_keep,
+            window=self.group_window,
+        )
 
     @property
     def step_style(self) -> StepFormat:
@@ -210,7 +320,17 @@ class InputState(TypedDict):
     system_prompt: NotRequired[str | None]
 
 
-class OutputState(TypedDict):
+class TraceInput(InputState):
+    """What one trace starts from: the question, its index among the question's traces and
+    the stop threshold the warm-up set (None: it runs in full)."""
+
+    trace: NotRequired[int]
+    stop_threshold: NotRequired[float | None]
+
+
+class TraceOutput(TypedDict):
+    """One trace's solution: what the MUR loop returns."""
+
     question: str
     answer: str | None
     finish_reason: FinishReason | None
@@ -218,6 +338,13 @@ class OutputState(TypedDict):
     usage: dict[str, int]
     fallback: Fallback | None
     config: dict[str, Any]
+
+
+class OutputState(TraceOutput):
+    """The output contract: the voted answer, the steps of the trace that stands for it, the
+    usage of every trace (stopped ones included) and one summary per trace."""
+
+    traces: list[TraceSummary]
 
 
 OUTPUT_KEYS: tuple[str, ...] = tuple(OutputState.__annotations__)
@@ -228,8 +355,8 @@ def output_of(state: dict[str, Any]) -> dict[str, Any]:
     return {key: state.get(key) for key in OUTPUT_KEYS}
 
 
-class State(InputState, OutputState):
-    """Everything one solution carries; the momentum lives here."""
+class State(TraceInput, TraceOutput):
+    """Everything one trace carries; the momentum lives here."""
 
     steps: Annotated[list[StepRecord], operator.add]
     usage: Annotated[dict[str, int], add_usage]
@@ -243,6 +370,16 @@ class State(InputState, OutputState):
     """Tokens the answer request may use when a draft overflowed the context (None: none)."""
 
 
+class QuestionState(InputState, OutputState):
+    """A question's state: its traces as they finish (summaries and outputs, in finishing
+    order), the stop threshold the warm-up set, then the vote's output."""
+
+    usage: Annotated[dict[str, int], add_usage]
+    drawn: Annotated[list[TraceSummary], operator.add]
+    outputs: Annotated[list[TraceOutput], operator.add]
+    stop_threshold: float | None
+
+
 __all__ = [
     "OUTPUT_KEYS",
     "Context",
@@ -252,7 +389,11 @@ __all__ = [
     "GateRecord",
     "InputState",
     "OutputState",
+    "QuestionState",
     "State",
     "StepRecord",
+    "TraceInput",
+    "TraceOutput",
+    "TraceSummary",
     "output_of",
 ]

@@ -14,12 +14,13 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, TypedDict
+from typing import Any, Literal, NotRequired, TypedDict
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
 from nodes.answer import states_answer
+from nodes.confidence import token_confidence
 from nodes.llm import Generation, Reply, Request, generate
 from prompts.mur import (
     FALLBACK_PREFIX,
@@ -42,6 +43,8 @@ class StepCandidate(TypedDict):
     num_tokens: int
     ended_by_model: bool
     finish_reason: str | None
+    confidences: NotRequired[list[float]]
+    """DeepConf's confidence of each token, when the request asked for top logprobs."""
 
 
 # Far beyond any benchmark question; the server's context length is the real limit.
@@ -155,13 +158,21 @@ def step_messages(
 
 
 def to_candidate(choice: Generation) -> StepCandidate:
-    return StepCandidate(
+    candidate = StepCandidate(
         text=choice.text.strip(),
         logprobs=list(choice.logprobs),
         num_tokens=choice.num_tokens,
         ended_by_model=choice.ended_by_model,
         finish_reason=choice.finish_reason,
     )
+    if any(choice.top_logprobs):
+        candidate["confidences"] = token_confidences(choice)
+    return candidate
+
+
+def token_confidences(choice: Generation) -> list[float]:
+    """Each generated token's confidence from its top logprobs (the request asked for them)."""
+    return [token_confidence([top.logprob for top in tops]) for tops in choice.top_logprobs]
 
 
 def contains_answer(text: str) -> bool:
@@ -179,8 +190,10 @@ async def sample_steps(
     max_tokens: int,
     fmt: StepFormat = MARKER_FORMAT,
     extra_body: dict[str, Any] | None = None,
+    top_logprobs: int = 0,
 ) -> tuple[list[StepCandidate], Reply]:
-    """n samples of step `index` continuing `messages` (the last one the assistant prefix)."""
+    """n samples of step `index` continuing `messages` (the last one the assistant prefix);
+    with `top_logprobs` k > 0 each candidate carries its tokens' confidences."""
     reply = await generate(
         backbone,
         Request(
@@ -188,6 +201,7 @@ async def sample_steps(
             max_tokens=max_tokens,
             stop=fmt.stops(index),
             n=n,
+            top_logprobs=top_logprobs or None,
             extra_body={**NON_THINKING, **(extra_body or {})},
         ),
     )

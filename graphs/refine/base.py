@@ -196,5 +196,6 @@ class CandidateNodes:
             n=ctx.num_candidates - len(reused),
             max_tokens=ctx.max_step_tokens,
             fmt=fmt,
+            top_logprobs=ctx.top_logprobs,
         )
         return {"candidates": reused + candidates, "usage": reply.usage("backbone").as_dict()}

@@ -111,7 +111,13 @@ class CriticNodes:
             AIMessage(fmt.prefix(texts, index)),
         ]
         (revision,), reply = await sample_steps(
-            self.kit.backbone, messages, index=index, n=1, max_tokens=ctx.max_step_tokens, fmt=fmt
+            self.kit.backbone,
+            messages,
+            index=index,
+            n=1,
+            max_tokens=ctx.max_step_tokens,
+            fmt=fmt,
+            top_logprobs=ctx.top_logprobs,
         )
         revised = CriticRound.model_validate(
             {**latest, "revised": True, "revision": revision["text"]}

@@ -91,6 +91,7 @@ class ThinkingNodes:
             n=1,
             max_tokens=ctx.max_step_tokens,
             fmt=fmt,
+            top_logprobs=ctx.top_logprobs,
         )
         record = ThinkingRecord(
             strategy="thinking",

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from experiments.presets import DatasetRun
 from experiments.table1 import Table1Error, Table1Plan, main, mur_program, run_mur, run_table
 from nodes.gate_labels import PAPER_TABLE_LABELS as MAIN_GATES
 
@@ -21,9 +22,7 @@ from nodes.gate_labels import PAPER_TABLE_LABELS as MAIN_GATES
 def plan(tmp_path: Path, **overrides) -> Table1Plan:
     settings = {
         "strategies": ("critic", "best_of_n"),
-        "dataset": "math500",
-        "limit": 2,
-        "gamma": 0.9,
+        "datasets": (DatasetRun("math500", limit=2, gamma=0.9),),
         "sweep": (0.7, 0.95),
         "sweep_strategies": ("critic",),
         "results": tmp_path,
@@ -38,8 +37,9 @@ def write_mur(folder: Path, questions: int, steps: int = 5, scaled: int = 1) -> 
     folder.mkdir(parents=True, exist_ok=True)
     with (folder / "records.jsonl").open("a") as handle:
         for q in range(questions):
-            record = {"key": f"p{q}/{steps}/{scaled}", "problem_id": f"p{q}", "gate": "mur",
-                      "gamma": 0.9, "steps_total": steps, "steps_scaled": scaled}  # fmt: skip
+            record = {"key": f"p{q}/{steps}/{scaled}", "problem_id": f"p{q}", "sample": 0,
+                      "gate": "mur", "gamma": 0.9, "steps_total": steps,
+                      "steps_scaled": scaled}  # fmt: skip
             handle.write(json.dumps(record) + "\n")
 
 
@@ -64,15 +64,16 @@ def test_phases_main_random_then_sweep_for_the_sweep_strategies_only(tmp_path: P
 
 def test_random_rate_waits_for_every_question_of_mur(tmp_path: Path) -> None:
     table = plan(tmp_path)
-    folder = table.folder("critic")
+    random_phase = table.phases()[2]
+    folder = random_phase.folder
     with pytest.raises(Table1Error, match=r"has MUR \(gamma 0.9\) on 0: the main phase"):
-        table.random_gate(folder)
+        table.random_gate(random_phase)
     write_mur(folder, 1)
-    with pytest.raises(Table1Error, match=r"over all 2 questions.* on 1"):
-        table.random_gate(folder)
+    with pytest.raises(Table1Error, match=r"over all 2 questions,.* on 1"):
+        table.random_gate(random_phase)
     write_mur(folder, 2, steps=4, scaled=1)  # p0, p1 again: still two questions
     # 1 + 1 + 1 scaled of 4 + 3 + 3 steps after the first.
-    assert table.random_gate(folder) == "random@0.3"
+    assert table.random_gate(random_phase) == "random@0.3"
 
 
 def test_progress_counts_the_runs_each_phase_asks_for(tmp_path: Path) -> None:
@@ -83,8 +84,8 @@ def test_progress_counts_the_runs_each_phase_asks_for(tmp_path: Path) -> None:
         (0, 2),
         (0, 4),
     ]
-    write_mur(table.folder("critic"), 2)  # gamma 0.9: the main phase's, not the sweep's
-    with (table.folder("critic") / "records.jsonl").open("a") as handle:
+    write_mur(table.folder("math500", "critic"), 2)  # gamma 0.9: the main phase's, not the sweep's
+    with (table.folder("math500", "critic") / "records.jsonl").open("a") as handle:
         # random@0.5 is not MUR's rate (0.25): a hand-run baseline, not the phase's runs.
         for gate, gamma in [("never", None), ("random@0.25", None), ("random@0.5", None),
                             ("mur", 0.7)]:  # fmt: skip

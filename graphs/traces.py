@@ -1,0 +1,168 @@
+"""A question solved by several traces: each trace is the MUR loop (graphs/mur.py builds it as
+a subgraph), started in batches from `plan_traces`, and `vote` reduces them to one answer:
+
+    plan_traces --Send x batch--> trace (the loop) --> plan_traces --(settled or all drawn)--> vote
+
+plan_traces decides with the pure rules of nodes.voting: how many traces to start next (the
+settle rule), and after the warm-up batch the threshold at which a later trace stops (the stop
+rule, which commit_step checks after every step). One trace (the default) is the plain MUR
+loop: the vote over one trace is that trace.
+
+A trace's summary (answer, tokens, momentum, DeepConf's confidences) is made by
+`summarize_trace` from its output, live and when replaying recorded traces alike.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.runtime import Runtime
+from langgraph.types import Send
+
+from graphs.loop import settings_of, trace_confidences
+from graphs.records import StepRecord, TraceSummary
+from graphs.state import Context, QuestionState, TraceInput
+from nodes.confidence import TraceConfidence, trace_confidence
+from nodes.voting import (
+    TraceOutcome,
+    answer_key,
+    next_batch,
+    stop_threshold,
+    tally,
+    vote_weight,
+)
+
+Update = dict[str, Any]
+
+
+# ---------------------------------------------------------------------------- summaries
+
+
+def summarize_trace(index: int, output: dict[str, Any], ctx: Context) -> TraceSummary:
+    """A trace's summary from its output contract (a live trace's, or a recorded run's)."""
+    steps: list[StepRecord] = output.get("steps") or []
+    usage = output.get("usage") or {}
+    confidences = trace_confidences(steps)
+    measures = (
+        trace_confidence(confidences, window=ctx.group_window, tail=ctx.tail_tokens).as_dict()
+        if confidences
+        else None
+    )
+    return TraceSummary(
+        index=index,
+        answer=output.get("answer"),
+        finish_reason=output.get("finish_reason"),
+        stopped=output.get("finish_reason") == "stopped",
+        steps=len(steps),
+        tokens=usage.get("backbone_tokens", 0) + usage.get("external_tokens", 0),
+        momentum=steps[-1]["momentum_after"] if steps else 0.0,
+        confidence=measures,
+        weight=0.0,
+    )
+
+
+def outcome_of(summary: TraceSummary) -> TraceOutcome:
+    """What the pure rules read of a summary."""
+    measures = summary["confidence"] or {}
+    return TraceOutcome(
+        index=summary["index"],
+        answer=summary["answer"],
+        momentum=summary["momentum"],
+        confidence=TraceConfidence(
+            lowest_group=measures.get("lowest_group"),
+            bottom_10=measures.get("bottom_10"),
+            tail=measures.get("tail"),
+            mean=measures.get("mean"),
+        ),
+        tokens=summary["tokens"],
+        stopped=summary["stopped"],
+    )
+
+
+# ---------------------------------------------------------------------------- nodes
+
+
+def plan_traces(state: QuestionState, runtime: Runtime[Context]) -> Update:
+    """After the warm-up batch, fix the threshold at which later traces stop."""
+    rules = settings_of(runtime).trace_rules()
+    drawn = state.get("drawn", [])
+    if len(drawn) != rules.first_batch or state.get("stop_threshold") is not None:
+        return {}
+    return {"stop_threshold": stop_threshold([outcome_of(s) for s in drawn], rules)}
+
+
+def route_traces(state: QuestionState, runtime: Runtime[Context]) -> list[Send] | str:
+    """Start the next batch of traces, or vote when the question is settled."""
+    rules = settings_of(runtime).trace_rules()
+    drawn = state.get("drawn", [])
+    count = next_batch([outcome_of(s) for s in drawn], rules)
+    if count == 0:
+        return "vote"
+    threshold = state.get("stop_threshold") if drawn else None
+    return [
+        Send(
+            "trace",
+            TraceInput(
+                question=state["question"],
+                system_prompt=state.get("system_prompt"),
+                trace=index,
+                stop_threshold=threshold,
+            ),
+        )
+        for index in range(len(drawn), len(drawn) + count)
+    ]
+
+
+TraceNode = Callable[[TraceInput, RunnableConfig, Runtime[Context]], Coroutine[Any, Any, Update]]
+
+
+def trace_node(loop: Any) -> TraceNode:
+    """The node that runs one trace: the compiled loop `loop` on the Send's input (LangGraph
+    finds `loop` in this closure, so it checkpoints and draws it as a subgraph)."""
+
+    async def trace(
+        payload: TraceInput, config: RunnableConfig, runtime: Runtime[Context]
+    ) -> Update:
+        output = await loop.ainvoke(payload, config, context=runtime.context)
+        summary = summarize_trace(payload.get("trace", 0), output, settings_of(runtime))
+        return {"drawn": [summary], "outputs": [output], "usage": output["usage"]}
+
+    return trace
+
+
+def vote(state: QuestionState, runtime: Runtime[Context]) -> Update:
+    """The voted answer; the steps shown are those of the heaviest trace that gave it."""
+    ctx = settings_of(runtime)
+    rules = ctx.trace_rules()
+    drawn = sorted(state.get("drawn", []), key=lambda s: s["index"])
+    outputs = {
+        summary["index"]: out for summary, out in zip(state["drawn"], state["outputs"], strict=True)
+    }
+    outcomes = [outcome_of(s) for s in drawn]
+    result = tally(outcomes, rules)
+    weights = {
+        o.index: vote_weight(o, rules) if o.index in result.voters else 0.0 for o in outcomes
+    }
+    summaries = [TraceSummary(**{**s, "weight": weights[s["index"]]}) for s in drawn]
+    shown = _shown_trace(summaries, result.answer)
+    output = outputs[shown]
+    return {
+        "answer": result.answer if len(drawn) > 1 else output.get("answer"),
+        "finish_reason": output.get("finish_reason"),
+        "steps": output.get("steps", []),
+        "fallback": output.get("fallback"),
+        "config": ctx.as_dict(),
+        "traces": summaries,
+    }
+
+
+def _shown_trace(summaries: Sequence[TraceSummary], answer: str | None) -> int:
+    """The trace whose steps stand for the question: the heaviest voter for the winning
+    answer (the first on a tie), else the first trace."""
+    key = answer_key(answer)
+    winners = [s for s in summaries if s["weight"] > 0 and answer_key(s["answer"]) == key]
+    if not winners:
+        return summaries[0]["index"]
+    return max(winners, key=lambda s: (s["weight"], -s["index"]))["index"]
