@@ -317,6 +317,15 @@ def _csv(kind: type) -> Callable[[str], tuple]:
     return parse
 
 
+def _preset(name: str) -> Preset:
+    try:
+        return PRESETS[name]
+    except KeyError:
+        raise argparse.ArgumentTypeError(
+            f"unknown preset {name!r}: choose from {', '.join(PRESETS)}"
+        ) from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(
         prog="python -m experiments.table1",
@@ -326,7 +335,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add = parser.add_argument
     unshipped = [name for name in DATASETS if name not in PUBLIC_DATASETS]
-    add("--preset", choices=PRESETS, help="named settings: "
+    add("--preset", type=_preset, metavar="NAME", help="named settings: "
         + "; ".join(f"{p.name}: {p.description}" for p in PRESETS.values())
         + ". Sets the strategies, the datasets with their gammas and samples, the server "
         "profiles (and the backbone's URL, unless --base-url or MUR_BASE_URL says where) and "
@@ -408,7 +417,7 @@ def _servers(args: argparse.Namespace, preset: Preset | None) -> argparse.Namesp
 
 
 def make_plan(args: argparse.Namespace, extra: Sequence[str]) -> Table1Plan:
-    preset = PRESETS[args.preset] if args.preset else None
+    preset: Preset | None = args.preset
     datasets = _datasets(args, preset)
     if any(d.limit <= 0 for d in datasets) or (
         args.concurrency is not None and args.concurrency <= 0

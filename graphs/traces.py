@@ -14,10 +14,9 @@ A trace's summary (answer, tokens, momentum, DeepConf's confidences) is made by
 
 from __future__ import annotations
 
-from collections.abc import Callable, Coroutine, Sequence
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Protocol
 
-from langchain_core.runnables import RunnableConfig
 from langgraph.runtime import Runtime
 from langgraph.types import Send
 
@@ -115,18 +114,19 @@ def route_traces(state: QuestionState, runtime: Runtime[Context]) -> list[Send] 
     ]
 
 
-TraceNode = Callable[[TraceInput, RunnableConfig, Runtime[Context]], Coroutine[Any, Any, Update]]
+class TraceNode(Protocol):
+    async def __call__(self, state: TraceInput, *, runtime: Runtime[Context]) -> Update: ...
+
 
 
 def trace_node(loop: Any) -> TraceNode:
-    """The node that runs one trace: the compiled loop `loop` on the Send's input (LangGraph
-    finds `loop` in this closure, so it checkpoints and draws it as a subgraph)."""
+    """The node that runs one trace: the compiled loop `loop` on the Send's input. LangGraph
+    finds `loop` in this closure, so it draws it as a subgraph and checkpoints it under the
+    trace's own namespace (the run's config reaches it through the call's context)."""
 
-    async def trace(
-        payload: TraceInput, config: RunnableConfig, runtime: Runtime[Context]
-    ) -> Update:
-        output = await loop.ainvoke(payload, config, context=runtime.context)
-        summary = summarize_trace(payload.get("trace", 0), output, settings_of(runtime))
+    async def trace(state: TraceInput, *, runtime: Runtime[Context]) -> Update:
+        output = await loop.ainvoke(state, context=runtime.context)
+        summary = summarize_trace(state.get("trace", 0), output, settings_of(runtime))
         return {"drawn": [summary], "outputs": [output], "usage": output["usage"]}
 
     return trace

@@ -28,7 +28,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from evals.harness.record import RunRecord
+from evals.harness.record import RunRecord, setting_of
 from evals.harness.records import load_records
 from evals.report import stats
 from evals.report.choices import Choice, mur_choices
@@ -49,6 +49,7 @@ from evals.report.pairing import (
 )
 from evals.report.plots import plot_accuracy_vs_tokens, plot_gamma_sweep
 from evals.report.rows import Row, RunTime
+from evals.report.trace_report import trace_section
 from servers.cli import OneLineParser
 
 
@@ -190,6 +191,12 @@ PLOT_NAME = "accuracy_vs_tokens.png"
 SWEEP_NAME = "gamma_sweep.png"
 
 
+def has_traces(records: Sequence[RunRecord]) -> bool:
+    """Several samples of one setting: independent traces, analysed as such (trace_report)."""
+    settings = {setting_of(r["strategy"], r["gate"], r["gamma"]) for r in records}
+    return len(settings) == 1 and any(r["sample"] > 0 for r in records)
+
+
 def write_report(
     folder: str | Path,
     *,
@@ -227,6 +234,10 @@ def write_report(
     if sources:
         listed = ", ".join(f"`{source}`" for source in sources)
         markdown = f"Combined from {listed}.\n\n{hypotheses_markdown(tests)}\n{markdown}"
+    traces: dict[str, Any] = {}
+    if has_traces(records):
+        section, traces = trace_section(records, folder, resamples=resamples, seed=seed)
+        markdown = f"{markdown}\n{section}"
     markdown_path = folder / "report.md"
     json_path = folder / "report.json"
     markdown_path.write_text(markdown)
@@ -236,6 +247,7 @@ def write_report(
         "mur_choices": [{**asdict(c), "pairing": pairing_json(c.pairing)} for c in choices],
         "run_time": asdict(timing),
         **({"hypotheses": [asdict(t) for t in tests]} if sources else {}),
+        **({"traces": traces} if traces else {}),
         "method": {"resamples": resamples, "seed": seed, "confidence": stats.CONFIDENCE},
     }
     json_path.write_text(json.dumps(_finite(document), indent=1, allow_nan=False) + "\n")

@@ -35,27 +35,32 @@ def inner_nodes(strategy: str) -> set[str]:
     return set(REGISTRY[strategy].build(kit).get_graph().nodes) - ENDS
 
 
-def test_the_drawing_shows_the_loop_and_every_strategys_own_nodes() -> None:
+def test_the_drawing_shows_the_traces_the_loop_and_every_strategys_own_nodes() -> None:
     drawing = build_graph(backbone=fake()).get_graph(xray=True)
     nodes = set(drawing.nodes)
-    assert {*LOOP, *ENDS} <= nodes
     edges = {(edge.source, edge.target) for edge in drawing.edges}
+    # The question level: traces fan out from plan_traces and a vote reduces them.
+    assert {"plan_traces", "vote", *ENDS} <= nodes
+    assert {("__start__", "plan_traces"), ("vote", "__end__")} <= edges
+    assert any(a == "plan_traces" and b.startswith("trace:") for a, b in edges)
+    assert any(a.startswith("trace:") and b == "plan_traces" for a, b in edges)
+    # Each trace is the loop, drawn inside the trace node.
+    assert {f"trace:{name}" for name in LOOP} <= nodes
     assert {
-        ("__start__", "draft_step"),
-        ("draft_step", "score_uncertainty"),
-        ("score_uncertainty", "gamma_gate"),
-        ("gamma_gate", "commit_step"),
-        ("commit_step", "draft_step"),
-        ("ask_answer", "finalize"),
+        ("trace:draft_step", "trace:score_uncertainty"),
+        ("trace:score_uncertainty", "trace:gamma_gate"),
+        ("trace:gamma_gate", "trace:commit_step"),
+        ("trace:commit_step", "trace:draft_step"),
+        ("trace:ask_answer", "trace:finalize"),
     } <= edges
     assert inner_nodes("critic") == {"critique", "revise", "record"}
     for strategy in STRATEGIES:
-        own = {f"{strategy}:{name}" for name in inner_nodes(strategy)}
+        own = {f"trace:{strategy}:{name}" for name in inner_nodes(strategy)}
         assert own and own <= nodes, f"{strategy}'s nodes are not drawn"
         # gamma_gate leads into the strategy, and its last node on to commit_step.
-        assert any(a == "gamma_gate" and b.startswith(f"{strategy}:") for a, b in edges)
-        assert any(a in own and b == "commit_step" for a, b in edges)
-    drawn = {node.split(":")[0] for node in nodes if ":" in node}
+        assert any(a == "trace:gamma_gate" and b.startswith(f"trace:{strategy}:") for a, b in edges)
+        assert any(a in own and b == "trace:commit_step" for a, b in edges)
+    drawn = {node.split(":")[1] for node in nodes if node.count(":") >= 2}
     assert drawn == set(STRATEGIES)  # nothing else is mounted, nothing is missing
 
 
@@ -66,7 +71,7 @@ def test_langgraph_json_serves_the_one_graph_of_graphs_studio() -> None:
     module = importlib.import_module(Path(path).with_suffix("").as_posix().replace("/", "."))
     graph = getattr(module, name)
     nodes = set(graph.get_graph(xray=True).nodes)
-    assert all(any(n.startswith(f"{s}:") for n in nodes) for s in STRATEGIES)
+    assert all(any(n.startswith(f"trace:{s}:") for n in nodes) for s in STRATEGIES)
 
 
 class Crash(Exception):

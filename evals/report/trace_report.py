@@ -1,0 +1,252 @@
+"""The trace section of a report: H4-H7 of results/prereg-parallel-traces.md decided on the
+replayed rules (evals.report.traces), accuracy against k, the AUROC table and one plot of
+accuracy against tokens for every rule."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+
+from evals.harness.record import RunRecord
+from evals.report import stats
+from evals.report.traces import (
+    PRIMARY_SIGNAL,
+    SIGNALS,
+    Auroc,
+    Question,
+    RuleResult,
+    majority_at,
+    named_rules,
+    question_traces,
+    run_rule,
+    within_question_auroc,
+)
+
+PLOT_NAME = "traces_accuracy_vs_tokens.png"
+ECONOMY_MARGIN = -0.02
+ECONOMY_RATIO = 0.5
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One hypothesis: its measured value, interval, and whether the registered test holds."""
+
+    name: str
+    claim: str
+    value: float
+    interval: stats.Interval | None
+    supported: bool
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class TraceAnalysis:
+    questions: int
+    traces: int
+    incomplete: list[str]
+    single_accuracy: float
+    at_k: list[float]
+    aurocs: list[Auroc]
+    rules: list[RuleResult]
+    decisions: list[Decision]
+
+
+def _paired(a: RuleResult, b: RuleResult, resamples: int, seed: int) -> tuple[float, Any]:
+    ids = sorted(a.per_question)
+    diffs = [float(a.per_question[q].correct) - float(b.per_question[q].correct) for q in ids]
+    return float(sum(diffs) / len(diffs)), stats.bootstrap_interval(
+        diffs, resamples=resamples, seed=seed
+    )
+
+
+def analyse(
+    records: Sequence[RunRecord], *, resamples: int = stats.RESAMPLES, seed: int = stats.SEED
+) -> TraceAnalysis:
+    questions, incomplete = question_traces(records)
+    if not questions:
+        raise ValueError("no question has all its traces recorded")
+    k = len(questions[0].traces)
+    rules = {name: run_rule(name, questions, r) for name, r in named_rules(k).items()}
+    majority, weighted, esc = rules["majority"], rules["momentum vote (MUR)"], rules["mur-esc"]
+    aurocs = [
+        within_question_auroc(questions, signal, name, resamples=resamples, seed=seed)
+        for name, signal in SIGNALS.items()
+    ]
+    return TraceAnalysis(
+        questions=len(questions),
+        traces=k,
+        incomplete=sorted(incomplete),
+        single_accuracy=float(sum(q.single_accuracy for q in questions) / len(questions)),
+        at_k=[sum(majority_at(q, j) for q in questions) / len(questions) for j in range(1, k + 1)],
+        aurocs=aurocs,
+        rules=list(rules.values()),
+        decisions=_decide(questions, majority, weighted, esc, aurocs, resamples, seed),
+    )
+
+
+def _decide(
+    questions: Sequence[Question],
+    majority: RuleResult,
+    weighted: RuleResult,
+    esc: RuleResult,
+    aurocs: Sequence[Auroc],
+    resamples: int,
+    seed: int,
+) -> list[Decision]:
+    gains = [
+        float(majority.per_question[q.problem_id].correct) - q.single_accuracy for q in questions
+    ]
+    h4 = stats.bootstrap_interval(gains, resamples=resamples, seed=seed)
+    momentum = next(a for a in aurocs if a.signal == PRIMARY_SIGNAL)
+    esc_diff, esc_interval = _paired(esc, majority, resamples, seed)
+    ratio = esc.tokens_per_question / majority.tokens_per_question
+    h7_diff, h7_interval = _paired(weighted, majority, resamples, seed)
+    return [
+        Decision(
+            "H4",
+            "parallel scaling pays: majority@k - single-trace accuracy > 0",
+            sum(gains) / len(gains),
+            h4,
+            h4 is not None and h4.low > 0,
+        ),
+        Decision(
+            "H5",
+            "MUR's final momentum ranks traces: within-question AUROC > 0.5",
+            momentum.value if momentum.value is not None else float("nan"),
+            momentum.interval,
+            momentum.interval is not None and momentum.interval.low > 0.5,
+            f"{momentum.pairs:,} pairs in {momentum.questions} questions",
+        ),
+        Decision(
+            "H6",
+            "economy: mur-esc - majority@k, lower bound > -2 points, at <= 0.5x the tokens",
+            esc_diff,
+            esc_interval,
+            esc_interval is not None
+            and esc_interval.low > ECONOMY_MARGIN
+            and ratio <= ECONOMY_RATIO,
+            f"{ratio:.2f}x majority's tokens ({esc.traces_per_question:.2f} traces and "
+            f"{esc.stopped_per_question:.2f} stopped a question)",
+        ),
+        Decision(
+            "H7",
+            "weighting: momentum-weighted vote - majority@k > 0",
+            h7_diff,
+            h7_interval,
+            h7_interval is not None and h7_interval.low > 0,
+        ),
+    ]
+
+
+# ---------------------------------------------------------------------------- output
+
+
+def _pts(value: float) -> str:
+    return f"{value * 100:+.1f}"
+
+
+def _span(interval: stats.Interval | None, scale: float = 100, fmt: str = "+.1f") -> str:
+    if interval is None:
+        return "-"
+    return f"[{interval.low * scale:{fmt}}, {interval.high * scale:{fmt}}]"
+
+
+def to_markdown(analysis: TraceAnalysis, plot: str | None = None) -> str:
+    k = analysis.traces
+    lines = [
+        f"## Traces: {analysis.questions} questions x {k} traces",
+        "",
+        f"Single trace {analysis.single_accuracy:.1%}; majority@{k} "
+        f"{analysis.rules[0].accuracy:.1%}."
+        + (
+            f" Left out (a trace missing): {', '.join(analysis.incomplete)}."
+            if analysis.incomplete
+            else ""
+        ),
+        "",
+        "| hypothesis | measured | 95% interval | supported | |",
+        "|---|---|---|---|---|",
+    ]
+    for d in analysis.decisions:
+        if d.name == "H5":
+            value, span = f"{d.value:.3f}", _span(d.interval, 1, ".3f")
+        else:
+            value, span = f"{_pts(d.value)} points", _span(d.interval)
+        supported = "yes" if d.supported else "no"
+        lines.append(f"| {d.name}: {d.claim} | {value} | {span} | {supported} | {d.detail} |")
+    lines += ["", "Accuracy against k (majority@k over every subset of k traces):", ""]
+    lines += ["| k | " + " | ".join(str(j) for j in range(1, k + 1)) + " |"]
+    lines += ["|---" * (k + 1) + "|"]
+    lines += ["| accuracy | " + " | ".join(f"{a:.1%}" for a in analysis.at_k) + " |", ""]
+    lines += ["Within-question AUROC for correctness (pairs of a right and a wrong trace):", ""]
+    lines += ["| signal | AUROC | 95% interval | pairs | questions |", "|---|---|---|---|---|"]
+    for a in analysis.aurocs:
+        value = "-" if a.value is None else f"{a.value:.3f}"
+        span = _span(a.interval, 1, ".3f")
+        lines.append(f"| {a.signal} | {value} | {span} | {a.pairs:,} | {a.questions} |")
+    lines += ["", "Every rule replayed on the recorded traces in sample order:", ""]
+    lines += [
+        "| rule | accuracy | tokens / question | vs majority | traces / question | stopped |",
+        "|---|---|---|---|---|---|",
+    ]
+    base = analysis.rules[0].tokens_per_question
+    for r in analysis.rules:
+        lines.append(
+            f"| {r.name} | {r.accuracy:.1%} | {r.tokens_per_question:,.0f} | "
+            f"{r.tokens_per_question / base:.2f}x | {r.traces_per_question:.2f} | "
+            f"{r.stopped_per_question:.2f} |"
+        )
+    if plot:
+        lines += ["", f"![accuracy against tokens]({plot})"]
+    return "\n".join(lines) + "\n"
+
+
+def plot(analysis: TraceAnalysis, path: Path, trace_tokens: float) -> Path:
+    """Accuracy against tokens a question: self-consistency at k = 1..K and every rule."""
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    ks = range(1, analysis.traces + 1)
+    ax.plot(
+        [k * trace_tokens for k in ks],
+        [a * 100 for a in analysis.at_k],
+        "o-",
+        label="self-consistency, k = 1..K",
+    )
+    for rule in analysis.rules[1:]:
+        ax.scatter(rule.tokens_per_question, rule.accuracy * 100, label=rule.name, marker="s")
+    ax.set_xlabel("completion tokens a question")
+    ax.set_ylabel("accuracy (%)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def trace_section(
+    records: Sequence[RunRecord], folder: Path, *, resamples: int, seed: int
+) -> tuple[str, dict[str, Any]]:
+    """The section's markdown and JSON for a folder of one setting's several samples."""
+    analysis = analyse(records, resamples=resamples, seed=seed)
+    mean_tokens = analysis.rules[0].tokens_per_question / analysis.traces
+    path = plot(analysis, folder / PLOT_NAME, mean_tokens)
+    document = {
+        "questions": analysis.questions,
+        "traces": analysis.traces,
+        "incomplete": analysis.incomplete,
+        "single_accuracy": analysis.single_accuracy,
+        "accuracy_at_k": analysis.at_k,
+        "auroc": [asdict(a) for a in analysis.aurocs],
+        "rules": [
+            {k: v for k, v in asdict(r).items() if k != "per_question"} for r in analysis.rules
+        ],
+        "hypotheses": [asdict(d) for d in analysis.decisions],
+    }
+    return to_markdown(analysis, path.name), document
