@@ -118,7 +118,6 @@ class TraceNode(Protocol):
     async def __call__(self, state: TraceInput, *, runtime: Runtime[Context]) -> Update: ...
 
 
-
 def trace_node(loop: Any) -> TraceNode:
     """The node that runs one trace: the compiled loop `loop` on the Send's input. LangGraph
     finds `loop` in this closure, so it draws it as a subgraph and checkpoints it under the
