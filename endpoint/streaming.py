@@ -1,7 +1,10 @@
 """`stream=true`: one server-sent event per kept step, as soon as it is kept (sse-starlette).
 
 Each step is a chunk whose delta is the step's `StepN: text` line, with the step's event as
-`mur_step`; then a final chunk with finish_reason "stop" and the trace as `mur`; then, with
+`mur_step`; then a final chunk with finish_reason "stop" and the trace as `mur`. With several
+traces (`mur.traces`) the steps of every trace stream as they are kept, each `mur_step` naming
+its trace, with empty deltas: only the vote says whose steps are the answer, so the final chunk
+carries the content of the trace that stands for it. Then, with
 `stream_options.include_usage`, a choice-less usage chunk; then `data: [DONE]`. A run that
 fails after the headers were sent reports the error in the stream, as OpenAI does. Comment
 pings keep idle connections open through proxies while a long step is generated.
@@ -20,7 +23,7 @@ from fastapi.encoders import jsonable_encoder
 from openai.types.chat.chat_completion_chunk import ChoiceDelta
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
-from endpoint.replies import chunk, dump, step_line, usage_of
+from endpoint.replies import chunk, content_of, dump, step_line, usage_of
 from endpoint.runs import END, Run, RunService
 
 PING_SECONDS = 15
@@ -41,10 +44,12 @@ async def events(
     """The stream of `run`, starting with its first step (`first`, already taken; END when the
     run kept no step)."""
     job = run.job
+    several = job.context.traces > 1
     step, sent = first, 0
     try:
         while step is not END:
-            delta = _delta(step_line(step, job.context.step_format), first=sent == 0)
+            line = "" if several else step_line(step, job.context.step_format)
+            delta = _delta(line, first=sent == 0)
             yield _event(dump(chunk(job, cid, created, delta, mur_step=jsonable_encoder(step))))
             sent += 1
             step = await run.steps.get()
@@ -54,7 +59,9 @@ async def events(
             yield _event(json.dumps(service.failure(exc).body()))
             return
         fallback = trace.get("fallback")
-        delta = _delta(fallback["text"] if fallback else "", first=sent == 0)
+        # One trace streamed its steps already; several send the voted trace's content now.
+        rest = content_of(trace) if several else (fallback["text"] if fallback else "")
+        delta = _delta(rest, first=sent == 0)
         extra: dict[str, Any] = {"usage": None} if job.include_usage else {}
         yield _event(dump(chunk(job, cid, created, delta, finish=True, mur=trace, **extra)))
         if job.include_usage:

@@ -16,15 +16,18 @@ from langgraph.runtime import Runtime
 from graphs.state import Context, GateRecord, State, StepRecord
 from nodes.answer import extract_answer
 from nodes.budget import budget_margin
+from nodes.confidence import GroupWatch, token_confidence
 from nodes.draft import (
     StepCandidate,
     answer_fallback,
     check_question,
     contains_answer,
+    sample_step_watched,
     sample_steps,
     step_messages,
 )
 from nodes.gates import GateHistory, decide
+from nodes.llm import ABORTED, TokenWatch
 from nodes.uncertainty import step_confidence, step_uncertainty, update_momentum
 from nodes.voting import TraceRules, should_stop
 from servers.transport_errors import ContextOverflow
@@ -80,6 +83,23 @@ def gated(state: State) -> GateRecord:
     return record
 
 
+def confidence_watch(state: State, ctx: Context) -> TokenWatch | None:
+    """DeepConf's online stop inside a step: for a trace after the warm-up under the
+    confidence rule, a watch that says stop at the first token whose group (the window runs
+    on from the kept steps' tokens) falls below the threshold; None otherwise."""
+    threshold = state.get("stop_threshold")
+    if ctx.trace_stop != "confidence" or threshold is None:
+        return None
+    group = GroupWatch(ctx.group_window)
+    group.feed(trace_confidences(state.get("steps", [])))
+
+    def watch(top_logprobs: Sequence[float]) -> bool:
+        current = group.push(token_confidence(top_logprobs))
+        return current is not None and current < threshold
+
+    return watch
+
+
 class Drafting:
     """The loop's requests to the injected backbone: each step's draft, and the answer."""
 
@@ -95,6 +115,24 @@ class Drafting:
             check_question(state["question"])
         fmt = ctx.step_style
         messages = step_messages(state["question"], state.get("system_prompt"), kept, index, fmt)
+        watch = confidence_watch(state, ctx)
+        if watch is not None:
+            draft, reply = await sample_step_watched(
+                self.backbone,
+                messages,
+                index=index,
+                max_tokens=ctx.max_step_tokens,
+                fmt=fmt,
+                top_logprobs=ctx.top_logprobs,
+                watch=watch,
+            )
+            return {
+                "draft": draft,
+                "kept": None,
+                "refine": None,
+                "gate": None,
+                "usage": reply.usage("backbone").as_dict(),
+            }
         (draft,), reply = await sample_steps(
             self.backbone,
             messages,
@@ -173,6 +211,8 @@ def gamma_gate(state: State, runtime: Runtime[Context]) -> Update:
     ctx = settings_of(runtime)
     steps = state.get("steps", [])
     record = gated(state)
+    if drafted(state)["finish_reason"] == ABORTED:  # the trace was stopped: nothing to refine
+        return {"gate": {**record, "scale": False}}
     decision = decide(
         ctx.gate,
         step=len(steps) + 1,
@@ -234,7 +274,9 @@ def commit_step(state: State, runtime: Runtime[Context]) -> Update:
         }
     )
     update: Update = {"steps": [record], "momentum": after}
-    if contains_answer(kept["text"]):
+    if kept["finish_reason"] == ABORTED:  # the confidence watch stopped it part-way
+        update.update(done=True, finish_reason="stopped")
+    elif contains_answer(kept["text"]):
         update.update(done=True, finish_reason="answer")
     elif kept["ended_by_model"]:
         update.update(done=True, finish_reason="end_of_sequence")

@@ -236,19 +236,20 @@ class Context(BaseModel):
 
     @model_validator(mode="after")
     def _trace_rules_need_their_inputs(self) -> Context:
-        reads_confidence = [
-            name
+        reading = [
+            f"{name} confidence"
             for name, value in (("vote", self.vote), ("trace_stop", self.trace_stop))
             if value == "confidence"
         ]
-        if reads_confidence and self.top_logprobs == 0:
+        if reading and self.top_logprobs == 0:
+            verb = "reads" if len(reading) == 1 else "read"
             raise ValueError(
-                f"{' and '.join(reads_confidence)} confidence read(s) token confidences: set "
-                "top_logprobs (e.g. 20)"
+                f"{' and '.join(reading)} {verb} token confidences: set top_logprobs (e.g. 20)"
             )
         if self.vote_keep < 1 and self.vote == "majority" and self.top_logprobs == 0:
             raise ValueError(
-                "vote_keep < 1 with the majority vote ranks by confidence: set top_logprobs"
+                "vote_keep < 1 with the majority vote ranks traces by confidence: set "
+                "top_logprobs (e.g. 20)"
             )
         batch = self.trace_batch
         if (self.settle != "never" or self.trace_stop != "none") and (

@@ -21,7 +21,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 
 from nodes.answer import states_answer
 from nodes.confidence import token_confidence
-from nodes.llm import Generation, Reply, Request, generate
+from nodes.llm import Generation, Reply, Request, TokenWatch, generate, generate_watched
 from prompts.mur import (
     FALLBACK_PREFIX,
     PARAGRAPH_INSTRUCTION,
@@ -206,6 +206,32 @@ async def sample_steps(
         ),
     )
     return [to_candidate(choice) for choice in reply.choices], reply
+
+
+async def sample_step_watched(
+    backbone: BaseChatModel,
+    messages: Sequence[BaseMessage],
+    *,
+    index: int,
+    max_tokens: int,
+    fmt: StepFormat,
+    top_logprobs: int,
+    watch: TokenWatch,
+) -> tuple[StepCandidate, Reply]:
+    """One sample of step `index`, streamed and shown token by token to `watch`, which may
+    stop it part-way (the candidate's finish_reason is then ABORTED)."""
+    reply = await generate_watched(
+        backbone,
+        Request(
+            messages=messages,
+            max_tokens=max_tokens,
+            stop=fmt.stops(index),
+            top_logprobs=top_logprobs,
+            extra_body=NON_THINKING,
+        ),
+        watch,
+    )
+    return to_candidate(reply.choices[0]), reply
 
 
 async def answer_fallback(

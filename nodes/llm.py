@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Awaitable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar, cast
 
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
 from langchain_core.outputs import ChatGeneration, LLMResult
 
 from nodes.usage import Usage, count_request
@@ -259,3 +259,74 @@ async def generate(model: BaseChatModel, request: Request) -> Reply:
         prompt_tokens=sum(r.prompt_tokens for r in replies),
         calls=sum(r.calls for r in replies),
     )
+
+
+TokenWatch = Callable[[Sequence[float]], bool]
+"""Sees each generated token's top logprobs as it arrives; True stops the request there."""
+ABORTED = "abort"
+"""A watched request's finish_reason when its watch stopped it (vLLM's word for a request
+that was cut off before it finished)."""
+# Per-chunk usage (vLLM's `continuous_usage_stats`): what the server generated so far is known
+# at every token, not only at the end a stopped stream never reaches.
+_STREAM_OPTIONS = {"stream_options": {"include_usage": True, "continuous_usage_stats": True}}
+
+
+async def generate_watched(model: BaseChatModel, request: Request, watch: TokenWatch) -> Reply:
+    """One choice, streamed, each token shown to `watch` as it arrives. When the watch says
+    stop, the stream is closed, so the server aborts the request and generates no more; the
+    choice then ends at that token with finish_reason ABORTED. The reply's usage is what the
+    server reported with the last chunk read (at least the tokens read): tokens the server
+    generated after it and before it saw the connection close are not in it (docs/faults.md).
+    """
+    if request.n != 1:
+        raise ValueError(f"a watched request has one choice, got n={request.n}")
+    kwargs = request.payload_kwargs(model)
+    kwargs["extra_body"] = {**kwargs["extra_body"], **_STREAM_OPTIONS}
+    entries: list[dict[str, Any]] = []
+    content: list[str] = []
+    metadata: dict[str, Any] = {}
+    completion = prompt = 0
+    cut: int | None = None
+    # An async generator (typed as an iterator): closing it closes the HTTP stream.
+    chunks = model.astream(list(request.messages), **kwargs)
+    stream = cast(AsyncGenerator[AIMessageChunk, None], chunks)
+    try:
+        async for chunk in stream:
+            content.append(chunk.text)
+            # Later chunks say more (finish_reason); stop_reason None means the model ended.
+            metadata.update(
+                (key, value)
+                for key, value in chunk.response_metadata.items()
+                if value is not None or key == "stop_reason"
+            )
+            if chunk.usage_metadata:  # cumulative: the server's count so far
+                completion = int(chunk.usage_metadata.get("output_tokens", completion))
+                prompt = int(chunk.usage_metadata.get("input_tokens", prompt))
+            logprobs = chunk.response_metadata.get("logprobs") or {}
+            for entry in logprobs.get("content") or ():
+                entries.append(entry)
+                tops = [float(top["logprob"]) for top in entry.get("top_logprobs") or ()]
+                if cut is None and watch(tops):
+                    cut = len(entries)
+            if cut is not None:
+                break
+    except BaseException:  # cancelled too: the request got no usable answer
+        count_request(failed=True)
+        raise
+    finally:
+        await stream.aclose()  # closes the connection: vLLM aborts a request still running
+    kept = entries[:cut] if cut is not None else entries
+    message = AIMessage(
+        content="".join(str(e.get("token", "")) for e in kept)
+        if cut is not None
+        else "".join(content),
+        response_metadata={
+            **metadata,
+            "logprobs": {"content": kept},
+            "finish_reason": ABORTED if cut is not None else metadata.get("finish_reason"),
+        },
+    )
+    choice = _parse_generation(message, None, request.stop)
+    reply = Reply((choice,), max(completion, len(entries)), prompt, calls=1)
+    count_request(reply.usage(request.role))
+    return reply

@@ -31,7 +31,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import openai
-from langchain_core.outputs import ChatResult
+from langchain_core.outputs import ChatGenerationChunk, ChatResult
 from langchain_openai import ChatOpenAI
 from pydantic import SecretStr
 
@@ -169,6 +169,26 @@ class VLLMChatOpenAI(ChatOpenAI):
         if headers:
             payload["extra_headers"] = {**(payload.get("extra_headers") or {}), **headers}
         return payload
+
+    def _convert_chunk_to_generation_chunk(
+        self,
+        chunk: dict,
+        default_chunk_class: type,
+        base_generation_info: dict | None,
+    ) -> ChatGenerationChunk | None:
+        """Keep vLLM's `stop_reason` on a streamed choice too (the stock method drops it)."""
+        generation = super()._convert_chunk_to_generation_chunk(
+            chunk, default_chunk_class, base_generation_info
+        )
+        choices = chunk.get("choices") or []
+        last = choices[0] if choices and choices[0].get("finish_reason") is not None else {}
+        if generation is not None and "stop_reason" in last:
+            generation.generation_info = {
+                **(generation.generation_info or {}),
+                "stop_reason": last["stop_reason"],
+            }
+            generation.message.response_metadata["stop_reason"] = last["stop_reason"]
+        return generation
 
     def _create_chat_result(
         self,

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, BaseMessage
-from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
+from langchain_core.messages.ai import UsageMetadata
+from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
 from pydantic import ConfigDict, Field
 
 
@@ -60,6 +61,8 @@ class FakeLogprobChat(BaseChatModel):
     calls: list[dict[str, Any]] = Field(default_factory=list)
     supports_n_choices: bool = False
     prompt_tokens: int = 10
+    streamed_tokens: int = 0
+    """Tokens a streamed request yielded before it ended or its reader closed it."""
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
@@ -100,3 +103,43 @@ class FakeLogprobChat(BaseChatModel):
             )
             generations.append(ChatGeneration(message=message))
         return ChatResult(generations=generations)
+
+    async def _astream(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: Any = None,
+        **kwargs: Any,
+    ) -> AsyncIterator[ChatGenerationChunk]:
+        """Stream like vLLM with continuous usage stats: one chunk per token, each with its
+        logprob entry and the usage so far; a reader that closes the stream stops it."""
+        kwargs = {**kwargs, "stop": stop, "stream": True}
+        self.calls.append({"messages": list(messages), "kwargs": kwargs})
+        scripted = self.responder(list(messages), kwargs)
+        choice = scripted[0] if isinstance(scripted, list) else scripted
+        entries = choice.entries()
+        for done, entry in enumerate(entries, start=1):
+            self.streamed_tokens += 1
+            last = done == len(entries)
+            usage = UsageMetadata(
+                input_tokens=self.prompt_tokens,
+                output_tokens=done,
+                total_tokens=self.prompt_tokens + done,
+            )
+            yield ChatGenerationChunk(
+                message=AIMessageChunk(
+                    content=entry["token"],
+                    usage_metadata=usage,
+                    response_metadata={
+                        "logprobs": {"content": [entry]},
+                        **(
+                            {
+                                "finish_reason": choice.finish_reason,
+                                "stop_reason": choice.stop_reason,
+                            }
+                            if last
+                            else {}
+                        ),
+                    },
+                )
+            )

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, NotRequired, TypedDict, cast
 
-from graphs.state import Fallback, FinishReason, StepRecord
+from graphs.state import Fallback, FinishReason, StepRecord, TraceSummary
 
 
 class Usage(TypedDict):
@@ -36,6 +36,7 @@ class Trace(TypedDict):
     usage: Usage
     fallback: Fallback | None
     config: dict[str, Any]
+    traces: NotRequired[list[TraceSummary]]  # records written before traces existed lack it
 
 
 class RunRecord(TypedDict):

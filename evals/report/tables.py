@@ -49,7 +49,7 @@ from evals.report.pairing import (
 )
 from evals.report.plots import plot_accuracy_vs_tokens, plot_gamma_sweep
 from evals.report.rows import Row, RunTime
-from evals.report.trace_report import trace_section
+from evals.report.trace_report import online_check, online_markdown, trace_section
 from servers.cli import OneLineParser
 
 
@@ -305,6 +305,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--resamples", type=_positive_int, default=stats.RESAMPLES, help="bootstrap resamples"
     )
     parser.add_argument("--seed", type=int, default=stats.SEED, help="bootstrap seed")
+    parser.add_argument(
+        "--predicted-by",
+        type=Path,
+        metavar="DIR",
+        help="the online check: run_dir holds a live run of one trace rule, DIR the same "
+        "questions' recorded traces; the report adds whether the live accuracy and tokens "
+        "fall where replaying the rule on DIR predicts",
+    )
     return parser
 
 
@@ -325,6 +333,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (FileNotFoundError, ValueError) as exc:
         print(f"evals.report: {exc}", file=sys.stderr)
         return 2
+    if args.predicted_by is not None:
+        try:
+            check = online_check(load_records(args.predicted_by), load_records(args.run_dirs[0]))
+        except (FileNotFoundError, ValueError) as exc:
+            print(f"evals.report: {exc}", file=sys.stderr)
+            return 2
+        section = online_markdown(check, str(args.predicted_by))
+        report.markdown_path.write_text(f"{report.markdown}\n{section}")
+        print(section)
     print(report.markdown)
     written = [report.markdown_path, report.json_path, report.plot_path, report.sweep_path]
     print("written: " + ", ".join(str(p) for p in written if p), file=sys.stderr)

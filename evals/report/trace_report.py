@@ -4,17 +4,15 @@ accuracy against tokens for every rule."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import matplotlib
+from matplotlib.figure import Figure
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
-
-from evals.harness.record import RunRecord
+from evals.harness.record import RunRecord, total_tokens
 from evals.report import stats
 from evals.report.traces import (
     PRIMARY_SIGNAL,
@@ -24,10 +22,12 @@ from evals.report.traces import (
     RuleResult,
     majority_at,
     named_rules,
+    prediction_interval,
     question_traces,
     run_rule,
     within_question_auroc,
 )
+from graphs.state import Context
 
 PLOT_NAME = "traces_accuracy_vs_tokens.png"
 ECONOMY_MARGIN = -0.02
@@ -114,14 +114,14 @@ def _decide(
             "parallel scaling pays: majority@k - single-trace accuracy > 0",
             sum(gains) / len(gains),
             h4,
-            h4 is not None and h4.low > 0,
+            bool(h4 is not None and h4.low > 0),
         ),
         Decision(
             "H5",
             "MUR's final momentum ranks traces: within-question AUROC > 0.5",
             momentum.value if momentum.value is not None else float("nan"),
             momentum.interval,
-            momentum.interval is not None and momentum.interval.low > 0.5,
+            bool(momentum.interval is not None and momentum.interval.low > 0.5),
             f"{momentum.pairs:,} pairs in {momentum.questions} questions",
         ),
         Decision(
@@ -129,9 +129,11 @@ def _decide(
             "economy: mur-esc - majority@k, lower bound > -2 points, at <= 0.5x the tokens",
             esc_diff,
             esc_interval,
-            esc_interval is not None
-            and esc_interval.low > ECONOMY_MARGIN
-            and ratio <= ECONOMY_RATIO,
+            bool(
+                esc_interval is not None
+                and esc_interval.low > ECONOMY_MARGIN
+                and ratio <= ECONOMY_RATIO
+            ),
             f"{ratio:.2f}x majority's tokens ({esc.traces_per_question:.2f} traces and "
             f"{esc.stopped_per_question:.2f} stopped a question)",
         ),
@@ -140,7 +142,7 @@ def _decide(
             "weighting: momentum-weighted vote - majority@k > 0",
             h7_diff,
             h7_interval,
-            h7_interval is not None and h7_interval.low > 0,
+            bool(h7_interval is not None and h7_interval.low > 0),
         ),
     ]
 
@@ -210,7 +212,8 @@ def to_markdown(analysis: TraceAnalysis, plot: str | None = None) -> str:
 
 def plot(analysis: TraceAnalysis, path: Path, trace_tokens: float) -> Path:
     """Accuracy against tokens a question: self-consistency at k = 1..K and every rule."""
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    fig = Figure(figsize=(7, 4.5))
+    ax = fig.subplots()
     ks = range(1, analysis.traces + 1)
     ax.plot(
         [k * trace_tokens for k in ks],
@@ -226,7 +229,6 @@ def plot(analysis: TraceAnalysis, path: Path, trace_tokens: float) -> Path:
     ax.legend(fontsize=7, loc="lower right")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
-    plt.close(fig)
     return path
 
 
@@ -250,3 +252,61 @@ def trace_section(
         "hypotheses": [asdict(d) for d in analysis.decisions],
     }
     return to_markdown(analysis, path.name), document
+
+
+@dataclass(frozen=True)
+class OnlineCheck:
+    """A live run of a trace rule against what replaying it on recorded traces predicts."""
+
+    questions: int
+    accuracy: float
+    tokens_per_question: float
+    predicted_accuracy: stats.Interval
+    predicted_tokens: stats.Interval
+
+    @property
+    def passes(self) -> bool:
+        inside = lambda value, span: span.low <= value <= span.high  # noqa: E731
+        return inside(self.accuracy, self.predicted_accuracy) and inside(
+            self.tokens_per_question, self.predicted_tokens
+        )
+
+
+def online_check(recorded: Sequence[RunRecord], live: Sequence[RunRecord]) -> OnlineCheck:
+    """`live`: one run per question of a trace rule (its Context in the records); `recorded`:
+    the same questions' independent traces. The prediction replays the live run's rule on
+    random orders of the recorded traces (`prediction_interval`)."""
+    if not live:
+        raise ValueError("the live folder has no records")
+    configs = {json.dumps(r["trace"]["config"], sort_keys=True) for r in live}
+    if len(configs) != 1:
+        raise ValueError(f"the live folder mixes {len(configs)} settings: check one rule")
+    config = live[0]["trace"]["config"]
+    rules = Context(**{k: v for k, v in config.items() if k in Context.field_names()})
+    questions, _ = question_traces(recorded)
+    by_id = {q.problem_id: q for q in questions}
+    missing = sorted({r["problem_id"] for r in live} - by_id.keys())
+    if missing:
+        raise ValueError(f"no recorded traces for {len(missing)} live questions: {missing[:5]}")
+    subset = [by_id[r["problem_id"]] for r in live]
+    accuracy, tokens = prediction_interval(subset, rules.trace_rules())
+    return OnlineCheck(
+        questions=len(live),
+        accuracy=sum(r["correct"] for r in live) / len(live),
+        tokens_per_question=sum(total_tokens(r) for r in live) / len(live),
+        predicted_accuracy=accuracy,
+        predicted_tokens=tokens,
+    )
+
+
+def online_markdown(check: OnlineCheck, recorded: str) -> str:
+    verdict = "passes" if check.passes else "fails"
+    acc, tok = check.predicted_accuracy, check.predicted_tokens
+    return (
+        f"## Online check against `{recorded}`: {verdict}\n\n"
+        "| | live | predicted (2.5-97.5th percentile of 2,000 replays) |\n|---|---|---|\n"
+        f"| accuracy ({check.questions} questions) | {check.accuracy:.1%} | "
+        f"[{acc.low:.1%}, {acc.high:.1%}] |\n"
+        f"| tokens / question | {check.tokens_per_question:,.0f} | "
+        f"[{tok.low:,.0f}, {tok.high:,.0f}] |\n"
+    )

@@ -20,10 +20,11 @@ import numpy as np
 
 from evals.harness.record import RunRecord, setting_of
 from evals.report import stats
-from graphs.loop import stops_after
+from graphs.loop import stops_after, trace_confidences
 from graphs.records import StepRecord, TraceSummary
 from graphs.state import Context
 from graphs.traces import outcome_of, summarize_trace
+from nodes.confidence import first_breach
 from nodes.voting import (
     TraceOutcome,
     TraceRules,
@@ -118,11 +119,19 @@ class Replayed:
 
 
 def cut_at_stop(trace: RecordedTrace, rules: TraceRules, threshold: float | None) -> TraceOutcome:
-    """The trace as the stop rule would have left it: stopped after the first step at which
-    `stops_after` holds (never after a step that ended the trace), costing its steps so far."""
+    """The trace as the stop rule would have left it. Momentum: stopped after the first step
+    at which `stops_after` holds (never after a step that ended the trace), costing its steps
+    so far. Confidence: stopped at the first token whose group falls below the threshold,
+    costing the tokens up to it (a live run also pays what the server made before it saw the
+    stream close)."""
     outcome = trace.outcome
     if threshold is None or rules.stop == "none":
         return outcome
+    if rules.stop == "confidence":  # watched token by token inside each step
+        breach = first_breach(trace_confidences(trace.steps), threshold, rules.window)
+        if breach is None:
+            return outcome
+        return replace(outcome, answer=None, tokens=breach + 1, stopped=True)
     last = len(trace.steps)
     for t in range(1, last + 1):
         if t == last and trace.summary["finish_reason"] in ENDING_REASONS:
@@ -232,7 +241,8 @@ def within_question_auroc(
     draws = rng.integers(0, len(p), size=(resamples, len(p)))
     boot = w[draws].sum(axis=1) / p[draws].sum(axis=1)
     low, high = np.percentile(boot, [2.5, 97.5])
-    return Auroc(name, float(w.sum() / p.sum()), stats.Interval(low, high), int(p.sum()), len(p))
+    interval = stats.Interval(float(low), float(high))
+    return Auroc(name, float(w.sum() / p.sum()), interval, int(p.sum()), len(p))
 
 
 # ---------------------------------------------------------------------------- rules

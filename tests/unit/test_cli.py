@@ -21,6 +21,14 @@ ROOT = Path(__file__).resolve().parents[2]
 
 BAD = {
     "unknown strategy": (["--strategy", "beam"], "invalid choice"),
+    "stop rule without batches": (
+        ["--strategy", "critic", "--traces", "4", "--trace-stop", "momentum"],
+        "settle and trace_stop act between batches: set trace_batch below traces (4), got None",
+    ),
+    "confidence vote without top logprobs": (
+        ["--strategy", "critic", "--traces", "4", "--vote", "confidence"],
+        "vote confidence reads token confidences: set top_logprobs (e.g. 20)",
+    ),
     "gamma zero": (["--strategy", "critic", "--gamma", "0"], "gamma must be"),
     "gamma negative": (["--strategy", "critic", "--gamma", "-1"], "gamma must be"),
     "gamma not a number": (["--strategy", "critic", "--gamma", "abc"], "not a list of float"),

@@ -284,3 +284,21 @@ def test_content_keeps_the_format_the_backbone_wrote() -> None:
     paragraph = {**marker, "config": {"step_format": "paragraph"}}
     assert content_of(marker) == "Step1: First.\nStep2: So the answer is 2.\n"
     assert content_of(paragraph) == "First.\n\nSo the answer is 2.\n\n"
+
+
+def test_several_traces_vote_and_stream_every_trace(client: openai.OpenAI) -> None:
+    """`mur.traces` solves the question several times: the reply is the vote's, its usage
+    counts every trace, and the stream sends each trace's steps, then the voted content."""
+    settings = {"mur": {"traces": 3, "vote": "momentum"}}
+    reply = ask(client, extra_body=settings)
+    trace = reply.model_extra["mur"]
+    assert trace["answer"] == "42" and len(trace["traces"]) == 3
+    assert trace["usage"]["backbone_tokens"] == 3 * 17
+    assert reply.usage.completion_tokens == 3 * 22
+    assert all(t["weight"] > 0 and t["answer"] == "42" for t in trace["traces"])
+    assert reply.choices[0].message.content == EXPECTED_CONTENT
+    chunks = list(ask(client, stream=True, extra_body=settings))
+    steps, final = chunks[:-1], chunks[-1]
+    assert sorted(c.model_extra["mur_step"]["trace"] for c in steps) == [0, 0, 0, 1, 1, 1, 2, 2, 2]
+    assert "".join(c.choices[0].delta.content or "" for c in chunks) == EXPECTED_CONTENT
+    assert final.model_extra["mur"]["traces"][0]["tokens"] == 22

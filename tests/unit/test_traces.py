@@ -17,6 +17,7 @@ from fakes import FakeLogprobChat, Scripted
 from graphs.mur import build_graph
 from graphs.solve import solve
 from graphs.state import OUTPUT_KEYS, Context, ContextError
+from nodes.voting import TraceRules
 
 QUESTION = "What is 6 * 7?"
 
@@ -148,3 +149,58 @@ def test_trace_settings_that_cannot_work_are_refused_in_one_line() -> None:
         Context(traces=4, trace_batch=4, settle="agree")
     with pytest.raises(ContextError, match="traces must"):
         Context(traces=0)
+
+
+SURE, UNSURE = [("a", -0.01), ("b", -9.0)], [("a", -1.0), ("b", -1.2)]  # C = 4.505, 1.1
+
+
+class Unsure(Traces):
+    """Traces whose tokens are all sure, but for `unsure[trace]`: the token indices (within
+    step 1) where the model hesitates."""
+
+    def __init__(self, plans: list[tuple[list[float], str]], unsure: dict[int, set[int]]) -> None:
+        super().__init__(plans)
+        self.unsure = unsure
+
+    def __call__(self, messages: list[BaseMessage], kwargs: dict[str, Any]) -> Scripted:
+        scripted = super().__call__(messages, kwargs)
+        trace = int(re.findall(r"<tag (\d+)>", scripted.text)[0])
+        step = len(re.findall(r"<tag \d+>", str(messages[-1].content))) + 1
+        hesitant = self.unsure.get(trace, set()) if step == 1 else set()
+        scripted.top_logprobs = [
+            UNSURE if i in hesitant else SURE for i in range(len(scripted.logprobs))
+        ]
+        return scripted
+
+
+async def test_deepconf_online_stops_a_trace_mid_step_and_the_stream_with_it() -> None:
+    """A trace after the warm-up whose group confidence falls below the warm-up's lowest is
+    cut at that token: its stream is closed (the fake yields no further token), it costs the
+    tokens read, has no vote, and the replay on the full traces decides the same."""
+    plans = [([0.3, 0.3], "1"), ([0.3, 0.3], "2"), ([0.3, 0.3], "3"), ([0.3, 0.3], "1")]
+    unsure = {2: {2, 3}}  # trace 2: tokens 3 and 4 of step 1 hesitate
+    script = Unsure(plans, unsure)
+    model = FakeLogprobChat(responder=script)
+    settings = {"traces": 4, "trace_batch": 2, "trace_stop": "confidence", "stop_keep": 1.0}
+    ctx = context(**settings, top_logprobs=2, group_window=2)
+    output = await build_graph(backbone=model).ainvoke({"question": QUESTION}, context=ctx)
+    summaries = {s["index"]: s for s in output["traces"]}
+    assert summaries[2]["stopped"] and summaries[2]["tokens"] == 3  # cut at its 3rd token
+    assert [s["stopped"] for i, s in sorted(summaries.items()) if i != 2] == [False] * 3
+    assert output["answer"] == "1"
+    # The stream stopped where the watch did: 3 tokens of trace 2's 4 were ever generated.
+    assert model.streamed_tokens == 3 + 2 * 4  # trace 2's cut step, trace 3's two steps
+    assert output["usage"]["backbone_tokens"] == 4 * 8 - 5
+    # Replayed on the four traces run in full, DeepConf online decides the same.
+    records = []
+    for sample in range(4):
+        solo = FakeLogprobChat(responder=Unsure([plans[sample]], {0: unsure.get(sample, set())}))
+        full = await build_graph(backbone=solo).ainvoke(
+            {"question": QUESTION}, context=context(top_logprobs=2, group_window=2)
+        )
+        key = JobKey("math500", "q1", "critic", "never", None, sample)
+        records.append(make_record(key, "1", full, full["answer"] == "1", 0.1))
+    (question,), _ = question_traces(records)
+    rules = TraceRules(traces=4, batch=2, stop="confidence", stop_keep=1.0, window=2)
+    result = replay(question, rules)
+    assert (result.correct, result.drawn, result.stopped, result.tokens) == (True, 4, 1, 27)

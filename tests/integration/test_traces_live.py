@@ -1,0 +1,133 @@
+"""Several traces of one question against the real CPU vLLM server: run.py's `--traces`, the
+server's own token counter as the judge of the usage, and a trace stopped mid-step whose
+request the server stops generating.
+
+The token checks compare with the server's counter, so nothing else may use the cpu-tiny
+server meanwhile (the suite runs its integration tests one at a time).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from langchain_core.messages import HumanMessage
+
+from graphs.mur import build_loop
+from graphs.state import Context
+from nodes.llm import ABORTED, Request, generate_watched
+from servers.clients import make_chat_model
+from servers.launcher import RunningServer
+from servers.metrics import generation_tokens, read_counter
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+QUESTION = "If 2x + 3 = 11, what is x?"
+LONG = 400  # tokens a request would generate (ignore_eos) if nothing stopped it
+
+
+def settled(read: Callable[[], int], quiet: float = 2.0, timeout: float = 60) -> int:
+    """The value of `read()` once it has not moved for `quiet` seconds."""
+    value, since, deadline = read(), time.monotonic(), time.monotonic() + timeout
+    while time.monotonic() - since < quiet:
+        assert time.monotonic() < deadline, f"still moving after {timeout} s"
+        time.sleep(0.25)
+        now = read()
+        if now != value:
+            value, since = now, time.monotonic()
+    return value
+
+
+def test_run_py_votes_over_traces_with_the_servers_token_count(
+    cpu_server: RunningServer, generated_tokens: Callable[[], int]
+) -> None:
+    """`run.py --traces 4 --vote momentum --json`: four summaries, one usage that is exactly
+    what the server generated for all four traces."""
+    command = [
+        *(sys.executable, "run.py", "--strategy", "critic", "--gate", "mur"),
+        *("--traces", "4", "--vote", "momentum", "--json", "--question", QUESTION),
+        *("--base-url", cpu_server.base_url, "--model", cpu_server.model),
+        *("--max-steps", "3", "--max-step-tokens", "24", "--judge-max-tokens", "16"),
+        *("--top-logprobs", "5"),
+    ]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    output = json.loads(done.stdout)
+    summaries = output["traces"]
+    assert sorted(s["index"] for s in summaries) == [0, 1, 2, 3]
+    usage = output["usage"]
+    spent = usage["backbone_tokens"] + usage["external_tokens"]
+    assert spent == sum(s["tokens"] for s in summaries)
+    assert spent == settled(generated_tokens)
+    assert all(s["confidence"] is not None for s in summaries)
+    voters = [s for s in summaries if s["weight"] > 0]
+    assert all(s["answer"] for s in voters)
+
+
+async def test_a_stopped_request_stops_generating_on_the_server(
+    cpu_server: RunningServer,
+) -> None:
+    """A watch that stops after 8 tokens closes the stream of a 400-token request: the server
+    aborts it, its counter stops a few tokens later and stays there; the reply counts the
+    tokens read."""
+    model = make_chat_model(cpu_server.base_url, cpu_server.model)
+    counter = lambda: generation_tokens(cpu_server.base_url)  # noqa: E731
+    before = counter()
+    seen = 0
+
+    def watch(top_logprobs: list[float]) -> bool:
+        nonlocal seen
+        seen += 1
+        return seen == 8
+
+    request = Request(
+        messages=[HumanMessage("Count from one to one thousand in words.")],
+        max_tokens=LONG,
+        continue_final_message=False,
+        top_logprobs=2,
+        extra_body={"ignore_eos": True},
+    )
+    reply = await generate_watched(model, request, watch)
+    (choice,) = reply.choices
+    assert choice.finish_reason == ABORTED and choice.num_tokens == 8
+    assert reply.completion_tokens >= 8
+    after = await asyncio.to_thread(settled, counter)
+    generated = after - before
+    assert generated < LONG // 4, f"the server went on: {generated} tokens"
+    assert read_counter(cpu_server.base_url, "vllm:num_requests_running") == 0
+    print(f"stopped after 8 tokens read: the server generated {generated}")
+
+
+async def test_a_trace_over_the_confidence_threshold_is_cut_mid_step(
+    cpu_server: RunningServer, generated_tokens: Callable[[], int]
+) -> None:
+    """A trace after the warm-up (here: given a threshold no window can reach) is stopped at
+    its first full window, inside its first step: finish_reason stopped, one cut step, and
+    usage within the few tokens the server made before it saw the stream close."""
+    loop = build_loop(backbone=make_chat_model(cpu_server.base_url, cpu_server.model))
+    ctx = Context(
+        strategy="critic",
+        gate="never",
+        traces=2,
+        trace_batch=1,
+        trace_stop="confidence",
+        top_logprobs=5,
+        group_window=6,
+        max_step_tokens=200,
+    )
+    output = await loop.ainvoke(
+        {"question": QUESTION, "trace": 1, "stop_threshold": 1e9}, context=ctx
+    )
+    assert output["finish_reason"] == "stopped"
+    (step,) = output["steps"]
+    assert step["num_tokens"] == 6 and len(step["confidences"]) == 6
+    spent = output["usage"]["backbone_tokens"]
+    server = await asyncio.to_thread(settled, generated_tokens)
+    assert 6 <= spent <= server < 6 + 50, (spent, server)

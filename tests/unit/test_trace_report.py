@@ -1,0 +1,98 @@
+"""The trace analysis of a folder of independent traces (evals.report with several samples of
+one setting): H4-H7, accuracy against k, the AUROC table, the replayed rules, and the online
+check of a live run against the recorded traces."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_traces import QUESTION, Traces
+
+from evals.harness.record import JobKey, RunRecord, make_record
+from evals.harness.records import RecordStore
+from evals.report.tables import main, write_report
+from evals.report.traces import majority_at, question_traces, within_question_auroc
+from fakes import FakeLogprobChat
+from graphs.mur import build_graph
+from graphs.state import Context
+
+QUESTIONS = 12
+SAMPLES = 4
+
+
+def plan(question: int, sample: int) -> tuple[list[float], str]:
+    """Right answers ("1") are surer than wrong ones; question q has q % 4 wrong traces."""
+    wrong = sample < question % SAMPLES
+    return ([1.5, 1.5] if wrong else [0.3, 0.3], f"{sample + 2}" if wrong else "1")
+
+
+async def solved(plans: list[tuple[list[float], str]], **settings: Any) -> dict[str, Any]:
+    graph = build_graph(backbone=FakeLogprobChat(responder=Traces(plans)))
+    ctx = Context(strategy="critic", gate="never", step_format="paragraph", **settings)
+    return await graph.ainvoke({"question": QUESTION}, context=ctx)
+
+
+async def recorded_traces() -> list[RunRecord]:
+    records = []
+    for q in range(QUESTIONS):
+        for sample in range(SAMPLES):
+            output = await solved([plan(q, sample)], top_logprobs=2)
+            key = JobKey("math500", f"q{q}", "critic", "never", None, sample)
+            records.append(make_record(key, "1", output, output["answer"] == "1", 0.1))
+    return records
+
+
+def write(folder: Path, records: list[RunRecord]) -> Path:
+    store = RecordStore(folder)
+    for record in records:
+        store.append(record)
+    return folder
+
+
+async def test_the_analysis_decides_h4_to_h7_from_the_records(tmp_path: Path) -> None:
+    records = await recorded_traces()
+    questions, incomplete = question_traces(records)
+    assert len(questions) == QUESTIONS and incomplete == []
+    # Majority@4 is right unless 2 of 4 traces are wrong and answer first (a tie): q % 4 == 2
+    # ties "2" against "1" with "2" first, q % 4 == 3 has three different wrong answers.
+    assert majority_at(questions[1], SAMPLES) == 1.0
+    assert majority_at(questions[1], 1) == 0.75
+    momentum = within_question_auroc(
+        questions, lambda t: -t.summary["momentum"], "momentum", resamples=200
+    )
+    assert momentum.value == 1.0 and momentum.questions == 9  # q % 4 == 0: no wrong trace
+    report = write_report(write(tmp_path / "run", records), resamples=200)
+    text = report.markdown_path.read_text()
+    assert f"## Traces: {QUESTIONS} questions x {SAMPLES} traces" in text
+    for name in ("H4", "H5", "H6", "H7", "mur-esc", "DeepConf online, keep 90%"):
+        assert name in text
+    document = json.loads(report.json_path.read_text())["traces"]
+    decisions = {d["name"]: d for d in document["hypotheses"]}
+    assert decisions["H5"]["value"] == 1.0 and decisions["H5"]["supported"]
+    assert document["accuracy_at_k"][0] == pytest.approx(
+        sum(plan(q, s)[1] == "1" for q in range(QUESTIONS) for s in range(SAMPLES))
+        / (QUESTIONS * SAMPLES)
+    )
+    assert (tmp_path / "run" / "traces_accuracy_vs_tokens.png").stat().st_size > 0
+
+
+async def test_the_online_check_compares_a_live_run_with_the_replays(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    main_folder = write(tmp_path / "recorded", await recorded_traces())
+    settings = {"traces": SAMPLES, "trace_batch": 2, "settle": "agree"}
+    live = []
+    for q in range(QUESTIONS):
+        output = await solved([plan(q, s) for s in range(SAMPLES)], **settings)
+        key = JobKey("math500", f"q{q}", "critic", "never", None, 0)
+        live.append(make_record(key, "1", output, output["answer"] == "1", 0.1))
+    live_folder = write(tmp_path / "live", live)
+    assert main([str(live_folder), "--predicted-by", str(main_folder), "--resamples", "50"]) == 0
+    shown = capsys.readouterr().out
+    assert "## Online check against" in shown and "passes" in shown
+    assert "Online check" in (live_folder / "report.md").read_text()
+    assert main([str(live_folder), "--predicted-by", str(tmp_path / "nowhere")]) == 2
+    assert "evals.report:" in capsys.readouterr().err
