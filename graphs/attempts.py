@@ -23,7 +23,7 @@ from langgraph.typing import ContextT
 from nodes.usage import Usage, add_usage, metered
 
 Update = dict[str, Any]
-Outcome = Update | Command
+Outcome = Update | Command[str]
 
 
 class Node(Protocol[ContextT]):

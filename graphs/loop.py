@@ -13,6 +13,7 @@ from typing import Any
 from langchain_core.language_models import BaseChatModel
 from langgraph.runtime import Runtime
 
+from graphs.refine.base import kept_texts, run_settings, write_step
 from graphs.state import Context, GateRecord, State, StepRecord
 from nodes.answer import extract_answer
 from nodes.budget import budget_margin
@@ -23,7 +24,6 @@ from nodes.draft import (
     check_question,
     contains_answer,
     sample_step_watched,
-    sample_steps,
     step_messages,
 )
 from nodes.gates import GateHistory, decide
@@ -43,12 +43,8 @@ FALLBACK_MIN_TOKENS = 16
 
 
 def settings_of(runtime: Runtime[Context]) -> Context:
-    """The run's settings: its Context, or the defaults for a run that passes none."""
-    return runtime.context or DEFAULT_CONTEXT
-
-
-def kept_texts(state: State) -> list[str]:
-    return [step["text"] for step in state.get("steps", [])]
+    """The run's settings: its Context, or the paper's for a run that passes none."""
+    return run_settings(runtime, DEFAULT_CONTEXT)
 
 
 def trace_confidences(steps: Sequence[StepRecord]) -> list[float]:
@@ -116,7 +112,9 @@ class Drafting:
         fmt = ctx.step_style
         messages = step_messages(state["question"], state.get("system_prompt"), kept, index, fmt)
         watch = confidence_watch(state, ctx)
-        if watch is not None:
+        if watch is None:
+            draft, reply = await write_step(self.backbone, messages, index, ctx)
+        else:
             draft, reply = await sample_step_watched(
                 self.backbone,
                 messages,
@@ -126,22 +124,6 @@ class Drafting:
                 top_logprobs=ctx.top_logprobs,
                 watch=watch,
             )
-            return {
-                "draft": draft,
-                "kept": None,
-                "refine": None,
-                "gate": None,
-                "usage": reply.usage("backbone").as_dict(),
-            }
-        (draft,), reply = await sample_steps(
-            self.backbone,
-            messages,
-            index=index,
-            n=1,
-            max_tokens=ctx.max_step_tokens,
-            fmt=fmt,
-            top_logprobs=ctx.top_logprobs,
-        )
         return {
             "draft": draft,
             "kept": None,

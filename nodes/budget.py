@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -85,19 +86,22 @@ def rate_threshold(earlier_excesses: Sequence[float], rate: float, fallback: flo
     return float(np.quantile(np.asarray(earlier_excesses, dtype=float), 1.0 - rate))
 
 
-def seen_uncertainty(step: Mapping) -> float:
+def seen_uncertainty(step: Mapping[str, Any]) -> float:
     """The uncertainty the gate saw for a kept step: its draft's when it was refined."""
     refine = step.get("refine")
-    return refine["draft"]["uncertainty"] if step["scaled"] and refine else step["uncertainty"]
+    return float(
+        refine["draft"]["uncertainty"] if step["scaled"] and refine else step["uncertainty"]
+    )
 
 
-def drafted_tokens(step: Mapping) -> int:
+def drafted_tokens(step: Mapping[str, Any]) -> int:
     refine = step.get("refine")
-    return refine["draft"]["num_tokens"] if step["scaled"] and refine else step["num_tokens"]
+    drafted = refine["draft"] if step["scaled"] and refine else step
+    return int(drafted["num_tokens"])
 
 
 def budget_margin(
-    steps: Sequence[Mapping],
+    steps: Sequence[Mapping[str, Any]],
     *,
     spent_tokens: int,
     draft_tokens: int,

@@ -194,18 +194,29 @@ async def sample_steps(
 ) -> tuple[list[StepCandidate], Reply]:
     """n samples of step `index` continuing `messages` (the last one the assistant prefix);
     with `top_logprobs` k > 0 each candidate carries its tokens' confidences."""
-    reply = await generate(
-        backbone,
-        Request(
-            messages=messages,
-            max_tokens=max_tokens,
-            stop=fmt.stops(index),
-            n=n,
-            top_logprobs=top_logprobs or None,
-            extra_body={**NON_THINKING, **(extra_body or {})},
-        ),
-    )
+    request = step_request(messages, index, max_tokens, fmt, top_logprobs, n, extra_body)
+    reply = await generate(backbone, request)
     return [to_candidate(choice) for choice in reply.choices], reply
+
+
+def step_request(
+    messages: Sequence[BaseMessage],
+    index: int,
+    max_tokens: int,
+    fmt: StepFormat,
+    top_logprobs: int = 0,
+    n: int = 1,
+    extra_body: dict[str, Any] | None = None,
+) -> Request:
+    """The request for step `index`: it stops where the format ends a step, thinking off."""
+    return Request(
+        messages=messages,
+        max_tokens=max_tokens,
+        stop=fmt.stops(index),
+        n=n,
+        top_logprobs=top_logprobs or None,
+        extra_body={**NON_THINKING, **(extra_body or {})},
+    )
 
 
 async def sample_step_watched(
@@ -220,17 +231,8 @@ async def sample_step_watched(
 ) -> tuple[StepCandidate, Reply]:
     """One sample of step `index`, streamed and shown token by token to `watch`, which may
     stop it part-way (the candidate's finish_reason is then ABORTED)."""
-    reply = await generate_watched(
-        backbone,
-        Request(
-            messages=messages,
-            max_tokens=max_tokens,
-            stop=fmt.stops(index),
-            top_logprobs=top_logprobs,
-            extra_body=NON_THINKING,
-        ),
-        watch,
-    )
+    request = step_request(messages, index, max_tokens, fmt, top_logprobs)
+    reply = await generate_watched(backbone, request, watch)
     return to_candidate(reply.choices[0]), reply
 
 

@@ -90,7 +90,7 @@ def parse_verdict(text: str) -> bool | None:
     it gave neither (e.g. an analysis cut by the token cap)."""
     found = VERDICT_PATTERN.findall(text)
     if found:
-        return found[-1].lower() == "yes"
+        return bool(found[-1].lower() == "yes")
     last = _LAST_WORD.search(text)
     if last and last.group(1).lower() in ("yes", "no"):
         return last.group(1).lower() == "yes"

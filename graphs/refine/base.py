@@ -16,11 +16,12 @@ resolves node and route annotations when it adds them, and reads `Context` here 
 from __future__ import annotations
 
 from abc import abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NotRequired, TypeAlias, TypedDict
 
 from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import BaseMessage
 from langgraph.graph import StateGraph
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.runtime import Runtime
@@ -31,11 +32,12 @@ from graphs.attempts import Node
 from graphs.model_calls import ModelCalls
 from graphs.records import StepRecord
 from nodes.draft import StepCandidate, sample_steps, step_messages
+from nodes.llm import Reply
 from nodes.uncertainty import step_uncertainty
 from servers.transport_errors import ContextOverflow
 
 if TYPE_CHECKING:
-    from graphs.state import Context
+    from graphs.state import Context as Context  # re-exported to the strategies
 else:
     Context = Any  # what LangGraph resolves in the strategies' annotations (see above)
 
@@ -59,6 +61,12 @@ class RefineOutput(TypedDict):
     usage: dict[str, int]
 
 
+def run_settings(runtime: Runtime[Context], defaults: Context) -> Context:
+    """A run's settings: its Context, or `defaults` for a run that passes none (every node of
+    the graph reads its settings through here)."""
+    return runtime.context or defaults
+
+
 @dataclass(frozen=True)
 class Kit:
     """What one strategy's subgraph is built from: the injected models, the graph's default
@@ -72,7 +80,7 @@ class Kit:
 
     def settings(self, runtime: Runtime[Context]) -> Context:
         """The run's settings (the graph's defaults for a run that passes none)."""
-        return runtime.context or self.defaults
+        return run_settings(runtime, self.defaults)
 
     def add_model_node(self, graph: RefineBuilder, name: str, node: Node[Context]) -> None:
         """Add `node`, which asks a model: retried on transient faults, every attempt
@@ -80,7 +88,7 @@ class Kit:
         draft kept (the loop then ends the solution)."""
         self.calls.add(graph, name, node, on_overflow=self._keep_the_draft)
 
-    def _keep_the_draft(self, state: Mapping[str, Any], overflow: ContextOverflow) -> Command:
+    def _keep_the_draft(self, state: Mapping[str, Any], overflow: ContextOverflow) -> Command[str]:
         # The strategy's output, given to the loop now: its next nodes do not run.
         return Command(
             graph=Command.PARENT,
@@ -155,6 +163,23 @@ def kept_texts(state: Mapping[str, Any]) -> list[str]:
 def step_index(state: Mapping[str, Any]) -> int:
     """t: the index of the step being refined."""
     return len(state["steps"]) + 1
+
+
+async def write_step(
+    backbone: BaseChatModel, messages: Sequence[BaseMessage], index: int, ctx: Context
+) -> tuple[StepCandidate, Reply]:
+    """One sample of step `index` continuing `messages`, in the run's step format, cap and
+    top logprobs: how the loop drafts a step and a strategy writes one again."""
+    (step,), reply = await sample_steps(
+        backbone,
+        messages,
+        index=index,
+        n=1,
+        max_tokens=ctx.max_step_tokens,
+        fmt=ctx.step_style,
+        top_logprobs=ctx.top_logprobs,
+    )
+    return step, reply
 
 
 def single_step_turn(candidate: StepCandidate) -> StepCandidate:

@@ -24,8 +24,9 @@ from graphs.refine.base import (
     new_graph,
     single_step_turn,
     step_index,
+    write_step,
 )
-from nodes.draft import StepCandidate, conversation, sample_steps
+from nodes.draft import StepCandidate, conversation
 from nodes.judge import analysis_of, judge_step
 from nodes.usage import add_usage
 from prompts.mur import CRITIC_FEEDBACK
@@ -43,7 +44,7 @@ class CriticRound(BaseModel):
 
     @model_serializer(mode="wrap")
     def _revision_only_when_revised(self, handler: Any) -> dict[str, Any]:
-        data = handler(self)
+        data: dict[str, Any] = handler(self)
         if self.revision is None:
             data.pop("revision", None)
         return data
@@ -110,15 +111,7 @@ class CriticNodes:
             HumanMessage(CRITIC_FEEDBACK.format(analysis=analysis)),
             AIMessage(fmt.prefix(texts, index)),
         ]
-        (revision,), reply = await sample_steps(
-            self.kit.backbone,
-            messages,
-            index=index,
-            n=1,
-            max_tokens=ctx.max_step_tokens,
-            fmt=fmt,
-            top_logprobs=ctx.top_logprobs,
-        )
+        revision, reply = await write_step(self.kit.backbone, messages, index, ctx)
         revised = CriticRound.model_validate(
             {**latest, "revised": True, "revision": revision["text"]}
         )

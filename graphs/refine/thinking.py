@@ -23,8 +23,8 @@ from graphs.refine.base import (
     new_graph,
     single_step_turn,
     step_index,
+    write_step,
 )
-from nodes.draft import sample_steps
 from nodes.thinking import think, think_block, thinking_conversation
 from nodes.usage import add_usage
 
@@ -84,15 +84,7 @@ class ThinkingNodes:
         )
         block = think_block(state["thought"]["text"], ctx.thinking_style)
         messages = [*conv, AIMessage(block + fmt.prefix(texts, index))]
-        (step,), reply = await sample_steps(
-            self.kit.backbone,
-            messages,
-            index=index,
-            n=1,
-            max_tokens=ctx.max_step_tokens,
-            fmt=fmt,
-            top_logprobs=ctx.top_logprobs,
-        )
+        step, reply = await write_step(self.kit.backbone, messages, index, ctx)
         record = ThinkingRecord(
             strategy="thinking",
             draft=CandidateSummary.of(state["draft"]),

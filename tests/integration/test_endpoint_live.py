@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
 
 import httpx
 import pytest
+from server_counters import settled
 
 from asgi_server import running
 from endpoint import create_app
@@ -30,18 +30,6 @@ SMALL = {"max_steps": 2, "max_step_tokens": 48, "judge_max_tokens": 32}
 # is not cancelled goes on generating for about a minute.
 ENDLESS = "Count from 1 to 100, writing one number per step. Do not stop early."
 STEP_TOKENS = 32
-
-
-def settled(read: Callable[[], int], quiet: float, timeout: float) -> int:
-    """The value of `read()` once it has not moved for `quiet` seconds."""
-    value, since, deadline = read(), time.monotonic(), time.monotonic() + timeout
-    while time.monotonic() - since < quiet:
-        assert time.monotonic() < deadline, f"still moving after {timeout} s"
-        time.sleep(0.25)
-        now = read()
-        if now != value:
-            value, since = now, time.monotonic()
-    return value
 
 
 def test_disconnect_mid_stream_stops_the_server_within_one_step(

@@ -12,13 +12,16 @@ import asyncio
 import json
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
+import httpx
 import pytest
 from langchain_core.messages import HumanMessage
+from server_counters import settled
 
+from asgi_server import running
+from endpoint import create_app
 from graphs.mur import build_loop
 from graphs.state import Context
 from nodes.llm import ABORTED, Request, generate_watched
@@ -31,18 +34,6 @@ pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 QUESTION = "If 2x + 3 = 11, what is x?"
 LONG = 400  # tokens a request would generate (ignore_eos) if nothing stopped it
-
-
-def settled(read: Callable[[], int], quiet: float = 2.0, timeout: float = 60) -> int:
-    """The value of `read()` once it has not moved for `quiet` seconds."""
-    value, since, deadline = read(), time.monotonic(), time.monotonic() + timeout
-    while time.monotonic() - since < quiet:
-        assert time.monotonic() < deadline, f"still moving after {timeout} s"
-        time.sleep(0.25)
-        now = read()
-        if now != value:
-            value, since = now, time.monotonic()
-    return value
 
 
 def test_run_py_votes_over_traces_with_the_servers_token_count(
@@ -131,3 +122,22 @@ async def test_a_trace_over_the_confidence_threshold_is_cut_mid_step(
     spent = output["usage"]["backbone_tokens"]
     server = await asyncio.to_thread(settled, generated_tokens)
     assert 6 <= spent <= server < 6 + 50, (spent, server)
+
+
+def test_the_endpoint_serves_several_traces_with_the_servers_token_count(
+    cpu_server: RunningServer, generated_tokens: Callable[[], int]
+) -> None:
+    """`mur: {"traces": 3}` through the OpenAI-compatible endpoint: three summaries, and the
+    reply's completion tokens are what the server generated for the three."""
+    app = create_app(make_chat_model(cpu_server.base_url, cpu_server.model))
+    body = {
+        "model": "mur-critic-never",
+        "messages": [{"role": "user", "content": QUESTION}],
+        "mur": {"traces": 3, "vote": "momentum", "max_steps": 2, "max_step_tokens": 24},
+    }
+    with running(app) as url, httpx.Client(timeout=300) as client:
+        reply = client.post(f"{url}/chat/completions", json=body)
+    assert reply.status_code == 200, reply.text
+    data = reply.json()
+    assert len(data["mur"]["traces"]) == 3
+    assert data["usage"]["completion_tokens"] == settled(generated_tokens)
