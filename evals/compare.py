@@ -1,5 +1,4 @@
-"""`python -m evals.compare A B`: two results folders side by side. The command keeps this
-name; the code is evals.report.compare."""
+"""`python -m evals.compare A B`: two results folders side by side (evals.report.compare)."""
 
 import sys
 

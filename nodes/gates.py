@@ -186,9 +186,8 @@ def derive_seed(seed: int, step: int) -> int:
 
 def question_seed(seed: int, question: str) -> int:
     """One question's seed: the run's seed mixed with the question text (sha256, stable across
-    processes). With the run seed alone every question of a benchmark drew the same numbers,
-    so the random gate scaled the same step numbers everywhere: at rate 0.218 only steps 14
-    and 18, 3% of steps instead of 22%."""
+    processes), so that each question of a benchmark draws its own numbers; with the run seed
+    alone every question would scale the same step numbers."""
     digest = hashlib.sha256(f"{seed}\n{question}".encode()).digest()
     return int.from_bytes(digest[:8], "big")
 

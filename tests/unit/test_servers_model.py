@@ -50,13 +50,13 @@ def conversions(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
 
 
 def test_convert_once_then_reuse(fake_gguf: Path, conversions: list[Path], mur_home: Path) -> None:
-    folder = model.ensure_default_model()
+    folder = model.ensure_tiny_model()
     assert folder == mur_home / "models" / "SmolLM2-135M-Instruct"
     assert model.verify_model_dir(folder) == []
     manifest = json.loads((folder / model.MANIFEST).read_text())
     assert manifest["files"]["model.safetensors"] == 4096
     assert manifest["source"]["sha256"] == model.sha256_file(fake_gguf)
-    assert model.ensure_default_model() == folder
+    assert model.ensure_tiny_model() == folder
     assert len(conversions) == 1
     assert not list(folder.parent.glob(".SmolLM2-135M-Instruct.tmp-*"))
 
@@ -64,33 +64,33 @@ def test_convert_once_then_reuse(fake_gguf: Path, conversions: list[Path], mur_h
 def test_half_written_folder_is_detected_and_redone(
     fake_gguf: Path, conversions: list[Path]
 ) -> None:
-    folder = model.default_model_dir()
+    folder = model.tiny_model_dir()
     folder.mkdir(parents=True)
     (folder / "config.json").write_text("{}")
     (folder / "model.safetensors").write_bytes(b"partial")
     problems = model.verify_model_dir(folder)
     assert problems and "missing or unreadable" in problems[0]
-    assert model.ensure_default_model() == folder
+    assert model.ensure_tiny_model() == folder
     assert len(conversions) == 1 and model.verify_model_dir(folder) == []
 
 
 def test_truncated_file_fails_verification(fake_gguf: Path, conversions: list[Path]) -> None:
-    folder = model.ensure_default_model()
+    folder = model.ensure_tiny_model()
     with (folder / "model.safetensors").open("r+b") as fh:
         fh.truncate(100)
     assert model.verify_model_dir(folder) == ["model.safetensors has 100 bytes, manifest says 4096"]
     (folder / "tokenizer.json").unlink()
     assert "tokenizer.json is missing" in model.verify_model_dir(folder)
-    model.ensure_default_model()
+    model.ensure_tiny_model()
     assert len(conversions) == 2 and model.verify_model_dir(folder) == []
 
 
 def test_changed_source_gguf_triggers_reconversion(
     fake_gguf: Path, conversions: list[Path]
 ) -> None:
-    model.ensure_default_model()
+    model.ensure_tiny_model()
     fake_gguf.write_bytes(b"GGUF" + b"\1" * 2000)
-    model.ensure_default_model()
+    model.ensure_tiny_model()
     assert len(conversions) == 2
 
 
@@ -103,8 +103,8 @@ def test_failed_conversion_leaves_nothing_servable(
 
     monkeypatch.setattr(model, "_run_converter", broken)
     with pytest.raises(ModelError, match="boom"):
-        model.ensure_default_model()
-    folder = model.default_model_dir()
+        model.ensure_tiny_model()
+    folder = model.tiny_model_dir()
     assert not folder.exists()
     assert not list(folder.parent.glob(".SmolLM2-135M-Instruct.tmp-*"))
 
@@ -112,8 +112,7 @@ def test_failed_conversion_leaves_nothing_servable(
 def test_concurrent_callers_convert_once(fake_gguf: Path, conversions: list[Path]) -> None:
     results: list[Path] = []
     threads = [
-        threading.Thread(target=lambda: results.append(model.ensure_default_model()))
-        for _ in range(3)
+        threading.Thread(target=lambda: results.append(model.ensure_tiny_model())) for _ in range(3)
     ]
     for t in threads:
         t.start()
