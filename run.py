@@ -41,9 +41,14 @@ from graphs.state import Context
 from nodes.draft import check_question
 from nodes.gate_labels import budget_label
 from nodes.llm import MissingLogprobsError
-from servers import ServerError, check_single_url
+from servers import ServerError
 from servers.cli import OneLineParser, usage_error
-from servers.connect import Connection, add_connection_arguments, connection_options
+from servers.connect import (
+    Connection,
+    add_connection_arguments,
+    check_connection_flags,
+    connection_options,
+)
 from servers.connect import connect as connect_servers
 from servers.sessions import new_session_id, session
 
@@ -262,13 +267,10 @@ def validate(args: argparse.Namespace) -> None:
         raise UsageError("--question and --checkpoint solve one question: drop --dataset")
     if args.thread_id and not args.checkpoint:
         raise UsageError("--thread-id needs --checkpoint")
-    if args.model and not args.base_url:
-        raise UsageError("--model needs --base-url")
-    for flag, url in (("--base-url", args.base_url), ("--verifier-url", args.verifier_url)):
-        try:
-            check_single_url(url, flag)
-        except ServerError as exc:
-            raise UsageError(str(exc)) from None
+    try:
+        check_connection_flags(args)
+    except ServerError as exc:
+        raise UsageError(str(exc)) from None
 
 
 class Printer:

@@ -24,7 +24,7 @@ from endpoint.app import DEFAULT_MAX_REQUEST_BYTES, DEFAULT_MAX_RUNS, create_app
 from endpoint.schemas import MODELS
 from servers import ServerError
 from servers.cli import OneLineParser
-from servers.connect import add_connection_arguments, connection_options
+from servers.connect import add_connection_arguments, check_connection_flags, connection_options
 from servers.connect import connect as connect_servers
 
 PROG = "python -m endpoint"
@@ -91,8 +91,7 @@ def connect(args: argparse.Namespace) -> tuple[Any, Any, dict[str, Any], str]:
     """(backbone, verifier, default settings, description) from flags, env or the embedded
     default server, through the serving layer's one `connect`: every URL is probed first, so
     a wrong one fails at start in seconds, naming it."""
-    if args.model and not args.base_url:
-        raise ValueError("--model needs --base-url")
+    check_connection_flags(args)
     connection = connect_servers(**connection_options(args))
     defaults = dict(connection.recommended)
     note = connection.note

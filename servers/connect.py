@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from servers.clients import RequestTimeout, make_chat_model
-from servers.errors import ServerUnavailable
+from servers.errors import ServerError, ServerUnavailable
 from servers.launcher import up, up_pair
 from servers.probes import EMBEDDED_HINT, check_endpoint, check_single_url, normalize_base_url
 from servers.profiles import DEFAULT_PROFILE, Profile, get_profile
@@ -88,6 +88,17 @@ def add_connection_arguments(
 def connection_options(args: argparse.Namespace) -> dict[str, Any]:
     """The connection flags of parsed `args` as `connect`'s keyword arguments."""
     return {name: getattr(args, name, None) for name in _FLAGS}
+
+
+def check_connection_flags(args: argparse.Namespace) -> None:
+    """Refuse connection flags that cannot work, before any server is probed: a model name
+    without the server that serves it, a list of URLs (replicas go behind a router). Raises
+    ServerError with one line naming the flag."""
+    options = connection_options(args)
+    if options["model"] and not options["base_url"]:
+        raise ServerError("--model needs --base-url")
+    for flag in ("base_url", "verifier_url"):
+        check_single_url(options[flag], "--" + flag.replace("_", "-"))
 
 
 def connection_argv(args: argparse.Namespace) -> list[str]:
