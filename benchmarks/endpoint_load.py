@@ -40,6 +40,7 @@ import numpy as np
 from benchmarks.fake_endpoint import expected_content
 from servers.cli import OneLineParser
 from servers.connect import add_connection_arguments, connection_argv
+from servers.facts import cpu_model
 from servers.metrics import generation_tokens
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -324,10 +325,7 @@ def answers(root: str) -> bool:
 
 
 def cpu_name() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return f"{line.split(':', 1)[1].strip()} x {os.cpu_count()}"
-    return "unknown CPU"
+    return f"{cpu_model()} x {os.cpu_count()}"
 
 
 def run(args: argparse.Namespace) -> Report:

@@ -6,8 +6,9 @@ from __future__ import annotations
 import contextlib
 import os
 import platform
-from pathlib import Path
 from typing import Any
+
+import psutil
 
 from benchmarks.analysis import step_prompt_rows
 from benchmarks.measure import Settings
@@ -19,6 +20,7 @@ from benchmarks.tables import (
     scaling_table,
     step_table,
 )
+from servers.facts import cpu_model
 
 NOTES_MARKER = (
     "<!-- notes: everything below this line is kept when benchmarks.bench rewrites the file -->"
@@ -41,18 +43,9 @@ def merge_notes(generated: str, previous: str | None) -> str:
 
 
 def machine_line() -> str:
-    cpu = platform.processor() or platform.machine()
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    mem = ""
-    with contextlib.suppress(OSError, ValueError, IndexError):
-        kib = int(Path("/proc/meminfo").read_text().split()[1])
-        mem = f", {kib / 2**20:.0f} GiB RAM"
+    mem = f", {psutil.virtual_memory().total / 2**30:.0f} GiB RAM"
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return f"{cpu}, {cores} cores{mem}, {platform.system()} {platform.release()}"
+    return f"{cpu_model()}, {cores} cores{mem}, {platform.system()} {platform.release()}"
 
 
 def load_line() -> str:

@@ -38,6 +38,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import psutil
 from langchain_core.messages import HumanMessage
 
 from evals.harness.plan import BenchmarkPlan
@@ -101,10 +102,7 @@ class Phase:
 
 
 def available_gib() -> float:
-    for line in Path("/proc/meminfo").read_text().splitlines():
-        if line.startswith("MemAvailable:"):
-            return int(line.split()[1]) * 1024 / GIB
-    return 0.0
+    return float(psutil.virtual_memory().available) / GIB
 
 
 def wait_for_memory(need_gib: float) -> None:
@@ -117,24 +115,23 @@ def wait_for_memory(need_gib: float) -> None:
         time.sleep(WAIT_S)
 
 
-def _busy_ticks() -> int:
-    fields_ = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]
-    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(v) for v in fields_)
-    return user + nice + system + irq + softirq + steal
+def _busy_seconds() -> float:
+    """CPU seconds the whole machine has spent busy (idle and I/O wait left out)."""
+    times = psutil.cpu_times()
+    busy = ("user", "nice", "system", "irq", "softirq", "steal")
+    return float(sum(getattr(times, name, 0.0) for name in busy))
 
 
-def _group_ticks(pgids: set[int]) -> int:
-    """CPU ticks of every process in the given process groups (our servers)."""
-    total = 0
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
+def _group_seconds(pgids: set[int]) -> float:
+    """CPU seconds of every process in the given process groups (our servers)."""
+    total = 0.0
+    for proc in psutil.process_iter():
         try:
-            stat = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
+            if os.getpgid(proc.pid) in pgids:
+                times = proc.cpu_times()
+                total += times.user + times.system
+        except (psutil.Error, OSError):  # gone, or not ours to read: not one of our servers
             continue
-        if int(stat[2]) in pgids:
-            total += int(stat[11]) + int(stat[12])
     return total
 
 
@@ -146,10 +143,9 @@ class CpuShare:
         self.start = self._sample()
 
     def _sample(self) -> tuple[float, float, float]:
-        tick = os.sysconf("SC_CLK_TCK")
         mine = os.times()
-        ours = _group_ticks(self.pgids) / tick + mine.user + mine.system
-        return time.monotonic(), _busy_ticks() / tick, ours
+        ours = _group_seconds(self.pgids) + mine.user + mine.system
+        return time.monotonic(), _busy_seconds(), ours
 
     def others(self) -> float:
         wall, busy, ours = (b - a for a, b in zip(self.start, self._sample(), strict=True))
