@@ -22,6 +22,7 @@ from openai.types.chat.chat_completion_chunk import ChoiceDelta
 
 from endpoint.schemas import MODELS, Job
 from graphs import output_of
+from nodes.draft import STEP_FORMATS
 
 OWNER = "mur"
 
@@ -52,9 +53,7 @@ def model_list(created: int) -> dict[str, Any]:
 
 def step_line(step: Mapping[str, Any], step_format: str = "marker") -> str:
     """One kept step of the content, in the format the backbone wrote it."""
-    if step_format == "paragraph":
-        return f"{step['text']}\n\n"
-    return f"Step{step['index']}: {step['text']}\n"
+    return STEP_FORMATS[step_format].line(step["index"], step["text"])
 
 
 def trace_of(result: Mapping[str, Any]) -> dict[str, Any]:

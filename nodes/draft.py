@@ -87,11 +87,21 @@ class StepFormat:
     instruction: str
     """The sentence after the question that asks for this format."""
 
+    @property
+    def separator(self) -> str:
+        """What follows a step before the next one."""
+        return PARAGRAPH_SEPARATOR if self.name == "paragraph" else "\n"
+
+    def line(self, index: int, text: str) -> str:
+        """Step `index` as it is written out, its separator included."""
+        if self.name == "paragraph":
+            return f"{text}{self.separator}"
+        return f"{marker(index)} {text}{self.separator}"
+
     def solution(self, kept_texts: Sequence[str]) -> str:
         """The kept steps as the model sees them in its own assistant message."""
-        if self.name == "paragraph":
-            return PARAGRAPH_SEPARATOR.join(kept_texts)
-        return "\n".join(f"{marker(k)} {text}" for k, text in enumerate(kept_texts, start=1))
+        lines = "".join(self.line(k, text) for k, text in enumerate(kept_texts, start=1))
+        return lines.removesuffix(self.separator)
 
     def prefix(self, kept_texts: Sequence[str], index: int) -> str:
         """The assistant text to continue for step `index`."""
