@@ -260,8 +260,7 @@ async def answer_fallback(
     Returns the text (starting with the answer phrase, so extraction finds it), its tokens and
     the reply for accounting.
     """
-    separator = PARAGRAPH_SEPARATOR if fmt.name == "paragraph" else "\n"
-    prefix = f"{fmt.solution(kept_texts)}{separator}{FALLBACK_PREFIX}"
+    prefix = f"{fmt.solution(kept_texts)}{fmt.separator}{FALLBACK_PREFIX}"
     reply = await generate(
         backbone,
         Request(
