@@ -5,14 +5,35 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any, Literal, cast
 
 from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph.state import CompiledStateGraph
 
 from graphs.state import Context, output_of
 
 StepEvent = dict[str, Any]
+
+
+ThreadStatus = Literal["new", "unfinished", "finished", "stale"]
+
+
+async def thread_status(
+    graph: CompiledStateGraph[Any, Context, Any, Any], config: RunnableConfig
+) -> tuple[ThreadStatus, dict[str, Any]]:
+    """Where a checkpointed thread stands, and its values: new (nothing saved), unfinished
+    (a node is next: resume with input None), finished (its output is in the values), or
+    stale (saved by an older version of the graph, stopped before a node this one lacks:
+    nothing can go on from it, start afresh)."""
+    snapshot = await graph.aget_state(config)
+    if not snapshot.values:
+        return "new", {}
+    if snapshot.next:
+        return "unfinished", snapshot.values
+    if snapshot.values.get("finish_reason"):
+        return "finished", snapshot.values
+    return "stale", snapshot.values
 
 
 @dataclass
@@ -43,13 +64,15 @@ async def solve(
     graph_input: dict[str, Any] | None = {"question": question, "system_prompt": system_prompt}
     resumed = False
     if config is not None:
-        snapshot = await graph.aget_state(config)
-        if snapshot.next:
+        status, values = await thread_status(graph, config)
+        if status == "unfinished":
             resumed, graph_input = True, None
             if on_resume is not None:
                 on_resume()
-        elif snapshot.values:
-            return Solution(output_of(snapshot.values))  # that thread already finished
+        elif status == "finished":
+            return Solution(output_of(values))
+        elif status == "stale" and isinstance(graph.checkpointer, BaseCheckpointSaver):
+            await graph.checkpointer.adelete_thread(config["configurable"]["thread_id"])
     steps: list[StepEvent] = []
     final: dict[str, Any] = {}
     async for part in graph.astream(

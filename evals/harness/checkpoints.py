@@ -25,6 +25,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
+from graphs.solve import thread_status
 from graphs.state import Context, output_of
 
 CHECKPOINTS = "checkpoints.sqlite"
@@ -56,17 +57,14 @@ async def solve_resumable(
     """Run the question on `graph` (compiled with a checkpointer) as thread `thread_id`, or go
     on where that thread stopped; a thread that had finished gives its output again."""
     config: RunnableConfig = {"configurable": {"thread_id": thread_id}}
-    snapshot = await graph.aget_state(config)
-    if not snapshot.values:
+    status, values = await thread_status(graph, config)
+    if status == "stale":
+        await forget(graph, thread_id)
+    if status in ("new", "stale"):
         return Solved(await graph.ainvoke(graph_input, config=config, context=context), 0.0, False)
     earlier = await _active_seconds(graph.checkpointer, config)
-    if not snapshot.next:
-        if snapshot.values.get("finish_reason"):  # finished, but stopped before recorded
-            return Solved(output_of(snapshot.values), earlier, True)
-        # Stopped before a node this graph no longer has (a checkpoint of an older version
-        # of the graph): nothing can go on from it, so the question starts afresh.
-        await forget(graph, thread_id)
-        return Solved(await graph.ainvoke(graph_input, config=config, context=context), 0.0, False)
+    if status == "finished":  # finished, but stopped before it was recorded
+        return Solved(output_of(values), earlier, True)
     return Solved(await graph.ainvoke(None, config=config, context=context), earlier, True)
 
 
