@@ -23,7 +23,6 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import openai
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 from pydantic.fields import FieldInfo
 from rich.console import Console
@@ -33,14 +32,13 @@ from evals.harness.contexts import context_for
 from evals.harness.plan import BenchmarkPlan
 from evals.questions import Problem, load_dataset
 from evals.questions.datasets import describe as describe_datasets
-from graphs.model_calls import MODEL_RETRY
+from graphs.model_calls import describe_failure, server_roles
 from graphs.mur import build_graph
 from graphs.refine import summarise
 from graphs.solve import solve
 from graphs.state import Context
 from nodes.draft import check_question
 from nodes.gate_labels import budget_label
-from nodes.llm import MissingLogprobsError
 from servers import ServerError
 from servers.cli import OneLineParser, usage_error
 from servers.connect import (
@@ -368,35 +366,6 @@ async def solve_one(args: argparse.Namespace, connection: Connection, printer: P
         return solution.output
 
 
-def describe_failure(exc: BaseException, embedded: bool = False) -> str:
-    """One line for the errors a user can meet while the graph runs; the embedded server's
-    commands are suggested only when it is the one in use."""
-    attempts = MODEL_RETRY.max_attempts
-    if isinstance(exc, openai.APIConnectionError):
-        request = getattr(exc, "request", None)
-        where = f" at {request.url}" if request is not None else ""
-        if isinstance(exc, openai.APITimeoutError):
-            return (
-                f"the model server{where} did not answer in time, {attempts} attempts: is it "
-                "stalled or overloaded? For a slow server raise MUR_TIMEOUT_PER_TOKEN_S "
-                "(seconds allowed per requested token, default 1)"
-            )
-        hint = "`python -m servers status`" if embedded else "is it still running there?"
-        return f"lost the model server{where} ({exc}), {attempts} attempts: {hint}"
-    if isinstance(exc, openai.APIStatusError):
-        body = exc.body if isinstance(exc.body, dict) else {}
-        said = body.get("message") or exc.message  # the server's words, without the SDK's
-        if exc.status_code >= 500:
-            return (
-                f"the model server failed the request (HTTP {exc.status_code}), {attempts} "
-                f"attempts: {said}"
-            )
-        return f"the model server refused a request (HTTP {exc.status_code}): {said}"
-    if isinstance(exc, MissingLogprobsError | ValueError):
-        return str(exc)
-    return f"{type(exc).__name__}: {exc}"
-
-
 def command_line(argv: Sequence[str] | None) -> str:
     """The command as it was typed, for command.txt: the `mur` command (the console script
     for `main`), or the interpreter and run.py."""
@@ -467,7 +436,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"run.py: interrupted{hint}", file=sys.stderr)
         return 130
     except Exception as exc:  # one clear line instead of a traceback; exit status 1
-        print(f"run.py: {describe_failure(exc, connection.embedded)}", file=sys.stderr)
+        roles = server_roles(connection.backbone, connection.verifier)
+        check = "`python -m servers status`" if connection.embedded else None
+        print(f"run.py: {describe_failure(exc, roles, check)}", file=sys.stderr)
         return 1
     if args.json:
         print(json.dumps(result, ensure_ascii=False))

@@ -12,7 +12,6 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import openai
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -75,34 +74,6 @@ def describe_validation(errors: Sequence[Mapping[str, Any]], prefix: str = "") -
         if error.get("type") != "missing" and "input" in error:
             message += f", got {json.dumps(error['input'], default=str)[:80]}"
     return message, param
-
-
-def describe_failure(exc: BaseException, roles: Mapping[str, str] | None = None) -> str:
-    """A message for a failed run; an unreachable or failing model server is named by URL.
-
-    `roles` maps base URLs to "backbone"/"verifier" so the message says which one failed.
-    """
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        if isinstance(current, openai.APIError):
-            request = getattr(current, "request", None)
-            url = str(request.url) if request is not None else "?"
-            who = next(
-                (
-                    f"the {role} at {base}"
-                    for base, role in (roles or {}).items()
-                    if base and url.startswith(base)
-                ),
-                f"the model server at {url}",
-            )
-            if isinstance(current, openai.APIConnectionError):
-                return f"{who} is unreachable ({url}): {current}"
-            status = getattr(current, "status_code", None)
-            return f"{who} answered {f'HTTP {status}' if status else 'an error'}: {current}"
-        current = current.__cause__ or current.__context__
-    return f"{type(exc).__name__}: {exc}"
 
 
 async def _api_error(request: Request, exc: Exception) -> JSONResponse:

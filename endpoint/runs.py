@@ -18,10 +18,11 @@ from typing import Any, TypeVar
 
 from langchain_core.language_models import BaseChatModel
 
-from endpoint.errors import APIError, describe_failure
+from endpoint.errors import APIError
 from endpoint.replies import trace_of
 from endpoint.schemas import Job
 from graphs import build_graph
+from graphs.model_calls import describe_failure, server_roles
 from graphs.solve import solve
 from servers.sessions import new_session_id, session
 
@@ -79,15 +80,7 @@ class RunService:
         self.max_runs, self.retry_after = max_runs, retry_after
         self.in_flight = 0
         self._graph: Any = None
-        # Base URL -> role, for error messages; a shared URL is named as the backbone.
-        self.roles = {
-            url: role
-            for role, url in (
-                ("verifier", base_url_of(self.verifier)),
-                ("backbone", base_url_of(self.backbone)),
-            )
-            if url
-        }
+        self.roles = server_roles(self.backbone, self.verifier)  # for error messages
 
     def graph(self) -> Any:
         """The compiled graph, every strategy in it; built once (no await in here, so no

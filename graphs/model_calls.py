@@ -19,7 +19,7 @@ static, while each request's timeout follows its own max_tokens (servers.clients
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from langgraph.graph import StateGraph
@@ -27,7 +27,13 @@ from langgraph.types import RetryPolicy
 from langgraph.typing import ContextT
 
 from graphs.attempts import AttemptLedger, Node, Outcome
-from servers.transport_errors import ContextOverflow, context_overflow, is_transient
+from nodes.llm import MissingLogprobsError
+from servers.transport_errors import (
+    ContextOverflow,
+    context_overflow,
+    describe_transport_error,
+    is_transient,
+)
 
 # Transient server faults (connection resets, 5xx, timeouts) are retried; anything else (bad
 # request, missing logprobs) fails at once with its own message.
@@ -70,3 +76,29 @@ class ModelCalls:
             return on_overflow(state, overflow) if overflow is not None else None
 
         graph.add_node(name, self.ledger.counted(node, on_failure), retry_policy=self.retry)
+
+
+def server_roles(backbone: Any, verifier: Any) -> dict[str, str]:
+    """Base URL -> "backbone" / "verifier" of a run's models, for `describe_failure` (a URL
+    both use is named as the backbone; a model without a URL, a fake, is left out)."""
+    roles: dict[str, str] = {}
+    for role, model in (("verifier", verifier), ("backbone", backbone)):
+        url = getattr(model, "openai_api_base", None)
+        if url:
+            roles[str(url).rstrip("/")] = role
+    return roles
+
+
+def describe_failure(
+    exc: BaseException, roles: Mapping[str, str] | None = None, hint: str | None = None
+) -> str:
+    """One line for a run that failed: a model server that could not be reached, did not
+    answer in time or answered an error is named (its role by `roles`, base URL -> role, else
+    its URL) with what the graph's retries did (servers.transport_errors words it); `hint`
+    says what to check when a server is unreachable. Other errors say what they are."""
+    said = describe_transport_error(exc, MODEL_RETRY.max_attempts, roles, hint)
+    if said is not None:
+        return said
+    if isinstance(exc, MissingLogprobsError | ValueError):
+        return str(exc)
+    return f"{type(exc).__name__}: {exc}"

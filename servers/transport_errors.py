@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import re
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from types import ModuleType
+from typing import Any
 
 import httpx
 
@@ -93,3 +95,53 @@ def is_transient(exc: BaseException) -> bool:
     if isinstance(exc, httpx.HTTPStatusError):
         return exc.response.status_code >= 500
     return False
+
+
+def describe_transport_error(
+    exc: BaseException,
+    attempts: int,
+    roles: Mapping[str, str] | None = None,
+    hint: str | None = None,
+) -> str | None:
+    """One line for the client error behind `exc` (None: there is none): the server named by
+    its role (`roles`: base URL -> "backbone" / "verifier") or its URL, what it did, after how
+    many `attempts`, and for an unreachable one what to check (`hint`)."""
+    sdk = _openai()
+    error = _client_error(exc, sdk) if sdk is not None else None
+    if sdk is None or error is None:
+        return None
+    request = getattr(error, "request", None)
+    url = str(request.url) if request is not None else "?"
+    who = next(
+        (f"the {role} at {base}" for base, role in (roles or {}).items() if url.startswith(base)),
+        f"the model server at {url}",
+    )
+    if isinstance(error, sdk.APITimeoutError):
+        return (
+            f"{who} did not answer in time, {attempts} attempts: is it stalled or overloaded? "
+            "For a slow server raise MUR_TIMEOUT_PER_TOKEN_S (seconds allowed per requested "
+            "token, default 1)"
+        )
+    if isinstance(error, sdk.APIConnectionError):
+        check = hint or "is it still running there?"
+        return f"{who} is unreachable ({error}), {attempts} attempts: {check}"
+    if isinstance(error, sdk.APIStatusError):
+        body = error.body if isinstance(error.body, dict) else {}
+        said = body.get("message") or error.message  # the server's words, not the SDK's
+        code = error.status_code
+        if code >= 500:
+            return f"{who} failed the request (HTTP {code}), {attempts} attempts: {said}"
+        return f"{who} refused a request (HTTP {code}): {said}"
+    return f"{who} answered an error: {error}"
+
+
+def _client_error(exc: BaseException, sdk: ModuleType) -> Any:
+    """The SDK's error behind `exc` (itself, or what it was raised from), or None."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, sdk.APIError):
+            return current
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None

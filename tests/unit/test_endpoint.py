@@ -229,7 +229,7 @@ def test_unreachable_backbone_is_502_naming_the_url() -> None:
 
 @pytest.mark.parametrize(
     ("fault", "says"),
-    [("unreachable", "is unreachable"), ("http-error", "answered HTTP 400")],
+    [("unreachable", "is unreachable"), ("http-error", "refused a request (HTTP 400)")],
     ids=["unreachable", "http-error"],
 )
 def test_a_failing_verifier_is_502_naming_its_url(fault: str, says: str) -> None:
