@@ -28,7 +28,6 @@ from pydantic.fields import FieldInfo
 from rich.console import Console
 from rich.text import Text
 
-from evals.harness.contexts import context_for
 from evals.harness.plan import BenchmarkPlan
 from evals.questions import Problem, load_dataset
 from evals.questions.datasets import describe as describe_datasets
@@ -36,7 +35,7 @@ from graphs.model_calls import describe_failure, server_roles
 from graphs.mur import build_graph
 from graphs.refine import summarise
 from graphs.solve import solve
-from graphs.state import Context
+from graphs.state import Context, context_for
 from nodes.draft import check_question
 from nodes.gate_labels import budget_label
 from servers import ServerError

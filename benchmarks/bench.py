@@ -39,9 +39,9 @@ from benchmarks.measure import (
 from benchmarks.report import load_line, machine_line, merge_notes, render
 from benchmarks.results import GraphRun, RawRun, ReplayRun
 from benchmarks.tables import fmt
-from evals.harness.contexts import context_for
 from evals.questions import load_dataset
 from graphs.refine import check_strategy
+from graphs.state import context_for
 from servers.cli import OneLineParser
 from servers.clients import resolve_model
 from servers.connect import add_connection_arguments

@@ -27,9 +27,8 @@ from benchmarks.recording import (
     replay_body,
 )
 from benchmarks.results import GraphRun, NChoiceRun, RawRun, ReplayRun
-from evals.harness.contexts import context_for
 from graphs.mur import build_graph
-from graphs.state import Context
+from graphs.state import Context, context_for
 from servers.clients import make_chat_model
 from servers.probes import normalize_base_url, root_url
 

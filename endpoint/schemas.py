@@ -20,9 +20,8 @@ from pydantic import (
 )
 
 from endpoint.errors import APIError, bad_request, describe_validation
-from evals.harness.contexts import context_for
 from graphs import STRATEGIES, Context
-from graphs.state import ContextError
+from graphs.state import ContextError, context_for
 from nodes.draft import check_question
 from nodes.gates import GATES
 

@@ -12,6 +12,7 @@ from graphs.records import Fallback, FinishReason, GateRecord, StepRecord, Trace
 from graphs.refine import StrategyName
 from nodes.budget import BudgetSettings
 from nodes.draft import STEP_FORMATS, StepCandidate, StepFormat
+from nodes.gate_labels import parse_gate_label
 from nodes.gates import GateName, GateParams, question_seed
 from nodes.usage import add_usage
 from nodes.voting import MeasureName, SettleName, StopName, TraceRules, VoteName
@@ -316,6 +317,23 @@ class Context(BaseModel):
         return tuple(cls.model_fields)
 
 
+def context_for(
+    label: str, settings: Mapping[str, Any] | None = None, *, gamma: float | None = None
+) -> Context:
+    """The Context of gate label `label` (`mur+bc`, `random@0.12`, `mur[budget=800]`:
+    nodes.gate_labels) over `settings`, the Context fields shared by the runs (a profile's
+    recommendations, then the command line's or a request's): the one place a label becomes
+    a setting, so it means the same in run.py, the benchmark plan and the endpoint.
+
+    `gamma`, when given, replaces the settings' gamma; the label's own settings (bias
+    correction, a random rate, a budget) come on top, and the label's gate replaces any
+    `gate` in `settings`. Raises ValueError naming the label (a malformed one) or ContextError
+    naming the field (a bad value)."""
+    gate, overrides = parse_gate_label(label)
+    chosen = {} if gamma is None else {"gamma": gamma}
+    return Context(**{**(settings or {}), **chosen, **overrides, "gate": gate})
+
+
 class InputState(TypedDict):
     question: str
     system_prompt: NotRequired[str | None]
@@ -396,5 +414,6 @@ __all__ = [
     "TraceInput",
     "TraceOutput",
     "TraceSummary",
+    "context_for",
     "output_of",
 ]

@@ -6,11 +6,10 @@ from typing import get_args
 
 import pytest
 
-from evals.harness.contexts import context_for
 from evals.harness.plan import BenchmarkPlan
 from evals.questions import load_dataset
 from graphs import Context
-from graphs.state import ContextError
+from graphs.state import ContextError, context_for
 from nodes.gate_labels import (
     PAPER_TABLE_LABELS,
     budget_label,
