@@ -42,8 +42,8 @@ import psutil
 from langchain_core.messages import HumanMessage
 
 from evals.harness.plan import BenchmarkPlan
-from evals.harness.record import total_tokens
 from evals.harness.records import RecordStore, load_records
+from evals.harness.run_record import total_tokens
 from evals.harness.runner import run_jobs
 from evals.questions import Problem, load_dataset
 from graphs.mur import build_graph

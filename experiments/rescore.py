@@ -38,8 +38,8 @@ import httpx
 import numpy as np
 from langchain_core.messages import BaseMessage
 
-from evals.harness.record import RunRecord
 from evals.harness.records import SETTINGS, load_records
+from evals.harness.run_record import RunRecord
 from evals.questions import Problem, load_dataset
 from experiments.cli import float_list, publish
 from nodes.draft import STEP_FORMATS, step_messages

@@ -41,8 +41,8 @@ from pathlib import Path
 from types import FrameType
 
 from evals.harness.plan import gate_variants
-from evals.harness.record import RunRecord
 from evals.harness.records import records_so_far
+from evals.harness.run_record import RunRecord
 from evals.harness.stopping import STOP_SIGNALS, STOPPED_EXIT
 from evals.questions import (
     DATA_DIR_ENV,

@@ -30,8 +30,8 @@ from pathlib import Path
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import HumanMessage
 
-from evals.harness.record import RunRecord
 from evals.harness.records import load_records
+from evals.harness.run_record import RunRecord
 from evals.questions import load_dataset
 from experiments.cli import float_list, publish
 from nodes.judge import VERDICT_PATTERN, continue_to_verdict, forced_verdict, judge_prompt

@@ -10,7 +10,7 @@ from typing import Any
 
 from langchain_core.language_models import BaseChatModel
 
-from evals.harness.record import JobKey
+from evals.harness.run_record import JobKey
 from evals.questions import Problem
 from graphs.state import Context, context_for
 from nodes.gate_labels import budget_label, reads_gamma

@@ -62,7 +62,7 @@ class RunProgress:
     one) when it is not, nothing when ``enabled`` is false. ``live_tokens`` counts the tokens
     produced so far, questions in flight included (a run-wide `nodes.usage.metered`); without it,
     rates and ETA come from finished questions only. ``settings`` names each question's setting
-    (`evals.harness.record.setting_of`; one setting for all when left out) and ``recorded``
+    (`evals.harness.run_record.setting_of`; one setting for all when left out) and ``recorded``
     gives (setting, tokens) of questions finished before this run: they price the questions
     left. Use as ``async with``."""
 

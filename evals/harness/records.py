@@ -26,7 +26,7 @@ from typing import Any, TypedDict
 
 from filelock import FileLock
 
-from evals.harness.record import RunRecord
+from evals.harness.run_record import RunRecord
 from servers.cli import OneLineParser
 
 RECORDS = "records.jsonl"

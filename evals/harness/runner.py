@@ -15,8 +15,8 @@ from typing import Any
 from evals.harness.checkpoints import Solved, forget, solve_resumable
 from evals.harness.plan import Job
 from evals.harness.progress import RunProgress
-from evals.harness.record import RunRecord, make_record, setting_of, total_tokens
 from evals.harness.records import RecordStore
+from evals.harness.run_record import RunRecord, make_record, setting_of, total_tokens
 from evals.harness.stopping import StopSignals
 from evals.questions import grade
 from nodes.usage import CallMeter, metered

@@ -12,7 +12,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from evals.harness.record import RunRecord
+from evals.harness.run_record import RunRecord
 from evals.report import stats
 from evals.report.pairing import (
     Pairing,

@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from evals.harness.record import RunRecord
 from evals.harness.records import load_records
+from evals.harness.run_record import RunRecord
 from evals.report import stats
 from evals.report.pairing import Pairing, SettingKey, group_settings, pair, setting_order
 from servers.cli import OneLineParser

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from evals.harness.record import RunRecord
+from evals.harness.run_record import RunRecord
 from evals.report import stats
 from evals.report.pairing import (
     REFERENCE_GATE,

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from evals.harness.record import RunRecord
+from evals.harness.run_record import RunRecord
 from evals.report import stats
 from evals.report.headlines import HEADLINE_GAMMA, matched_random_rate, matched_random_runs
 from evals.report.pairing import SettingKey, SettingRuns, group_settings

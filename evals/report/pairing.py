@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from evals.harness.record import RunRecord, total_tokens
+from evals.harness.run_record import RunRecord, total_tokens
 from evals.report import stats
 from nodes.gate_labels import gate_family
 

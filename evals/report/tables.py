@@ -28,8 +28,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from evals.harness.record import RunRecord, setting_of
 from evals.harness.records import load_records
+from evals.harness.run_record import RunRecord, setting_of
 from evals.report import stats
 from evals.report.choices import Choice, mur_choices
 from evals.report.headlines import HEADLINE_GAMMA, Headline, headline_json, headlines

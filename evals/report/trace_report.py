@@ -12,7 +12,7 @@ from typing import Any
 
 from matplotlib.figure import Figure
 
-from evals.harness.record import RunRecord, total_tokens
+from evals.harness.run_record import RunRecord, total_tokens
 from evals.report import stats
 from evals.report.traces import (
     PRIMARY_SIGNAL,

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from evals.harness.record import RunRecord, setting_of
+from evals.harness.run_record import RunRecord, setting_of
 from evals.report import stats
 from graphs.loop import stops_after, trace_confidences
 from graphs.records import StepRecord, TraceSummary

@@ -10,8 +10,8 @@ import pytest
 
 from evals.harness.plan import BenchmarkPlan
 from evals.harness.progress import RunProgress, duration
-from evals.harness.record import total_tokens
 from evals.harness.records import RecordStore
+from evals.harness.run_record import total_tokens
 from evals.harness.runner import run_jobs
 from evals.questions import load_dataset
 from fakes import FakeLogprobChat, Scripted

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from evals.harness import records as records_module
-from evals.harness.record import JobKey, make_record
 from evals.harness.records import PACKED, RECORDS, RecordStore, has_records, load_records
+from evals.harness.run_record import JobKey, make_record
 
 RESULTS = Path(__file__).resolve().parents[2] / "results"
 

@@ -32,7 +32,7 @@ def record(
     sample: int = 0,
     finished_at: str | None = None,
 ) -> dict:
-    """A record as evals.harness.record.make_record writes it (the fields the report reads)."""
+    """A record as evals.harness.run_record.make_record writes it (the fields the report reads)."""
     problem_id = f"test/{question}.json"
     return {
         "key": f"{dataset}/{problem_id}/critic/{gate}/{'-' if gamma is None else gamma}/{sample}",

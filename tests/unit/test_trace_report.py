@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from test_traces import QUESTION, Traces
 
-from evals.harness.record import JobKey, RunRecord, make_record
 from evals.harness.records import RecordStore
+from evals.harness.run_record import JobKey, RunRecord, make_record
 from evals.report.tables import main, write_report
 from evals.report.traces import majority_at, question_traces, within_question_auroc
 from fakes import FakeLogprobChat

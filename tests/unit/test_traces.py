@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from langchain_core.messages import BaseMessage
 
-from evals.harness.record import JobKey, make_record
+from evals.harness.run_record import JobKey, make_record
 from evals.report.traces import mur_esc, question_traces, replay
 from fakes import FakeLogprobChat, Scripted
 from graphs.mur import build_graph

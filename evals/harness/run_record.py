@@ -16,7 +16,7 @@ from typing import Any, NotRequired, TypedDict, cast
 from graphs.state import Fallback, FinishReason, StepRecord, TraceSummary
 
 
-class Usage(TypedDict):
+class RecordedUsage(TypedDict):
     """Completion and prompt tokens of one question (nodes.llm.USAGE_KEYS)."""
 
     backbone_tokens: int
@@ -33,7 +33,7 @@ class Trace(TypedDict):
     answer: str | None
     finish_reason: FinishReason | None
     steps: list[StepRecord]
-    usage: Usage
+    usage: RecordedUsage
     fallback: Fallback | None
     config: dict[str, Any]
     traces: NotRequired[list[TraceSummary]]  # records written before traces existed lack it
@@ -52,7 +52,7 @@ class RunRecord(TypedDict):
     gold: str
     answer: str | None
     correct: bool
-    usage: Usage
+    usage: RecordedUsage
     steps_total: int
     steps_scaled: int
     finish_reason: FinishReason | None
