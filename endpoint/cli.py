@@ -60,6 +60,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--port", type=int, default=DEFAULT_PORT)
     add_connection_arguments(parser)
     parser.add_argument(
+        "--eager", action="store_true", help="start the embedded server eager (faster start)"
+    )
+    parser.add_argument(
         "--api-key",
         help=f"require this bearer key on every route but /health (default: env {API_KEY_ENV}; "
         "prefer the variable, a flag shows in the process list)",
@@ -89,10 +92,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 def connect(args: argparse.Namespace) -> tuple[Any, Any, dict[str, Any], str]:
     """(backbone, verifier, default settings, description) from flags, env or the embedded
-    default server, through the serving layer's one `connect`: every URL is probed first, so
-    a wrong one fails at start in seconds, naming it."""
+    server (started if it is not running, as run.py does), through the serving layer's one
+    `connect`: every URL is probed first, so a wrong one fails at start in seconds, naming it."""
     check_connection_flags(args)
-    connection = connect_servers(**connection_options(args))
+    connection = connect_servers(
+        **connection_options(args),
+        start=True,
+        eager=args.eager,
+        progress=True,
+        say=lambda text: print(text, file=sys.stderr, flush=True),
+    )
     defaults = dict(connection.recommended)
     note = connection.note
     if connection.profile:

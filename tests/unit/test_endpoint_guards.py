@@ -23,12 +23,16 @@ from langchain_core.messages import BaseMessage
 from pydantic import TypeAdapter, ValidationError
 
 from asgi_server import running
+from endpoint import cli as endpoint_cli
 from endpoint import create_app, guards
 from endpoint.cli import build_parser, is_loopback, main
 from endpoint.guards import ApiKey
 from fakes import FakeLogprobChat, Scripted
 from faulty_server import MODEL, faulty_server
 from graphs import Context
+from servers import connect as connect_module
+from servers.launcher import RunningServer
+from servers.profiles import DEFAULT_PROFILE, get_profile
 
 ROOT = Path(__file__).resolve().parents[2]
 QUESTION = [{"role": "user", "content": "What is 6 * 7?"}]
@@ -336,3 +340,24 @@ def _up(url: str) -> bool:
         return httpx.get(url.split("/v1")[0] + "/health", timeout=1).status_code == 200
     except httpx.HTTPError:
         return False
+
+
+def test_the_endpoint_starts_the_embedded_server_when_none_is_given(monkeypatch) -> None:
+    """As run.py: without --base-url or MUR_BASE_URL the endpoint starts (or reuses) the
+    embedded CPU server rather than stopping with "no vLLM server"."""
+    started: list[str] = []
+
+    def up(profile, eager=False, progress=False):
+        started.append(profile.name)
+        return RunningServer(
+            profile.name, profile.base_url, profile.served_model_name, 1, True, True, None
+        )
+
+    monkeypatch.delenv("MUR_BASE_URL", raising=False)
+    monkeypatch.delenv("MUR_VERIFIER_URL", raising=False)
+    monkeypatch.setattr(connect_module, "up", up)
+    args = build_parser().parse_args(["--eager"])
+    backbone, verifier, _, note = endpoint_cli.connect(args)
+    assert started == [DEFAULT_PROFILE]
+    assert backbone.openai_api_base == get_profile(DEFAULT_PROFILE).base_url
+    assert verifier is backbone and note.startswith("embedded")
