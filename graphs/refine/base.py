@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, NotRequired, TypeAlias, TypedDict
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage
-from langgraph.graph import StateGraph
+from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.runtime import Runtime
 from langgraph.types import Command
@@ -192,6 +192,27 @@ def new_graph(scratch: type) -> RefineBuilder:
     """A refine subgraph over the strategy's own scratch state, with the shared interface (the
     run's Context comes from the loop's graph, which mounts it)."""
     return StateGraph(scratch, input_schema=RefineInput, output_schema=RefineOutput)
+
+
+def candidate_graph(
+    nodes: CandidateNodes,
+    scratch: type,
+    score: tuple[str, Node[Context]],
+    choose: Callable[..., Any],
+    name: str,
+) -> RefineGraph:
+    """The wiring of a strategy that chooses among N candidates (`nodes`, over its scratch
+    state): sample_candidates -> `score` (its name and node, which asks a model) -> choose."""
+    kit = nodes.kit
+    graph = new_graph(scratch)
+    kit.add_model_node(graph, "sample_candidates", nodes.sample_candidates)
+    kit.add_model_node(graph, score[0], score[1])
+    graph.add_node("choose", choose)
+    graph.add_edge(START, "sample_candidates")
+    graph.add_edge("sample_candidates", score[0])
+    graph.add_edge(score[0], "choose")
+    graph.add_edge("choose", END)
+    return graph.compile(name=name)
 
 
 class CandidateNodes:

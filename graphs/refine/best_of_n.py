@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from langgraph.graph import END, START
 from langgraph.runtime import Runtime
 
 from graphs.refine.base import (
@@ -19,8 +18,8 @@ from graphs.refine.base import (
     RefineRecord,
     Strategy,
     Update,
+    candidate_graph,
     kept_texts,
-    new_graph,
     step_index,
 )
 from nodes.draft import StepCandidate
@@ -106,15 +105,8 @@ class BestOfNNodes(CandidateNodes):
 
 def build(kit: Kit) -> RefineGraph:
     nodes = BestOfNNodes(kit)
-    graph = new_graph(BestOfNState)
-    kit.add_model_node(graph, "sample_candidates", nodes.sample_candidates)
-    kit.add_model_node(graph, "verify_candidates", nodes.verify_candidates)
-    graph.add_node("choose", nodes.choose)
-    graph.add_edge(START, "sample_candidates")
-    graph.add_edge("sample_candidates", "verify_candidates")
-    graph.add_edge("verify_candidates", "choose")
-    graph.add_edge("choose", END)
-    return graph.compile(name="refine_best_of_n")
+    score = ("verify_candidates", nodes.verify_candidates)
+    return candidate_graph(nodes, BestOfNState, score, nodes.choose, "refine_best_of_n")
 
 
 STRATEGY = Strategy("best_of_n", build, BestOfNRecord)

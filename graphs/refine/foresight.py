@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from langchain_core.messages import AIMessage
-from langgraph.graph import END, START
 from langgraph.runtime import Runtime
 
 from graphs.refine.base import (
@@ -20,8 +19,8 @@ from graphs.refine.base import (
     RefineRecord,
     Strategy,
     Update,
+    candidate_graph,
     kept_texts,
-    new_graph,
     step_index,
 )
 from nodes.draft import StepCandidate, contains_answer, conversation
@@ -147,15 +146,8 @@ class ForesightNodes(CandidateNodes):
 
 def build(kit: Kit) -> RefineGraph:
     nodes = ForesightNodes(kit)
-    graph = new_graph(ForesightState)
-    kit.add_model_node(graph, "sample_candidates", nodes.sample_candidates)
-    kit.add_model_node(graph, "foresee", nodes.foresee)
-    graph.add_node("choose", nodes.choose)
-    graph.add_edge(START, "sample_candidates")
-    graph.add_edge("sample_candidates", "foresee")
-    graph.add_edge("foresee", "choose")
-    graph.add_edge("choose", END)
-    return graph.compile(name="refine_foresight")
+    score = ("foresee", nodes.foresee)
+    return candidate_graph(nodes, ForesightState, score, nodes.choose, "refine_foresight")
 
 
 STRATEGY = Strategy("foresight", build, ForesightRecord, uses_verifier=False)
