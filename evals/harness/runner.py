@@ -54,112 +54,144 @@ async def run_jobs(
     on one replica. A `graph` compiled with a checkpointer runs each question as the thread
     named by its key: a question stopped part-way resumes there (evals.harness.checkpoints).
     """
-    run_id = run_id or uuid.uuid4().hex[:8]
-    checkpointed = getattr(graph, "checkpointer", None) is not None
-    limit = asyncio.Semaphore(concurrency)
-    give_up_after = give_up_after or concurrency + 2
-    finished = failed = in_flight = 0
-    consecutive_server_failures = 0
-    server_gone: str | None = None
-    # A bar on a terminal; a plain line every few questions in a log (evals/harness/progress.py),
-    # its rate from every request answered so far, questions in flight included.
-    run_meter = CallMeter()
-    progress = RunProgress(
-        len(jobs),
-        enabled=show_progress,
-        live_tokens=lambda: run_meter.answered.generated_tokens,
-        settings=[job.key.setting for job in jobs],
-        recorded=[
-            (setting_of(r["strategy"], r["gate"], r["gamma"]), total_tokens(r))
-            for r in store.load()
-        ],
+    runner = Runner(
+        graph,
+        jobs,
+        store,
+        concurrency=concurrency,
+        give_up_after=give_up_after or concurrency + 2,
+        run_id=run_id or uuid.uuid4().hex[:8],
+        show_progress=show_progress,
     )
-    tasks: list[asyncio.Task[None]] = []
+    return await runner.run()
 
-    def finish_in_flight(name: str) -> None:
+
+class Runner:
+    """One benchmark run: its counters are fields, each job a task (`run`)."""
+
+    def __init__(
+        self,
+        graph: Any,
+        jobs: Sequence[Job],
+        store: RecordStore,
+        *,
+        concurrency: int,
+        give_up_after: int,
+        run_id: str,
+        show_progress: bool,
+    ) -> None:
+        self.graph, self.jobs, self.store, self.run_id = graph, jobs, store, run_id
+        self.checkpointed = getattr(graph, "checkpointer", None) is not None
+        self.limit = asyncio.Semaphore(concurrency)
+        self.give_up_after = give_up_after
+        self.finished = self.failed = self.in_flight = 0
+        self.server_failures_in_a_row = 0
+        self.server_gone: str | None = None
+        self.tasks: list[asyncio.Task[None]] = []
+        self.stop = StopSignals(on_first=self._finish_in_flight, on_second=self._cancel_in_flight)
+        # Every request answered so far, questions in flight included: the progress line's rate.
+        self.meter = CallMeter()
+        # A bar on a terminal; a plain line every few questions in a log (harness/progress.py).
+        self.progress = RunProgress(
+            len(jobs),
+            enabled=show_progress,
+            live_tokens=lambda: self.meter.answered.generated_tokens,
+            settings=[job.key.setting for job in jobs],
+            recorded=[
+                (setting_of(r["strategy"], r["gate"], r["gamma"]), total_tokens(r))
+                for r in store.load()
+            ],
+        )
+
+    async def run(self) -> RunOutcome:
+        jobs = self.jobs
+        async with self.progress:
+            with self.stop, metered(self.meter):  # the tasks inherit the meter
+                self.tasks.extend(asyncio.ensure_future(self._run_one(job)) for job in jobs)
+                try:
+                    await asyncio.gather(*self.tasks)
+                except asyncio.CancelledError:
+                    if not self.stop.forced:
+                        raise
+                    await asyncio.gather(*self.tasks, return_exceptions=True)  # each unwinds
+        skipped = len(jobs) - self.finished - self.failed
+        return RunOutcome(
+            self.finished, self.failed, skipped, self.server_gone, self.stop.requested
+        )
+
+    def _finish_in_flight(self, name: str) -> None:
         print(
-            f"\n{name}: starting no new questions; the {in_flight} in flight finish and are "
-            f"saved. {name} again stops them too (they resume from their last finished step "
-            "next time).",
+            f"\n{name}: starting no new questions; the {self.in_flight} in flight finish and "
+            f"are saved. {name} again stops them too (they resume from their last finished "
+            "step next time).",
             file=sys.stderr,
             flush=True,
         )
 
-    def cancel_in_flight(name: str) -> None:
+    def _cancel_in_flight(self, name: str) -> None:
         print(
-            f"\n{name} again: stopping the {in_flight} questions in flight now",
+            f"\n{name} again: stopping the {self.in_flight} questions in flight now",
             file=sys.stderr,
             flush=True,
         )
-        for task in tasks:
+        for task in self.tasks:
             task.cancel()
 
-    stop = StopSignals(on_first=finish_in_flight, on_second=cancel_in_flight)
-
-    async def run_one(job: Job) -> None:
-        nonlocal finished, in_flight
-        async with limit:
-            if server_gone or stop.requested:
+    async def _run_one(self, job: Job) -> None:
+        async with self.limit:
+            if self.server_gone or self.stop.requested:
                 return
-            in_flight += 1
+            self.in_flight += 1
             try:
                 with metered() as made_here:  # a resumed question's record counts more
-                    record = await solve_and_grade(job)
+                    record = await self._solve_and_grade(job)
             finally:
-                in_flight -= 1
+                self.in_flight -= 1
         if record is None:
             return
-        finished += 1
-        progress.finished_one(
+        self.finished += 1
+        self.progress.finished_one(
             total_tokens(record), job.key.setting, here=made_here.answered.generated_tokens
         )
 
-    async def solve_and_grade(job: Job) -> RunRecord | None:
+    async def _solve_and_grade(self, job: Job) -> RunRecord | None:
         """The job's record, appended to the store; None when it failed (recorded as such)."""
-        nonlocal failed, consecutive_server_failures, server_gone
         begin = time.monotonic()
         question = {"question": job.problem.question, "system_prompt": job.problem.system_prompt}
         try:
-            with session(new_session_id(run_id, job.key.text)):
-                if checkpointed:
-                    solved = await solve_resumable(graph, question, job.context, job.key.text)
-                else:
-                    result = await graph.ainvoke(question, context=job.context)
-                    solved = Solved(result, 0.0, False)
+            with session(new_session_id(self.run_id, job.key.text)):
+                solved = await self._solve(job, question)
         except Exception as exc:  # recorded with its reason; the run goes on
-            if checkpointed and not is_transient(exc):
-                await forget(graph, job.key.text)  # its own fault: next time it starts afresh
-            failed += 1
-            store.append_error(
-                {"key": job.key.text, "error": type(exc).__name__, "message": str(exc)[:2000]}
-            )
-            progress.failed_one(job.key.setting)
-            consecutive_server_failures = (
-                consecutive_server_failures + 1 if is_transient(exc) else 0
-            )
-            if consecutive_server_failures >= give_up_after:
-                server_gone = f"{type(exc).__name__}: {str(exc)[:300]}"
+            await self._failed(job, exc)
             return None
-        consecutive_server_failures = 0
+        self.server_failures_in_a_row = 0
         latency = solved.earlier_s + time.monotonic() - begin
         # Grading may take seconds (bounded by math-verify's timeouts): off the event loop.
         correct = await asyncio.to_thread(grade, job.problem, solved.output["answer"])
         record = make_record(
             job.key, job.problem.answer, solved.output, correct, latency, resumed=solved.resumed
         )
-        store.append(record)
-        if checkpointed:
-            await forget(graph, job.key.text)
+        self.store.append(record)
+        if self.checkpointed:
+            await forget(self.graph, job.key.text)
         return record
 
-    async with progress:
-        with stop, metered(run_meter):  # the tasks inherit the meter
-            tasks.extend(asyncio.ensure_future(run_one(job)) for job in jobs)
-            try:
-                await asyncio.gather(*tasks)
-            except asyncio.CancelledError:
-                if not stop.forced:
-                    raise
-                await asyncio.gather(*tasks, return_exceptions=True)  # let each one unwind
-    skipped = len(jobs) - finished - failed
-    return RunOutcome(finished, failed, skipped, server_gone, stop.requested)
+    async def _solve(self, job: Job, question: dict[str, Any]) -> Solved:
+        if self.checkpointed:
+            return await solve_resumable(self.graph, question, job.context, job.key.text)
+        return Solved(await self.graph.ainvoke(question, context=job.context), 0.0, False)
+
+    async def _failed(self, job: Job, exc: Exception) -> None:
+        """Record a failed question; after `give_up_after` server failures in a row the
+        server is gone and no more questions start."""
+        if self.checkpointed and not is_transient(exc):
+            await forget(self.graph, job.key.text)  # its own fault: next time it starts afresh
+        self.failed += 1
+        self.store.append_error(
+            {"key": job.key.text, "error": type(exc).__name__, "message": str(exc)[:2000]}
+        )
+        self.progress.failed_one(job.key.setting)
+        transient = is_transient(exc)
+        self.server_failures_in_a_row = self.server_failures_in_a_row + 1 if transient else 0
+        if self.server_failures_in_a_row >= self.give_up_after:
+            self.server_gone = f"{type(exc).__name__}: {str(exc)[:300]}"
