@@ -227,23 +227,27 @@ async def profile_graph(bench: Bench, path: str) -> str:
     )
 
 
+def check_arguments(args: argparse.Namespace, graph: dict[str, Any]) -> None:
+    """Refuse what the runs could not use (ValueError naming it), before any server starts."""
+    for strategy in args.strategies:
+        check_strategy(strategy)
+    if args.scaling_strategy:
+        check_strategy(args.scaling_strategy)
+    if args.questions < 2:
+        raise ValueError(f"--questions must be >= 2, got {args.questions}")
+    if args.concurrency < 1 or min(args.concurrency_levels) < 1:
+        raise ValueError("concurrency must be >= 1")
+    if args.window_seconds <= 0 or args.raw_seconds <= 0:
+        raise ValueError("--window-seconds and --raw-seconds must be > 0")
+    for label in args.gates:  # each label, and the settings, as the runs will use them
+        context_for(label, graph, gamma=args.gamma)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-
+    graph = {name: getattr(args, name) for name in SMALL_SETTINGS}
     try:
-        for strategy in args.strategies:
-            check_strategy(strategy)
-        if args.scaling_strategy:
-            check_strategy(args.scaling_strategy)
-        if args.questions < 2:
-            raise ValueError(f"--questions must be >= 2, got {args.questions}")
-        if args.concurrency < 1 or min(args.concurrency_levels) < 1:
-            raise ValueError("concurrency must be >= 1")
-        if args.window_seconds <= 0 or args.raw_seconds <= 0:
-            raise ValueError("--window-seconds and --raw-seconds must be > 0")
-        graph = {name: getattr(args, name) for name in SMALL_SETTINGS}
-        for label in args.gates:  # each label, and the settings, as the runs will use them
-            context_for(label, graph, gamma=args.gamma)
+        check_arguments(args, graph)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

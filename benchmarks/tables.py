@@ -113,6 +113,24 @@ def economy_table(runs: Sequence[GraphRun]) -> tuple[str, list[str]]:
     return table, goals
 
 
+OVERHEAD_HEADER = [
+    "run",
+    "questions",
+    "in flight",
+    "requests",
+    "graph wall s",
+    "replay wall s",
+    "graph / replay",
+    "client between requests %",
+    "client ms / wave",
+    "graph / replay (client only)",
+    "server ms / token graph / replay",
+    "graph / replay (server speed normalized)",
+    "client CPU s graph / replay",
+    "server tok graph / replay",
+]
+
+
 def overhead_table(pairs: Sequence[tuple[GraphRun, ReplayRun]]) -> tuple[str, list[str]]:
     """Table 2 and its goal lines: each graph run against its replay, and all of them pooled.
 
@@ -121,98 +139,81 @@ def overhead_table(pairs: Sequence[tuple[GraphRun, ReplayRun]]) -> tuple[str, li
     path, immune to the server's speed; `graph / replay (client only)` is the ratio it alone
     would give: wall / (wall - between).
     """
-    rows, goals = [], []
-    for graph, replay in pairs:
-        client = graph.client
-        rows.append(
-            [
-                graph.label,
-                graph.questions,
-                graph.concurrency,
-                replay.requests,
-                fmt(graph.wall_s, 1),
-                fmt(replay.wall_s, 1),
-                fmt_ratio(ratio(graph.wall_s, replay.wall_s)),
-                fmt(100 * client.between_share if client.between_share is not None else None, 2),
-                fmt(client.between_per_wave_ms, 1),
-                fmt_ratio(ratio(client.wall_s, client.wall_s - client.between_s)),
-                f"{fmt_ms(graph.server.inter_token_s)} / {fmt_ms(replay.server.inter_token_s)}",
-                fmt_ratio(
-                    speed_normalized(graph.wall_s, graph.server, replay.wall_s, replay.server)
-                ),
-                f"{fmt(graph.cpu_s, 1)} / {fmt(replay.cpu_s, 1)}",
-                f"{fmt(int(graph.server.generation_tokens or 0))} / "
-                f"{fmt(int(replay.server.generation_tokens or 0))}",
-            ]
-        )
+    rows: list[list[Any]] = [_overhead_row(graph, replay) for graph, replay in pairs]
+    goals: list[str] = []
     if pairs:
-        graph_wall = sum(g.wall_s for g, _ in pairs)
-        replay_wall = sum(r.wall_s for _, r in pairs)
-        wall_ratio = ratio(graph_wall, replay_wall)
-        spans = sum(g.client.wall_s for g, _ in pairs)
-        between = sum(g.client.between_s for g, _ in pairs)
-        client_ratio = ratio(spans, spans - between)
-        # Each run's wall time in units of the server's own step time, then pooled.
-        normalized = [
-            (g.wall_s / g.server.inter_token_s, r.wall_s / r.server.inter_token_s)
-            for g, r in pairs
-            if g.server.inter_token_s and r.server.inter_token_s
-        ]
-        pooled_normalized = ratio(sum(a for a, _ in normalized), sum(b for _, b in normalized))
-        rows.append(
-            [
-                "**all runs pooled**",
-                sum(g.questions for g, _ in pairs),
-                "",
-                sum(r.requests for _, r in pairs),
-                fmt(graph_wall, 1),
-                fmt(replay_wall, 1),
-                fmt_ratio(wall_ratio),
-                fmt(100 * between / spans if spans else None, 2),
-                "",
-                fmt_ratio(client_ratio),
-                "",
-                fmt_ratio(pooled_normalized),
-                "",
-                "",
-            ]
-        )
-        goals.append(
-            f"- Pooled graph / replay wall time = {fmt_ratio(wall_ratio)} (per run "
-            + ", ".join(fmt_ratio(ratio(g.wall_s, r.wall_s)) for g, r in pairs)
-            + f"). Goal <= {GOAL_OVERHEAD:.2f}x: "
-            f"**{verdict(wall_ratio, GOAL_OVERHEAD, at_most=True)}**. With each side's wall "
-            "time counted in the server's own time per token during it (the machine's load "
-            f"changes between the two): {fmt_ratio(pooled_normalized)} "
-            f"(**{verdict(pooled_normalized, GOAL_OVERHEAD, at_most=True)}**)."
-        )
-        share = fmt(100 * between / spans if spans else None, 2)
-        goals.append(
-            f"- The orchestration's own share of the critical path: {share}% "
-            f"of question time is spent between requests, i.e. graph / replay = "
-            f"{fmt_ratio(client_ratio)} from the client alone "
-            f"(**{verdict(client_ratio, GOAL_OVERHEAD, at_most=True)}**)."
-        )
-    table = markdown_table(
-        [
-            "run",
-            "questions",
-            "in flight",
-            "requests",
-            "graph wall s",
-            "replay wall s",
-            "graph / replay",
-            "client between requests %",
-            "client ms / wave",
-            "graph / replay (client only)",
-            "server ms / token graph / replay",
-            "graph / replay (server speed normalized)",
-            "client CPU s graph / replay",
-            "server tok graph / replay",
-        ],
-        rows,
-    )
-    return table, goals
+        pooled, goals = _overhead_pooled(pairs)
+        rows.append(pooled)
+    return markdown_table(OVERHEAD_HEADER, rows), goals
+
+
+def _overhead_row(graph: GraphRun, replay: ReplayRun) -> list[Any]:
+    client = graph.client
+    return [
+        graph.label,
+        graph.questions,
+        graph.concurrency,
+        replay.requests,
+        fmt(graph.wall_s, 1),
+        fmt(replay.wall_s, 1),
+        fmt_ratio(ratio(graph.wall_s, replay.wall_s)),
+        fmt(100 * client.between_share if client.between_share is not None else None, 2),
+        fmt(client.between_per_wave_ms, 1),
+        fmt_ratio(ratio(client.wall_s, client.wall_s - client.between_s)),
+        f"{fmt_ms(graph.server.inter_token_s)} / {fmt_ms(replay.server.inter_token_s)}",
+        fmt_ratio(speed_normalized(graph.wall_s, graph.server, replay.wall_s, replay.server)),
+        f"{fmt(graph.cpu_s, 1)} / {fmt(replay.cpu_s, 1)}",
+        f"{fmt(int(graph.server.generation_tokens or 0))} / "
+        f"{fmt(int(replay.server.generation_tokens or 0))}",
+    ]
+
+
+def _overhead_pooled(pairs: Sequence[tuple[GraphRun, ReplayRun]]) -> tuple[list[Any], list[str]]:
+    """The pooled row of Table 2 and its two goal lines."""
+    graph_wall = sum(g.wall_s for g, _ in pairs)
+    replay_wall = sum(r.wall_s for _, r in pairs)
+    wall_ratio = ratio(graph_wall, replay_wall)
+    spans = sum(g.client.wall_s for g, _ in pairs)
+    between = sum(g.client.between_s for g, _ in pairs)
+    client_ratio = ratio(spans, spans - between)
+    # Each run's wall time in units of the server's own step time, then pooled.
+    normalized = [
+        (g.wall_s / g.server.inter_token_s, r.wall_s / r.server.inter_token_s)
+        for g, r in pairs
+        if g.server.inter_token_s and r.server.inter_token_s
+    ]
+    pooled_normalized = ratio(sum(a for a, _ in normalized), sum(b for _, b in normalized))
+    share = fmt(100 * between / spans if spans else None, 2)
+    row = [
+        "**all runs pooled**",
+        sum(g.questions for g, _ in pairs),
+        "",
+        sum(r.requests for _, r in pairs),
+        fmt(graph_wall, 1),
+        fmt(replay_wall, 1),
+        fmt_ratio(wall_ratio),
+        share,
+        "",
+        fmt_ratio(client_ratio),
+        "",
+        fmt_ratio(pooled_normalized),
+        "",
+        "",
+    ]
+    goals = [
+        f"- Pooled graph / replay wall time = {fmt_ratio(wall_ratio)} (per run "
+        + ", ".join(fmt_ratio(ratio(g.wall_s, r.wall_s)) for g, r in pairs)
+        + f"). Goal <= {GOAL_OVERHEAD:.2f}x: "
+        f"**{verdict(wall_ratio, GOAL_OVERHEAD, at_most=True)}**. With each side's wall "
+        "time counted in the server's own time per token during it (the machine's load "
+        f"changes between the two): {fmt_ratio(pooled_normalized)} "
+        f"(**{verdict(pooled_normalized, GOAL_OVERHEAD, at_most=True)}**).",
+        f"- The orchestration's own share of the critical path: {share}% "
+        f"of question time is spent between requests, i.e. graph / replay = "
+        f"{fmt_ratio(client_ratio)} from the client alone "
+        f"(**{verdict(client_ratio, GOAL_OVERHEAD, at_most=True)}**).",
+    ]
+    return row, goals
 
 
 def scaling_table(pairs: Sequence[tuple[GraphRun, RawRun]]) -> tuple[str, list[str]]:

@@ -37,6 +37,15 @@ CLIENT_CLOSED = 499
 """Status logged for a request whose client went away (nginx's convention); never received."""
 
 
+def check_defaults(defaults: Mapping[str, Any] | None) -> None:
+    """Default settings that no request could run with stop the app at start, naming them."""
+    if defaults:
+        try:
+            make_context("mur", {k: v for k, v in defaults.items() if k != "gate"})
+        except APIError as exc:
+            raise ValueError(f"bad default settings: {exc.message}") from None
+
+
 def create_app(
     backbone: BaseChatModel,
     verifier: BaseChatModel | None = None,
@@ -54,11 +63,7 @@ def create_app(
     as a bearer token; `max_runs` graph runs at once, beyond which requests get 429;
     `max_request_bytes` bounds a body (413).
     """
-    if defaults:
-        try:
-            make_context("mur", {k: v for k, v in defaults.items() if k != "gate"})
-        except APIError as exc:
-            raise ValueError(f"bad default settings: {exc.message}") from None
+    check_defaults(defaults)
     service = RunService(backbone, verifier, max_runs=max_runs, retry_after=retry_after)
     key = ApiKey(api_key) if api_key is not None else None
     started = int(time.time())

@@ -2,15 +2,13 @@
 
 A server started here runs in the background in its own process session (so stopping it takes
 vLLM's engine subprocesses along), logs to `<MUR_HOME>/logs/<profile>.log`, and is recorded in
-`<MUR_HOME>/run/<profile>.json` so `down` and `status` work from any later process.
+`<MUR_HOME>/run/<profile>.json` (servers.processes) so `down` and `status` work from any later
+process.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -19,7 +17,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-import psutil
 from filelock import FileLock
 from rich.console import Console
 from rich.markup import escape
@@ -28,6 +25,17 @@ from servers.errors import ServerError, ServerUnavailable
 from servers.model import ensure_model
 from servers.paths import logs_dir, run_dir
 from servers.probes import check_endpoint, healthy, normalize_base_url, port_open, root_url
+from servers.processes import (
+    CHILDREN,
+    STOP_GRACE_S,
+    alive,
+    create_time,
+    read_record,
+    record_alive,
+    remove_record,
+    terminate,
+    write_record,
+)
 from servers.profiles import (
     Profile,
     command_line,
@@ -39,12 +47,10 @@ from servers.profiles import (
 )
 
 LOG_TAIL_LINES = 40
-STOP_GRACE_S = 30.0
 _POLL_S = 0.5
 
 # Popen objects of servers this process started: kept so they are reaped (no zombies, no
 # "subprocess still running" ResourceWarning when the object would be collected).
-_CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
 
 
 @dataclass
@@ -74,78 +80,6 @@ class RunningServer:
 # ---------------------------------------------------------------------- processes, records
 
 
-def _create_time(pid: int) -> float | None:
-    """When the process started (seconds since the epoch): guards against PID reuse."""
-    try:
-        return psutil.Process(pid).create_time()
-    except psutil.Error:
-        return None
-
-
-def _running(process: psutil.Process) -> bool:
-    try:
-        return process.status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
-    except psutil.AccessDenied:
-        return True  # it exists; someone else's
-
-
-def _alive(pid: int) -> bool:
-    """Running (not exited, not a zombie)."""
-    child = _CHILDREN.get(pid)
-    if child is not None:
-        return child.poll() is None
-    try:
-        return _running(psutil.Process(pid))
-    except psutil.NoSuchProcess:
-        return False
-
-
-def _group_alive(pgid: int) -> bool:
-    """Some non-zombie process is still in process group `pgid`."""
-    for process in psutil.process_iter():
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            if os.getpgid(process.pid) == pgid and _running(process):
-                return True
-    return False
-
-
-def _record_path(profile: str) -> Path:
-    return run_dir() / f"{profile}.json"
-
-
-def _read_record(profile: str) -> dict[str, Any] | None:
-    try:
-        data = json.loads(_record_path(profile).read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def _write_record(profile: str, record: Mapping[str, Any]) -> None:
-    path = _record_path(profile)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(dict(record), indent=2) + "\n")
-    tmp.replace(path)
-
-
-def _remove_record(profile: str) -> None:
-    _record_path(profile).unlink(missing_ok=True)
-
-
-def _record_alive(record: Mapping[str, Any]) -> bool:
-    """The recorded PID still runs and is the same process (start time matches). Records
-    written before start times were kept as `create_time` carry none: the PID decides."""
-    pid = record.get("pid")
-    if not isinstance(pid, int) or not _alive(pid):
-        return False
-    started = record.get("create_time")
-    now = _create_time(pid)
-    return started is None or now is None or abs(now - started) < 1.0
-
-
 def _profile_lock(profile: str) -> FileLock:
     """Serializes up/down of one profile across processes (e.g. parallel test sessions)."""
     path = run_dir() / f".{profile}.lock"
@@ -164,27 +98,6 @@ def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
     except OSError:
         return ""
     return "\n".join(text.splitlines()[-lines:])
-
-
-def _terminate(pid: int, grace: float = STOP_GRACE_S) -> None:
-    """SIGTERM the process group of `pid`, wait up to `grace` s, then SIGKILL what is left."""
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pid, signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    while time.monotonic() < deadline:
-        if not _alive(pid) and not _group_alive(pid):
-            break
-        time.sleep(0.2)
-    else:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(pid, signal.SIGKILL)
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and (_alive(pid) or _group_alive(pid)):
-            time.sleep(0.1)
-    child = _CHILDREN.pop(pid, None)
-    if child is not None:
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            child.wait(timeout=5)
 
 
 # ------------------------------------------------------------------------------ progress
@@ -248,8 +161,8 @@ def _reuse(p: Profile) -> RunningServer:
             f"--all` if it was started here, else kill it) or point clients at it with "
             f"--base-url {p.base_url}"
         )
-    record = _read_record(p.name)
-    pid = record.get("pid") if record and _record_alive(record) else None
+    record = read_record(p.name)
+    pid = record.get("pid") if record and record_alive(record) else None
     log = Path(record["log"]) if record and pid and record.get("log") else None
     detail = str(record.get("detail") or "") if record and pid else ""
     return RunningServer(p.name, p.base_url, p.served_model_name, pid, True, False, log, detail)
@@ -280,13 +193,13 @@ def up(
     with _profile_lock(p.name):
         if healthy(p.root_url):
             return _reuse(p)
-        record = _read_record(p.name)
-        if record and _record_alive(record):
+        record = read_record(p.name)
+        if record and record_alive(record):
             return _wait_for(
                 p, int(record["pid"]), Path(record["log"]), timeout, progress, started=False
             )
         if record:
-            _remove_record(p.name)
+            remove_record(p.name)
         if port_open(p.host, p.port):
             raise ServerError(
                 f"port {p.port} on {p.host} is in use but does not answer /health like a vLLM "
@@ -363,13 +276,13 @@ def _start(
             )
         except OSError as exc:
             raise ServerError(f"could not start {argv[0]} for profile {p.name}: {exc}") from None
-    _CHILDREN[proc.pid] = proc
-    _write_record(
+    CHILDREN[proc.pid] = proc
+    write_record(
         p.name,
         {
             "profile": p.name,
             "pid": proc.pid,
-            "create_time": _create_time(proc.pid),
+            "create_time": create_time(proc.pid),
             "port": p.port,
             "base_url": p.base_url,
             "model": p.served_model_name,
@@ -398,9 +311,9 @@ def _wait_for(
     try:
         while True:
             elapsed = time.monotonic() - t0
-            if not _alive(pid):
-                code = _CHILDREN.pop(pid).returncode if pid in _CHILDREN else None
-                _remove_record(p.name)
+            if not alive(pid):
+                code = CHILDREN.pop(pid).returncode if pid in CHILDREN else None
+                remove_record(p.name)
                 status = f" with exit code {code}" if code is not None else ""
                 raise ServerError(
                     f"the {p.name} server exited while starting{status}. Last lines of "
@@ -409,8 +322,8 @@ def _wait_for(
             if healthy(p.root_url):
                 break
             if elapsed >= timeout:
-                _terminate(pid)
-                _remove_record(p.name)
+                terminate(pid)
+                remove_record(p.name)
                 raise ServerError(
                     f"the {p.name} server was not healthy after {timeout:g} s and was stopped; "
                     f"raise --timeout if it is just slow. Last lines of {log_path}:\n"
@@ -420,8 +333,8 @@ def _wait_for(
             time.sleep(_POLL_S)
     except KeyboardInterrupt:
         if started:
-            _terminate(pid)
-            _remove_record(p.name)
+            terminate(pid)
+            remove_record(p.name)
         raise
     finally:
         shown.stop()
@@ -445,14 +358,14 @@ def down(profile_name: str, *, grace: float = STOP_GRACE_S) -> bool:
     package did not start (no record) is never touched.
     """
     with _profile_lock(profile_name):
-        record = _read_record(profile_name)
+        record = read_record(profile_name)
         if record is None:
             return False
-        if not _record_alive(record):
-            _remove_record(profile_name)
+        if not record_alive(record):
+            remove_record(profile_name)
             return False
-        _terminate(int(record["pid"]), grace)
-        _remove_record(profile_name)
+        terminate(int(record["pid"]), grace)
+        remove_record(profile_name)
         return True
 
 
@@ -469,9 +382,9 @@ def status(probe: Callable[[str], bool] = healthy) -> list[RunningServer]:
     """
     servers = []
     for name in recorded_profiles():
-        record = _read_record(name)
-        if record is None or not _record_alive(record):
-            _remove_record(name)
+        record = read_record(name)
+        if record is None or not record_alive(record):
+            remove_record(name)
             continue
         base_url = str(record.get("base_url", ""))
         servers.append(
@@ -494,8 +407,8 @@ def recorded_command(base_url: str) -> list[str] | None:
     `up`, or no longer running): what the server's own API does not say, such as its dtype."""
     wanted = normalize_base_url(base_url)
     for name in recorded_profiles():
-        record = _read_record(name)
-        if record is None or not _record_alive(record):
+        record = read_record(name)
+        if record is None or not record_alive(record):
             continue
         if normalize_base_url(str(record.get("base_url", ""))) == wanted:
             argv = record.get("argv")

@@ -32,8 +32,6 @@ from servers.launcher import (
     STOP_GRACE_S,
     RunningServer,
     _Progress,
-    _read_record,
-    _record_alive,
     down,
     recorded_profiles,
     up,
@@ -41,6 +39,7 @@ from servers.launcher import (
 from servers.model import ensure_model
 from servers.paths import logs_dir
 from servers.probes import healthy
+from servers.processes import read_record, record_alive
 from servers.profiles import Profile, cpu_list, format_cpus, get_profile
 
 ROUTER_DISTRIBUTION = "vllm-router"
@@ -287,8 +286,8 @@ def up_replicas(
 
 def _check_router_port(front: Profile, base: Profile, detail: str) -> None:
     """Refuse a router port held by something that is not this very router."""
-    record = _read_record(front.name)
-    if record and _record_alive(record):
+    record = read_record(front.name)
+    if record and record_alive(record):
         if record.get("detail") != detail:
             raise ServerError(
                 f"a router for {base.name} already runs on {front.base_url} "

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage
 
-from servers import clients, facts, launcher, probes
+from servers import clients, facts, launcher, probes, processes
 from servers.__main__ import main
 from servers.clients import SAMPLING_DEFAULTS, make_chat_model
 from servers.errors import ServerError, ServerUnavailable
@@ -301,7 +301,7 @@ def test_process_dying_at_start_reports_log_tail(mur_home: Path) -> None:
 
 def test_timeout_kills_the_process_and_reports(mur_home: Path) -> None:
     script = "import time; print('still loading', flush=True); time.sleep(60)"
-    before = set(launcher._CHILDREN)  # a session server may be running in this process
+    before = set(processes.CHILDREN)  # a session server may be running in this process
     with pytest.raises(ServerError) as info:
         launcher.up(
             tiny_on(free_port()),
@@ -310,7 +310,7 @@ def test_timeout_kills_the_process_and_reports(mur_home: Path) -> None:
             command=[sys.executable, "-u", "-c", script],
         )
     assert "not healthy after 1.5 s" in str(info.value) and "still loading" in str(info.value)
-    assert launcher.status() == [] and set(launcher._CHILDREN) == before
+    assert launcher.status() == [] and set(processes.CHILDREN) == before
 
 
 def test_start_record_status_and_down(mur_home: Path) -> None:
@@ -345,17 +345,17 @@ def test_start_record_status_and_down(mur_home: Path) -> None:
 
 def test_records_guard_against_pid_reuse_and_zombies() -> None:
     me = os.getpid()
-    record = {"pid": me, "create_time": launcher._create_time(me)}
-    assert launcher._record_alive(record)
+    record = {"pid": me, "create_time": processes.create_time(me)}
+    assert processes.record_alive(record)
     # The same PID, started at another time: some other process now has that number.
-    assert not launcher._record_alive({**record, "create_time": record["create_time"] - 100})
-    assert launcher._record_alive({"pid": me, "start_ticks": 1})  # an older version's record
-    assert launcher._group_alive(os.getpgid(me))
+    assert not processes.record_alive({**record, "create_time": record["create_time"] - 100})
+    assert processes.record_alive({"pid": me, "start_ticks": 1})  # an older version's record
+    assert processes.group_alive(os.getpgid(me))
     exited = subprocess.Popen([sys.executable, "-c", "pass"], start_new_session=True)
     deadline = time.monotonic() + 60
-    while launcher._alive(exited.pid) and time.monotonic() < deadline:
+    while processes.alive(exited.pid) and time.monotonic() < deadline:
         time.sleep(0.05)  # not reaped yet: a zombie, which counts as gone
-    assert not launcher._alive(exited.pid) and not launcher._group_alive(exited.pid)
+    assert not processes.alive(exited.pid) and not processes.group_alive(exited.pid)
     assert exited.wait(timeout=5) == 0
 
 
