@@ -212,7 +212,7 @@ def to_markdown(analysis: TraceAnalysis, plot: str | None = None) -> str:
 
 def plot(analysis: TraceAnalysis, path: Path, trace_tokens: float) -> Path:
     """Accuracy against tokens a question: self-consistency at k = 1..K and every rule."""
-    fig = Figure(figsize=(7, 4.5))
+    fig = Figure(figsize=(9, 4.5))
     ax = fig.subplots()
     ks = range(1, analysis.traces + 1)
     ax.plot(
@@ -221,12 +221,12 @@ def plot(analysis: TraceAnalysis, path: Path, trace_tokens: float) -> Path:
         "o-",
         label="self-consistency, k = 1..K",
     )
-    for rule in analysis.rules[1:]:
-        ax.scatter(rule.tokens_per_question, rule.accuracy * 100, label=rule.name, marker="s")
+    for rule, marker in zip(analysis.rules[1:], "sD^vP*Xo", strict=False):
+        ax.scatter(rule.tokens_per_question, rule.accuracy * 100, label=rule.name, marker=marker)
     ax.set_xlabel("completion tokens a question")
     ax.set_ylabel("accuracy (%)")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="lower right")
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     return path
