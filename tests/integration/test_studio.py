@@ -71,9 +71,11 @@ async def test_studio_draws_every_strategy_in_the_one_graph_and_runs_one(langgra
     assert {a["graph_id"] for a in assistants} == {"mur"}
     drawing = await client.assistants.get_graph(assistants[0]["assistant_id"], xray=True)
     drawn = {node["id"] for node in drawing["nodes"]}
-    assert {"draft_step", "score_uncertainty", "gamma_gate", "commit_step"} <= drawn
+    assert {"plan_traces", "vote"} <= drawn  # a question's traces, and their vote
+    loop = {"draft_step", "score_uncertainty", "gamma_gate", "commit_step"}
+    assert {f"trace:{name}" for name in loop} <= drawn  # each trace is the loop
     for strategy in STRATEGIES:
-        assert any(node.startswith(f"{strategy}:") for node in drawn), strategy
+        assert any(node.startswith(f"trace:{strategy}:") for node in drawn), strategy
     thread = await client.threads.create()
     result = await client.runs.wait(
         thread["thread_id"],
@@ -95,6 +97,7 @@ async def test_studio_draws_every_strategy_in_the_one_graph_and_runs_one(langgra
         "usage",
         "fallback",
         "config",
+        "traces",
     }
     assert result["config"]["gate"] == "always" and result["config"]["strategy"] == "critic"
     assert result["steps"] and all(step["scaled"] for step in result["steps"])
