@@ -115,6 +115,8 @@ def route_traces(state: QuestionState, runtime: Runtime[Context]) -> list[Send] 
 
 
 class TraceNode(Protocol):
+    """A node over one trace's input (a Send's) with the run's Context, as LangGraph calls it."""
+
     async def __call__(self, state: TraceInput, *, runtime: Runtime[Context]) -> Update: ...
 
 
