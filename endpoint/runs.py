@@ -24,6 +24,7 @@ from endpoint.schemas import Job
 from graphs import build_graph
 from graphs.model_calls import describe_failure, server_roles
 from graphs.solve import solve
+from servers.clients import base_url_of
 from servers.sessions import new_session_id, session
 
 log = logging.getLogger("endpoint")
@@ -155,11 +156,6 @@ async def unless_disconnected(
         run.task.cancel()
         raise ClientGone()
     return waited.result()
-
-
-def base_url_of(model: Any) -> str | None:
-    url = getattr(model, "openai_api_base", None)
-    return str(url).rstrip("/") if url else None
 
 
 def describe_model(model: Any) -> dict[str, Any]:

@@ -87,7 +87,8 @@ def confidence_watch(state: State, ctx: Context) -> TokenWatch | None:
     if ctx.trace_stop != "confidence" or threshold is None:
         return None
     group = GroupWatch(ctx.group_window)
-    group.feed(trace_confidences(state.get("steps", [])))
+    for confidence in trace_confidences(state.get("steps", []))[-ctx.group_window :]:
+        group.push(confidence)  # the window runs on from the last kept tokens (all checked)
 
     def watch(top_logprobs: Sequence[float]) -> bool:
         current = group.push(token_confidence(top_logprobs))

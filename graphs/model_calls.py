@@ -28,6 +28,7 @@ from langgraph.typing import ContextT
 
 from graphs.attempts import AttemptLedger, Node, Outcome
 from nodes.llm import MissingLogprobsError
+from servers.clients import base_url_of
 from servers.transport_errors import (
     ContextOverflow,
     context_overflow,
@@ -83,9 +84,9 @@ def server_roles(backbone: Any, verifier: Any) -> dict[str, str]:
     both use is named as the backbone; a model without a URL, a fake, is left out)."""
     roles: dict[str, str] = {}
     for role, model in (("verifier", verifier), ("backbone", backbone)):
-        url = getattr(model, "openai_api_base", None)
+        url = base_url_of(model)
         if url:
-            roles[str(url).rstrip("/")] = role
+            roles[url] = role
     return roles
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 from nodes.llm import LOGPROB_FLOOR
@@ -96,15 +96,6 @@ class GroupWatch:
         # An exact sum each time, not a running one: the live rule and its replay must agree
         # to the last bit, whatever order the tokens were pushed in.
         return math.fsum(self._last) / self.window
-
-    def feed(self, confidences: Iterable[float]) -> float | None:
-        """Push each; the lowest full-window group seen among them (None: none complete)."""
-        lowest: float | None = None
-        for confidence in confidences:
-            group = self.push(confidence)
-            if group is not None and (lowest is None or group < lowest):
-                lowest = group
-        return lowest
 
 
 def first_breach(confidences: Sequence[float], threshold: float, window: int) -> int | None:

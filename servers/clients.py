@@ -215,6 +215,12 @@ class VLLMChatOpenAI(ChatOpenAI):
         return result
 
 
+def base_url_of(model: Any) -> str | None:
+    """The base URL a chat model asks (no trailing slash); None for one without (a fake)."""
+    url = getattr(model, "openai_api_base", None)
+    return str(url).rstrip("/") if url else None
+
+
 def resolve_model(base_url: str, timeout: float = 5) -> str:
     """The model served at `base_url` (the first listed), or ServerUnavailable."""
     models = check_endpoint(base_url, timeout=timeout)

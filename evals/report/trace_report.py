@@ -24,10 +24,10 @@ from evals.report.traces import (
     named_rules,
     prediction_interval,
     question_traces,
+    recorded_context,
     run_rule,
     within_question_auroc,
 )
-from graphs.state import Context
 
 PLOT_NAME = "traces_accuracy_vs_tokens.png"
 ECONOMY_MARGIN = -0.02
@@ -281,8 +281,7 @@ def online_check(recorded: Sequence[RunRecord], live: Sequence[RunRecord]) -> On
     configs = {json.dumps(r["trace"]["config"], sort_keys=True) for r in live}
     if len(configs) != 1:
         raise ValueError(f"the live folder mixes {len(configs)} settings: check one rule")
-    config = live[0]["trace"]["config"]
-    rules = Context(**{k: v for k, v in config.items() if k in Context.field_names()})
+    rules = recorded_context(live[0]["trace"]["config"])
     questions, _ = question_traces(recorded)
     by_id = {q.problem_id: q for q in questions}
     missing = sorted({r["problem_id"] for r in live} - by_id.keys())

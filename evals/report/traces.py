@@ -94,9 +94,15 @@ def question_traces(
     return questions, incomplete
 
 
+def recorded_context(config: Mapping[str, Any]) -> Context:
+    """The Context a recorded run used, from its output's `config` (fields a later version
+    dropped are left out; fields it added take their defaults)."""
+    return Context(**{k: v for k, v in config.items() if k in Context.field_names()})
+
+
 def _recorded(record: RunRecord) -> RecordedTrace:
     output: dict[str, Any] = dict(record["trace"])
-    ctx = Context(**{k: v for k, v in output["config"].items() if k in Context.field_names()})
+    ctx = recorded_context(output["config"])
     return RecordedTrace(
         sample=record["sample"],
         correct=record["correct"],

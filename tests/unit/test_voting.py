@@ -78,7 +78,6 @@ def test_the_live_watch_and_the_offline_breach_agree() -> None:
     assert groups == [None, 5.0, 3.0, 1.0, 3.0]
     assert first_breach(confidences, 2.5, 2) == 3
     assert first_breach(confidences, 0.5, 2) is None
-    assert GroupWatch(2).feed(confidences) == 1.0
 
 
 # ---------------------------------------------------------------------------- votes
