@@ -46,13 +46,13 @@ run: setup
 	$(PY) run.py --strategy critic
 
 model: setup
-	$(PY) -m servers model
+	$(PY) -m mur.servers model
 
 server-up: setup
-	$(PY) -m servers up --profile $(PROFILE) $(if $(EAGER),--eager)
+	$(PY) -m mur.servers up --profile $(PROFILE) $(if $(EAGER),--eager)
 
 server-down: setup
-	$(PY) -m servers down --all
+	$(PY) -m mur.servers down --all
 
 server-status: setup
-	$(PY) -m servers status
+	$(PY) -m mur.servers status

@@ -28,26 +28,26 @@ from pydantic.fields import FieldInfo
 from rich.console import Console
 from rich.text import Text
 
-from evals.harness.plan import BenchmarkPlan
-from evals.questions import Problem, load_dataset
-from evals.questions.datasets import describe as describe_datasets
-from graphs.model_calls import describe_failure, server_roles
-from graphs.mur import build_graph
-from graphs.refine import summarise
-from graphs.solve import solve
-from graphs.state import Context, context_for
-from nodes.draft import check_question
-from nodes.gate_labels import budget_label
-from servers import ServerError
-from servers.cli import OneLineParser, usage_error
-from servers.connect import (
+from mur.evals.harness.plan import BenchmarkPlan
+from mur.evals.questions import Problem, load_dataset
+from mur.evals.questions.datasets import describe as describe_datasets
+from mur.graphs.model_calls import describe_failure, server_roles
+from mur.graphs.mur import build_graph
+from mur.graphs.refine import summarise
+from mur.graphs.solve import solve
+from mur.graphs.state import Context, context_for
+from mur.nodes.draft import check_question
+from mur.nodes.gate_labels import budget_label
+from mur.servers import ServerError
+from mur.servers.cli import OneLineParser, usage_error
+from mur.servers.connect import (
     Connection,
     add_connection_arguments,
     check_connection_flags,
     connection_options,
 )
-from servers.connect import connect as connect_servers
-from servers.sessions import new_session_id, session
+from mur.servers.connect import connect as connect_servers
+from mur.servers.sessions import new_session_id, session
 
 SAMPLE_QUESTION = (
     "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips "
@@ -422,7 +422,7 @@ def main(argv: list[str] | None = None) -> int:
     if problems is not None:
         # Here: the benchmark brings statistics and plots (scipy, matplotlib), seconds of
         # imports that a single question, or a wrong --base-url, must not wait for.
-        from evals.benchmark import run_benchmark  # noqa: PLC0415
+        from mur.evals.benchmark import run_benchmark  # noqa: PLC0415
 
         plan = benchmark_plan(args, problems, connection, command_line(argv))
         return run_benchmark(plan, connection.backbone, connection.verifier)

@@ -26,8 +26,8 @@ from typing import Any
 import httpx
 import openai
 
-from benchmarks.counters import parse_block_size
-from benchmarks.measure import (
+from mur.benchmarks.counters import parse_block_size
+from mur.benchmarks.measure import (
     DEFAULT_GATES,
     DEFAULT_LEVELS,
     DEFAULT_STRATEGIES,
@@ -36,17 +36,17 @@ from benchmarks.measure import (
     Server,
     Settings,
 )
-from benchmarks.report import load_line, machine_line, merge_notes, render
-from benchmarks.results import GraphRun, RawRun, ReplayRun
-from benchmarks.tables import fmt
-from evals.questions import load_dataset
-from graphs.refine import check_strategy
-from graphs.state import context_for
-from servers.cli import OneLineParser
-from servers.clients import resolve_model
-from servers.connect import add_connection_arguments
-from servers.launcher import up
-from servers.profiles import get_profile
+from mur.benchmarks.report import load_line, machine_line, merge_notes, render
+from mur.benchmarks.results import GraphRun, RawRun, ReplayRun
+from mur.benchmarks.tables import fmt
+from mur.evals.questions import load_dataset
+from mur.graphs.refine import check_strategy
+from mur.graphs.state import context_for
+from mur.servers.cli import OneLineParser
+from mur.servers.clients import resolve_model
+from mur.servers.connect import add_connection_arguments
+from mur.servers.launcher import up
+from mur.servers.profiles import get_profile
 
 BENCH_PROFILE = "cpu-tiny"  # the server started (or reused) when no --base-url is given
 
@@ -274,7 +274,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     problems = pool[: args.questions]
     base_url, model, how = connect(args)
     given = sys.argv[1:] if argv is None else list(argv)
-    command = shlex.join(["python", "-m", "benchmarks.bench", *given])
+    command = shlex.join(["python", "-m", "mur.benchmarks.bench", *given])
     started = dt.datetime.now(dt.UTC)
     load_before = load_line()
     t0 = time.monotonic()

@@ -37,11 +37,11 @@ from typing import Any
 import httpx
 import numpy as np
 
-from benchmarks.fake_endpoint import expected_content
-from servers.cli import OneLineParser
-from servers.connect import add_connection_arguments, connection_argv
-from servers.facts import cpu_model
-from servers.metrics import generation_tokens
+from mur.benchmarks.fake_endpoint import expected_content
+from mur.servers.cli import OneLineParser
+from mur.servers.connect import add_connection_arguments, connection_argv
+from mur.servers.facts import cpu_model
+from mur.servers.metrics import generation_tokens
 
 ROOT = Path(__file__).resolve().parents[1]
 CPU_BASE_URL = "http://127.0.0.1:8011/v1"
@@ -335,9 +335,9 @@ def run(args: argparse.Namespace) -> Report:
     )
     max_runs = str(args.max_runs or args.clients)
     if args.backbone == "fake":
-        command = [sys.executable, "-m", "benchmarks.fake_endpoint", "--max-runs", max_runs]
+        command = [sys.executable, "-m", "mur.benchmarks.fake_endpoint", "--max-runs", max_runs]
     else:
-        command = [sys.executable, "-m", "endpoint", *connection_argv(args)]
+        command = [sys.executable, "-m", "mur.endpoint", *connection_argv(args)]
         command += ["--max-runs", max_runs, "--log-level", "warning"]
     command += ["--port", str(args.port)]
     with tempfile.TemporaryDirectory() as folder:

@@ -18,9 +18,9 @@ from typing import Any
 import uvicorn
 from langchain_core.messages import BaseMessage, HumanMessage
 
-from endpoint import create_app
-from endpoint.cli import KEEP_ALIVE_SECONDS
-from servers.cli import OneLineParser
+from mur.endpoint import create_app
+from mur.endpoint.cli import KEEP_ALIVE_SECONDS
+from mur.servers.cli import OneLineParser
 from tests.fakes import FakeLogprobChat, Scripted
 
 DRAFT_UNCERTAINTY = {1: 1.0, 2: 1.3, 3: 0.15}  # the gamma-gate scales step 2 only

@@ -20,9 +20,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from evals.harness.records import load_records
-from servers.cli import OneLineParser
-from servers.launcher import CORE_SHARING, CoreSharing, down, up_pair
+from mur.evals.harness.records import load_records
+from mur.servers.cli import OneLineParser
+from mur.servers.launcher import CORE_SHARING, CoreSharing, down, up_pair
 
 ROOT = Path(__file__).resolve().parent.parent
 

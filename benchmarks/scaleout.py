@@ -41,29 +41,29 @@ from typing import Any
 import psutil
 from langchain_core.messages import HumanMessage
 
-from evals.harness.plan import BenchmarkPlan
-from evals.harness.records import RecordStore, load_records
-from evals.harness.run_record import total_tokens
-from evals.harness.runner import run_jobs
-from evals.questions import Problem, load_dataset
-from graphs.mur import build_graph
-from graphs.refine import check_strategy
-from servers.cli import OneLineParser
-from servers.clients import make_chat_model
-from servers.errors import ServerError
-from servers.launcher import down, up
-from servers.metrics import (
+from mur.evals.harness.plan import BenchmarkPlan
+from mur.evals.harness.records import RecordStore, load_records
+from mur.evals.harness.run_record import total_tokens
+from mur.evals.harness.runner import run_jobs
+from mur.evals.questions import Problem, load_dataset
+from mur.graphs.mur import build_graph
+from mur.graphs.refine import check_strategy
+from mur.servers.cli import OneLineParser
+from mur.servers.clients import make_chat_model
+from mur.servers.errors import ServerError
+from mur.servers.launcher import down, up
+from mur.servers.metrics import (
     GENERATION_TOKENS,
     PREFIX_CACHE_HITS,
     PREFIX_CACHE_QUERIES,
     REQUESTS_DONE,
     read_counter,
 )
-from servers.model import ensure_model
-from servers.paths import mur_home
-from servers.profiles import get_profile
-from servers.replicas import POLICIES, down_group, replica_profile, up_replicas
-from servers.sessions import session
+from mur.servers.model import ensure_model
+from mur.servers.paths import mur_home
+from mur.servers.profiles import get_profile
+from mur.servers.replicas import POLICIES, down_group, replica_profile, up_replicas
+from mur.servers.sessions import session
 
 GIB = 1024**3
 NEED_GIB = {"one": 6.0, "two": 8.5}  # ~4.7 GiB server / two ~3.7 GiB replicas, plus headroom

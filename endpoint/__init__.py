@@ -9,7 +9,7 @@ shape), cli (flags and uvicorn). The endpoint drives graphs/ like any other user
 models from the serving layer's client factory; nothing else in the project imports it.
 """
 
-from endpoint.app import create_app
-from endpoint.schemas import MODELS, model_name
+from mur.endpoint.app import create_app
+from mur.endpoint.schemas import MODELS, model_name
 
 __all__ = ["MODELS", "create_app", "model_name"]

@@ -2,6 +2,6 @@
 
 import sys
 
-from endpoint.cli import main
+from mur.endpoint.cli import main
 
 sys.exit(main())

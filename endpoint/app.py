@@ -24,12 +24,12 @@ from langchain_core.language_models import BaseChatModel
 from openai.types.chat import ChatCompletion
 from starlette.datastructures import Headers
 
-from endpoint.errors import APIError, install_handlers
-from endpoint.guards import ApiKey, LimitBody, RequireApiKey
-from endpoint.replies import completion, dump, model_list
-from endpoint.runs import END, ClientGone, RunService, describe_model, unless_disconnected
-from endpoint.schemas import ChatCompletionRequest, make_context, parse_job
-from endpoint.streaming import stream_response
+from mur.endpoint.errors import APIError, install_handlers
+from mur.endpoint.guards import ApiKey, LimitBody, RequireApiKey
+from mur.endpoint.replies import completion, dump, model_list
+from mur.endpoint.runs import END, ClientGone, RunService, describe_model, unless_disconnected
+from mur.endpoint.schemas import ChatCompletionRequest, make_context, parse_job
+from mur.endpoint.streaming import stream_response
 
 DEFAULT_MAX_RUNS = 64
 DEFAULT_MAX_REQUEST_BYTES = 1 << 20

@@ -20,12 +20,12 @@ from typing import Any
 
 import uvicorn
 
-from endpoint.app import DEFAULT_MAX_REQUEST_BYTES, DEFAULT_MAX_RUNS, create_app
-from endpoint.schemas import MODELS
-from servers import ServerError
-from servers.cli import OneLineParser
-from servers.connect import add_connection_arguments, check_connection_flags, connection_options
-from servers.connect import connect as connect_servers
+from mur.endpoint.app import DEFAULT_MAX_REQUEST_BYTES, DEFAULT_MAX_RUNS, create_app
+from mur.endpoint.schemas import MODELS
+from mur.servers import ServerError
+from mur.servers.cli import OneLineParser
+from mur.servers.connect import add_connection_arguments, check_connection_flags, connection_options
+from mur.servers.connect import connect as connect_servers
 
 PROG = "python -m endpoint"
 DEFAULT_HOST = "127.0.0.1"
@@ -149,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
             flush=True,
         )
     logging.basicConfig(format="%(levelname)-9s %(name)s: %(message)s")
-    logging.getLogger("endpoint").setLevel(args.log_level.upper())
+    logging.getLogger("mur.endpoint").setLevel(args.log_level.upper())
     with contextlib.suppress(KeyboardInterrupt):
         uvicorn.run(
             app,

@@ -13,7 +13,7 @@ from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from endpoint.errors import APIError
+from mur.endpoint.errors import APIError
 
 OPEN_PATHS = frozenset({"/health"})
 """Paths answered without the key (liveness probes); their replies hold no details then."""

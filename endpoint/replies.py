@@ -20,9 +20,9 @@ from openai.types.chat.chat_completion import Choice
 from openai.types.chat.chat_completion_chunk import Choice as ChunkChoice
 from openai.types.chat.chat_completion_chunk import ChoiceDelta
 
-from endpoint.schemas import MODELS, Job
-from graphs import output_of
-from nodes.draft import STEP_FORMATS
+from mur.endpoint.schemas import MODELS, Job
+from mur.graphs import output_of
+from mur.nodes.draft import STEP_FORMATS
 
 OWNER = "mur"
 

@@ -18,16 +18,16 @@ from typing import Any, TypeVar
 
 from langchain_core.language_models import BaseChatModel
 
-from endpoint.errors import APIError
-from endpoint.replies import trace_of
-from endpoint.schemas import Job
-from graphs import build_graph
-from graphs.model_calls import describe_failure, server_roles
-from graphs.solve import solve
-from servers.clients import base_url_of
-from servers.sessions import new_session_id, session
+from mur.endpoint.errors import APIError
+from mur.endpoint.replies import trace_of
+from mur.endpoint.schemas import Job
+from mur.graphs import build_graph
+from mur.graphs.model_calls import describe_failure, server_roles
+from mur.graphs.solve import solve
+from mur.servers.clients import base_url_of
+from mur.servers.sessions import new_session_id, session
 
-log = logging.getLogger("endpoint")
+log = logging.getLogger("mur.endpoint")
 T = TypeVar("T")
 
 END = None

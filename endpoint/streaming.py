@@ -23,8 +23,8 @@ from fastapi.encoders import jsonable_encoder
 from openai.types.chat.chat_completion_chunk import ChoiceDelta
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
-from endpoint.replies import chunk, content_of, dump, step_line, usage_of
-from endpoint.runs import END, Run, RunService
+from mur.endpoint.replies import chunk, content_of, dump, step_line, usage_of
+from mur.endpoint.runs import END, Run, RunService
 
 PING_SECONDS = 15
 

@@ -9,22 +9,22 @@ from pathlib import Path
 
 from langchain_core.language_models import BaseChatModel
 
-from evals.harness.checkpoints import open_checkpoints
-from evals.harness.plan import BenchmarkPlan
-from evals.harness.provenance import (
+from mur.evals.harness.checkpoints import open_checkpoints
+from mur.evals.harness.plan import BenchmarkPlan
+from mur.evals.harness.provenance import (
     ROLES,
     choose_concurrency,
     record_servers,
     role_facts,
     servers_entry,
 )
-from evals.harness.records import RecordStore, SettingsMismatchError
-from evals.harness.runner import RunOutcome, run_jobs
-from evals.harness.stopping import STOPPED_EXIT
-from evals.report.tables import write_report
-from graphs.mur import build_graph
-from graphs.refine import check_strategy
-from servers.errors import ServerUnavailable
+from mur.evals.harness.records import RecordStore, SettingsMismatchError
+from mur.evals.harness.runner import RunOutcome, run_jobs
+from mur.evals.harness.stopping import STOPPED_EXIT
+from mur.evals.report.tables import write_report
+from mur.graphs.mur import build_graph
+from mur.graphs.refine import check_strategy
+from mur.servers.errors import ServerUnavailable
 
 
 def record_command(path: Path, command: str) -> None:

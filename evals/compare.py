@@ -2,7 +2,7 @@
 
 import sys
 
-from evals.report.compare import main
+from mur.evals.report.compare import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -19,8 +19,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from statistics import fmean
 
-from graphs.state import Context
-from nodes.gate_labels import parse_gate_label
+from mur.graphs.state import Context
+from mur.nodes.gate_labels import parse_gate_label
 
 
 @dataclass(frozen=True)

@@ -38,17 +38,17 @@ import httpx
 import numpy as np
 from langchain_core.messages import BaseMessage
 
-from evals.harness.records import SETTINGS, load_records
-from evals.harness.run_record import RunRecord
-from evals.questions import Problem, load_dataset
-from experiments.cli import float_list, publish
-from nodes.draft import STEP_FORMATS, step_messages
-from nodes.gates import replay_decisions
-from nodes.llm import CONTINUE_FINAL_MESSAGE
-from servers.cli import OneLineParser
-from servers.connect import add_connection_arguments, connect, connection_options
-from servers.errors import ServerError
-from servers.probes import normalize_base_url
+from mur.evals.harness.records import SETTINGS, load_records
+from mur.evals.harness.run_record import RunRecord
+from mur.evals.questions import Problem, load_dataset
+from mur.experiments.cli import float_list, publish
+from mur.nodes.draft import STEP_FORMATS, step_messages
+from mur.nodes.gates import replay_decisions
+from mur.nodes.llm import CONTINUE_FINAL_MESSAGE
+from mur.servers.cli import OneLineParser
+from mur.servers.connect import add_connection_arguments, connect, connection_options
+from mur.servers.errors import ServerError
+from mur.servers.probes import normalize_base_url
 
 _ROLES = {"system": "system", "human": "user", "ai": "assistant"}
 
@@ -326,7 +326,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"experiments.rescore: {exc}", file=sys.stderr)
         return 1
     text = report(result, str(folder), base_url, model, len(traces))
-    publish(text, args.out, "experiments.rescore", argv)
+    publish(text, args.out, "mur.experiments.rescore", argv)
     return 0
 
 

@@ -40,11 +40,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from types import FrameType
 
-from evals.harness.plan import gate_variants
-from evals.harness.records import records_so_far
-from evals.harness.run_record import RunRecord
-from evals.harness.stopping import STOP_SIGNALS, STOPPED_EXIT
-from evals.questions import (
+from mur.evals.harness.plan import gate_variants
+from mur.evals.harness.records import records_so_far
+from mur.evals.harness.run_record import RunRecord
+from mur.evals.harness.stopping import STOP_SIGNALS, STOPPED_EXIT
+from mur.evals.questions import (
     DATA_DIR_ENV,
     DATASETS,
     HF_SOURCE,
@@ -53,14 +53,14 @@ from evals.questions import (
     check_dataset,
     dataset_file,
 )
-from evals.report.headlines import matched_random_rate
-from experiments.presets import PRESETS, DatasetRun, Preset, Tokens, budget_lines, run_tokens
-from graphs.refine import STRATEGIES
-from nodes.gate_labels import PAPER_TABLE_LABELS
-from servers.cli import OneLineParser
-from servers.connect import add_connection_arguments, connection_argv
-from servers.errors import ServerError
-from servers.profiles import DEFAULT_PROFILE, get_profile
+from mur.evals.report.headlines import matched_random_rate
+from mur.experiments.presets import PRESETS, DatasetRun, Preset, Tokens, budget_lines, run_tokens
+from mur.graphs.refine import STRATEGIES
+from mur.nodes.gate_labels import PAPER_TABLE_LABELS
+from mur.servers.cli import OneLineParser
+from mur.servers.connect import add_connection_arguments, connection_argv
+from mur.servers.errors import ServerError
+from mur.servers.profiles import DEFAULT_PROFILE, get_profile
 
 #: run.py's command (pyproject.toml, [project.scripts]): what a user types.
 COMMAND = "mur"

@@ -30,14 +30,14 @@ from pathlib import Path
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import HumanMessage
 
-from evals.harness.records import load_records
-from evals.harness.run_record import RunRecord
-from evals.questions import load_dataset
-from experiments.cli import float_list, publish
-from nodes.judge import VERDICT_PATTERN, continue_to_verdict, forced_verdict, judge_prompt
-from servers.cli import OneLineParser
-from servers.connect import add_connection_arguments, connect, connection_options
-from servers.errors import ServerError
+from mur.evals.harness.records import load_records
+from mur.evals.harness.run_record import RunRecord
+from mur.evals.questions import load_dataset
+from mur.experiments.cli import float_list, publish
+from mur.nodes.judge import VERDICT_PATTERN, continue_to_verdict, forced_verdict, judge_prompt
+from mur.servers.cli import OneLineParser
+from mur.servers.connect import add_connection_arguments, connect, connection_options
+from mur.servers.errors import ServerError
 
 
 @dataclass(frozen=True)
@@ -230,7 +230,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     publish(
         report(results, args.folder, args.cap, verifier.model_name),
         args.out,
-        "experiments.verdicts",
+        "mur.experiments.verdicts",
         argv,
     )
     return 0

@@ -26,10 +26,10 @@ from langgraph.graph import StateGraph
 from langgraph.types import RetryPolicy
 from langgraph.typing import ContextT
 
-from graphs.attempts import AttemptLedger, Node, Outcome
-from nodes.llm import MissingLogprobsError
-from servers.clients import base_url_of
-from servers.transport_errors import (
+from mur.graphs.attempts import AttemptLedger, Node, Outcome
+from mur.nodes.llm import MissingLogprobsError
+from mur.servers.clients import base_url_of
+from mur.servers.transport_errors import (
     ContextOverflow,
     context_overflow,
     describe_transport_error,

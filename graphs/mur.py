@@ -33,7 +33,7 @@ from langchain_core.language_models import BaseChatModel
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 
-from graphs.loop import (
+from mur.graphs.loop import (
     DEFAULT_CONTEXT,
     Drafting,
     answer_overflowed,
@@ -47,9 +47,9 @@ from graphs.loop import (
     route_score,
     score_uncertainty,
 )
-from graphs.model_calls import ModelCalls
-from graphs.refine import REGISTRY, STRATEGIES, Kit
-from graphs.state import (
+from mur.graphs.model_calls import ModelCalls
+from mur.graphs.refine import REGISTRY, STRATEGIES, Kit
+from mur.graphs.state import (
     Context,
     InputState,
     OutputState,
@@ -58,8 +58,8 @@ from graphs.state import (
     TraceInput,
     TraceOutput,
 )
-from graphs.traces import plan_traces, route_traces, trace_node, vote
-from servers.connect import connect
+from mur.graphs.traces import plan_traces, route_traces, trace_node, vote
+from mur.servers.connect import connect
 
 
 def build_graph(

@@ -11,7 +11,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph.state import CompiledStateGraph
 
-from graphs.state import Context, output_of
+from mur.graphs.state import Context, output_of
 
 StepEvent = dict[str, Any]
 

@@ -6,6 +6,6 @@ MUR_MODEL / MUR_VERIFIER_URL / MUR_VERIFIER_MODEL, else the embedded CPU server)
 checkpointer is compiled in: the LangGraph API server brings its own.
 """
 
-from graphs.mur import build_graph
+from mur.graphs.mur import build_graph
 
 mur = build_graph()

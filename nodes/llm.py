@@ -28,7 +28,7 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
 from langchain_core.outputs import ChatGeneration, LLMResult
 
-from nodes.usage import Usage, count_request
+from mur.nodes.usage import Usage, count_request
 
 # The request fields that make vLLM continue the last assistant message instead of answering
 # a new turn (its chat template must not add a generation prompt).

@@ -3,28 +3,28 @@
 Knows nothing of reasoning or benchmarks; everything hardware-specific (the CPU build, the
 embedded PyPI model) stays here. Typical use:
 
-    from servers.connect import connect
+    from mur.servers.connect import connect
     clients = connect(start=True)    # from flags, MUR_BASE_URL..., or the embedded server
     clients.backbone, clients.verifier               # LangChain chat models for the graph
     with session("run-1/question-7"):            # X-Session-ID: sticky behind vllm-router
         ...
 """
 
-from servers.clients import (
+from mur.servers.clients import (
     SAMPLING_DEFAULTS,
     RequestTimeout,
     VLLMChatOpenAI,
     make_chat_model,
     resolve_model,
 )
-from servers.connect import Connection
-from servers.errors import ModelError, ServerError, ServerUnavailable
-from servers.launcher import RunningServer, down, status, up
-from servers.metrics import generation_tokens, prompt_tokens, read_counter
-from servers.model import ensure_tiny_model, tiny_model_dir, verify_model_dir
-from servers.paths import mur_home
-from servers.probes import check_endpoint, check_single_url, normalize_base_url, root_url
-from servers.profiles import (
+from mur.servers.connect import Connection
+from mur.servers.errors import ModelError, ServerError, ServerUnavailable
+from mur.servers.launcher import RunningServer, down, status, up
+from mur.servers.metrics import generation_tokens, prompt_tokens, read_counter
+from mur.servers.model import ensure_tiny_model, tiny_model_dir, verify_model_dir
+from mur.servers.paths import mur_home
+from mur.servers.probes import check_endpoint, check_single_url, normalize_base_url, root_url
+from mur.servers.profiles import (
     DEFAULT_PROFILE,
     EMBEDDED_MODEL,
     Profile,
@@ -32,7 +32,7 @@ from servers.profiles import (
     get_profile,
     profiles,
 )
-from servers.sessions import SESSION_HEADER, new_session_id, session
+from mur.servers.sessions import SESSION_HEADER, new_session_id, session
 
 __all__ = [
     "DEFAULT_PROFILE",

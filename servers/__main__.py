@@ -17,9 +17,9 @@ import os
 import sys
 from dataclasses import replace
 
-from servers.cli import OneLineParser
-from servers.errors import ServerError
-from servers.launcher import (
+from mur.servers.cli import OneLineParser
+from mur.servers.errors import ServerError
+from mur.servers.launcher import (
     CORE_SHARING,
     PAIR_CORES,
     down,
@@ -28,9 +28,9 @@ from servers.launcher import (
     up,
     up_pair,
 )
-from servers.model import ensure_model
-from servers.profiles import CPU_DTYPE_ENV, CPU_DTYPES, DEFAULT_PROFILE, get_profile, profiles
-from servers.replicas import DEFAULT_POLICY, POLICIES, down_group, up_replicas
+from mur.servers.model import ensure_model
+from mur.servers.profiles import CPU_DTYPE_ENV, CPU_DTYPES, DEFAULT_PROFILE, get_profile, profiles
+from mur.servers.replicas import DEFAULT_POLICY, POLICIES, down_group, up_replicas
 
 
 def _parser() -> argparse.ArgumentParser:

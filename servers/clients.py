@@ -35,9 +35,9 @@ from langchain_core.outputs import ChatGenerationChunk, ChatResult
 from langchain_openai import ChatOpenAI
 from pydantic import SecretStr
 
-from servers.errors import ServerError, ServerUnavailable
-from servers.probes import check_endpoint, normalize_base_url
-from servers.sessions import session_headers
+from mur.servers.errors import ServerError, ServerUnavailable
+from mur.servers.probes import check_endpoint, normalize_base_url
+from mur.servers.sessions import session_headers
 
 SAMPLING_DEFAULTS: Mapping[str, float | int] = {
     "temperature": 0.6,

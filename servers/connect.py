@@ -24,11 +24,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from servers.clients import RequestTimeout, make_chat_model
-from servers.errors import ServerError, ServerUnavailable
-from servers.launcher import up, up_pair
-from servers.probes import EMBEDDED_HINT, check_endpoint, check_single_url, normalize_base_url
-from servers.profiles import DEFAULT_PROFILE, Profile, get_profile
+from mur.servers.clients import RequestTimeout, make_chat_model
+from mur.servers.errors import ServerError, ServerUnavailable
+from mur.servers.launcher import up, up_pair
+from mur.servers.probes import EMBEDDED_HINT, check_endpoint, check_single_url, normalize_base_url
+from mur.servers.profiles import DEFAULT_PROFILE, Profile, get_profile
 
 PROBE_TIMEOUT_S = 3.0
 """Seconds to wait for GET /v1/models: a server that is up answers it in milliseconds."""

@@ -19,9 +19,9 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from servers.launcher import recorded_command
-from servers.probes import normalize_base_url, root_url
-from servers.profiles import cpu_flags
+from mur.servers.launcher import recorded_command
+from mur.servers.probes import normalize_base_url, root_url
+from mur.servers.profiles import cpu_flags
 
 TOKEN_FACTS = ("vllm_version", "dtype", "logprobs_mode")
 """Facts that change the tokens (and so the gate's decisions) when they change."""

@@ -21,11 +21,11 @@ from filelock import FileLock
 from rich.console import Console
 from rich.markup import escape
 
-from servers.errors import ServerError, ServerUnavailable
-from servers.model import ensure_model
-from servers.paths import logs_dir, run_dir
-from servers.probes import check_endpoint, healthy, normalize_base_url, port_open, root_url
-from servers.processes import (
+from mur.servers.errors import ServerError, ServerUnavailable
+from mur.servers.model import ensure_model
+from mur.servers.paths import logs_dir, run_dir
+from mur.servers.probes import check_endpoint, healthy, normalize_base_url, port_open, root_url
+from mur.servers.processes import (
     CHILDREN,
     STOP_GRACE_S,
     alive,
@@ -36,7 +36,7 @@ from servers.processes import (
     terminate,
     write_record,
 )
-from servers.profiles import (
+from mur.servers.profiles import (
     Profile,
     command_line,
     get_profile,

@@ -19,8 +19,8 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
-from servers.errors import ServerUnavailable
-from servers.probes import normalize_base_url, root_url
+from mur.servers.errors import ServerUnavailable
+from mur.servers.probes import normalize_base_url, root_url
 
 GENERATION_TOKENS = "vllm:generation_tokens_total"
 PROMPT_TOKENS = "vllm:prompt_tokens_total"

@@ -27,9 +27,9 @@ from typing import Any
 
 from filelock import FileLock, Timeout
 
-from servers.errors import ModelError
-from servers.packages import SMOLLM2_135M, ModelPackage, sha256_file
-from servers.paths import models_dir
+from mur.servers.errors import ModelError
+from mur.servers.packages import SMOLLM2_135M, ModelPackage, sha256_file
+from mur.servers.paths import models_dir
 
 TINY_PACKAGE = SMOLLM2_135M
 TINY_MODEL_NAME = TINY_PACKAGE.name

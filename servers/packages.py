@@ -25,8 +25,8 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from servers.errors import ModelError
-from servers.paths import mur_home
+from mur.servers.errors import ModelError
+from mur.servers.paths import mur_home
 
 _PART_NUMBER = re.compile(r"part(\d+)-", re.IGNORECASE)
 _CHUNK = 1 << 20

@@ -9,7 +9,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from servers.errors import ServerError, ServerUnavailable
+from mur.servers.errors import ServerError, ServerUnavailable
 
 
 def root_url(base_url: str) -> str:

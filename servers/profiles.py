@@ -14,17 +14,17 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Literal
 
-from servers.clients import RequestTimeout
-from servers.errors import ServerError
-from servers.model import model_dir
-from servers.packages import (
+from mur.servers.clients import RequestTimeout
+from mur.servers.errors import ServerError
+from mur.servers.model import model_dir
+from mur.servers.packages import (
     QWEN_CODER_05B,
     QWEN_CODER_15B,
     SMOLLM2_135M,
     ModelPackage,
     get_package,
 )
-from servers.paths import vllm_cache_dir
+from mur.servers.paths import vllm_cache_dir
 
 PACKAGE_PREFIX = "package:"
 """`Profile.model` values starting with this name a model package (`servers.packages`),

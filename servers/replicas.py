@@ -27,8 +27,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from types import MappingProxyType
 
-from servers.errors import ServerError
-from servers.launcher import (
+from mur.servers.errors import ServerError
+from mur.servers.launcher import (
     STOP_GRACE_S,
     RunningServer,
     _Progress,
@@ -36,11 +36,11 @@ from servers.launcher import (
     recorded_profiles,
     up,
 )
-from servers.model import ensure_model
-from servers.paths import logs_dir
-from servers.probes import healthy
-from servers.processes import read_record, record_alive
-from servers.profiles import Profile, cpu_list, format_cpus, get_profile
+from mur.servers.model import ensure_model
+from mur.servers.paths import logs_dir
+from mur.servers.probes import healthy
+from mur.servers.processes import read_record, record_alive
+from mur.servers.profiles import Profile, cpu_list, format_cpus, get_profile
 
 ROUTER_DISTRIBUTION = "vllm-router"
 ROUTER_VERSION = "0.1.17"

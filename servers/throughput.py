@@ -27,10 +27,10 @@ from dataclasses import dataclass
 import httpx
 from filelock import FileLock
 
-from servers.errors import ServerUnavailable
-from servers.facts import ServerFacts
-from servers.metrics import generation_tokens
-from servers.paths import mur_home
+from mur.servers.errors import ServerUnavailable
+from mur.servers.facts import ServerFacts
+from mur.servers.metrics import generation_tokens
+from mur.servers.paths import mur_home
 
 STREAMS = (8, 16, 32, 64)
 NEAR_BEST = 0.9

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from servers.errors import ServerError
-from servers.launcher import RunningServer, down, up
-from servers.metrics import generation_tokens
+from mur.servers.errors import ServerError
+from mur.servers.launcher import RunningServer, down, up
+from mur.servers.metrics import generation_tokens
 
 INTEGRATION_TIMEOUT_S = 1800
 TEST_DATA = Path(__file__).resolve().parent / "data"

@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from servers.clients import loop_safe_async_http_client, make_chat_model
+from mur.servers.clients import loop_safe_async_http_client, make_chat_model
 
 
 @dataclass

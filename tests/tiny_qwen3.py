@@ -64,7 +64,7 @@ _READY = "mur-tiny-qwen3.json"  # written last: its presence means the folder is
 
 
 def mur_home() -> Path:
-    from servers.paths import mur_home as home
+    from mur.servers.paths import mur_home as home
 
     return home()
 
@@ -206,8 +206,8 @@ def serve(
     The environment (core binding, offline hub, cache root) is cpu-tiny's, so CPU specifics
     stay in servers/profiles.py.
     """
-    from servers.launcher import down, up
-    from servers.profiles import get_profile
+    from mur.servers.launcher import down, up
+    from mur.servers.profiles import get_profile
 
     tiny = get_profile("cpu-tiny")
     port = free_port()

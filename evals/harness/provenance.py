@@ -16,9 +16,9 @@ from urllib.parse import urlsplit
 
 from langchain_core.language_models import BaseChatModel
 
-from evals.harness.records import SETTINGS, RecordStore, SettingsMismatchError
-from servers.facts import ServerFacts, server_facts, token_differences
-from servers.throughput import STREAMS, StreamRate, choose, measured_rates
+from mur.evals.harness.records import SETTINGS, RecordStore, SettingsMismatchError
+from mur.servers.facts import ServerFacts, server_facts, token_differences
+from mur.servers.throughput import STREAMS, StreamRate, choose, measured_rates
 
 SERVERS = "servers"
 FALLBACK_CONCURRENCY = 8

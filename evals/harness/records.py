@@ -26,8 +26,8 @@ from typing import Any, TypedDict
 
 from filelock import FileLock
 
-from evals.harness.run_record import RunRecord
-from servers.cli import OneLineParser
+from mur.evals.harness.run_record import RunRecord
+from mur.servers.cli import OneLineParser
 
 RECORDS = "records.jsonl"
 PACKED = "records.jsonl.gz"

@@ -9,9 +9,9 @@ messages all follow from this list.
 
 from __future__ import annotations
 
-from evals.questions import parsers
-from evals.questions.grading import choice_equal, extract_answer, integer_equal, math_equal
-from evals.questions.problem import Dataset, HubSplit, Problem
+from mur.evals.questions import parsers
+from mur.evals.questions.grading import choice_equal, extract_answer, integer_equal, math_equal
+from mur.evals.questions.problem import Dataset, HubSplit, Problem
 
 _AIME_SYSTEM = "You are a helpful math assistant."
 

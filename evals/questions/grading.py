@@ -27,7 +27,7 @@ from concurrent.futures import TimeoutError as FutureTimeoutError
 
 from pebble import ProcessExpired, ProcessPool
 
-from nodes.answer import extract_answer
+from mur.nodes.answer import extract_answer
 
 if sys.platform.startswith("linux"):  # the workers' memory cap (Linux alone has /proc)
     import resource

@@ -2,7 +2,7 @@
 
 import sys
 
-from evals.report.tables import main
+from mur.evals.report.tables import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -16,11 +16,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from evals.harness.records import load_records
-from evals.harness.run_record import RunRecord
-from evals.report import stats
-from evals.report.pairing import Pairing, SettingKey, group_settings, pair, setting_order
-from servers.cli import OneLineParser
+from mur.evals.harness.records import load_records
+from mur.evals.harness.run_record import RunRecord
+from mur.evals.report import stats
+from mur.evals.report.pairing import Pairing, SettingKey, group_settings, pair, setting_order
+from mur.servers.cli import OneLineParser
 
 
 @dataclass(frozen=True)

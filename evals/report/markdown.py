@@ -11,10 +11,10 @@ from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 
-from evals.report.choices import Choice
-from evals.report.headlines import Headline
-from evals.report.rows import Row, RunTime
-from evals.report.stats import PairedComparison
+from mur.evals.report.choices import Choice
+from mur.evals.report.headlines import Headline
+from mur.evals.report.rows import Row, RunTime
+from mur.evals.report.stats import PairedComparison
 
 
 def _num(value: float | None, digits: int = 0) -> str:

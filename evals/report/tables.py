@@ -28,15 +28,15 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from evals.harness.records import load_records
-from evals.harness.run_record import RunRecord, setting_of
-from evals.report import stats
-from evals.report.choices import Choice, mur_choices
-from evals.report.headlines import HEADLINE_GAMMA, Headline, headline_json, headlines
-from evals.report.hypotheses import hypothesis_tests
-from evals.report.hypotheses import to_markdown as hypotheses_markdown
-from evals.report.markdown import to_markdown
-from evals.report.pairing import (
+from mur.evals.harness.records import load_records
+from mur.evals.harness.run_record import RunRecord, setting_of
+from mur.evals.report import stats
+from mur.evals.report.choices import Choice, mur_choices
+from mur.evals.report.headlines import HEADLINE_GAMMA, Headline, headline_json, headlines
+from mur.evals.report.hypotheses import hypothesis_tests
+from mur.evals.report.hypotheses import to_markdown as hypotheses_markdown
+from mur.evals.report.markdown import to_markdown
+from mur.evals.report.pairing import (
     AVERAGE,
     REFERENCE_GATE,
     SettingKey,
@@ -47,10 +47,10 @@ from evals.report.pairing import (
     pairing_json,
     setting_order,
 )
-from evals.report.plots import plot_accuracy_vs_tokens, plot_gamma_sweep
-from evals.report.rows import Row, RunTime
-from evals.report.trace_report import online_check, online_markdown, trace_section
-from servers.cli import OneLineParser
+from mur.evals.report.plots import plot_accuracy_vs_tokens, plot_gamma_sweep
+from mur.evals.report.rows import Row, RunTime
+from mur.evals.report.trace_report import online_check, online_markdown, trace_section
+from mur.servers.cli import OneLineParser
 
 
 @dataclass(frozen=True)

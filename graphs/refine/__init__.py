@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
-from graphs.refine import best_of_n, critic, foresight, thinking
-from graphs.refine.base import Kit, RefineRecord, Strategy
+from mur.graphs.refine import best_of_n, critic, foresight, thinking
+from mur.graphs.refine.base import Kit, RefineRecord, Strategy
 
 REGISTRY: dict[str, Strategy] = {
     module.STRATEGY.name: module.STRATEGY for module in (critic, best_of_n, foresight, thinking)

@@ -28,16 +28,16 @@ from langgraph.runtime import Runtime
 from langgraph.types import Command
 from pydantic import BaseModel
 
-from graphs.attempts import Node
-from graphs.model_calls import ModelCalls
-from graphs.records import StepRecord
-from nodes.draft import StepCandidate, sample_steps, step_messages
-from nodes.llm import Reply
-from nodes.uncertainty import step_uncertainty
-from servers.transport_errors import ContextOverflow
+from mur.graphs.attempts import Node
+from mur.graphs.model_calls import ModelCalls
+from mur.graphs.records import StepRecord
+from mur.nodes.draft import StepCandidate, sample_steps, step_messages
+from mur.nodes.llm import Reply
+from mur.nodes.uncertainty import step_uncertainty
+from mur.servers.transport_errors import ContextOverflow
 
 if TYPE_CHECKING:
-    from graphs.state import Context as Context  # re-exported to the strategies
+    from mur.graphs.state import Context as Context  # re-exported to the strategies
 else:
     Context = Any  # what LangGraph resolves in the strategies' annotations (see above)
 

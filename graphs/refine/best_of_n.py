@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 
 from langgraph.runtime import Runtime
 
-from graphs.refine.base import (
+from mur.graphs.refine.base import (
     CandidateNodes,
     CandidateSummary,
     Context,
@@ -22,11 +22,11 @@ from graphs.refine.base import (
     kept_texts,
     step_index,
 )
-from nodes.draft import StepCandidate
-from nodes.judge import Judgement, judge_step
-from nodes.llm import gather_all
-from nodes.select import argmax_first
-from nodes.usage import Usage, add_usage
+from mur.nodes.draft import StepCandidate
+from mur.nodes.judge import Judgement, judge_step
+from mur.nodes.llm import gather_all
+from mur.nodes.select import argmax_first
+from mur.nodes.usage import Usage, add_usage
 
 
 class JudgedCandidate(CandidateSummary):

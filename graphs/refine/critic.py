@@ -10,7 +10,7 @@ from langgraph.graph import END, START
 from langgraph.runtime import Runtime
 from pydantic import BaseModel, model_serializer
 
-from graphs.refine.base import (
+from mur.graphs.refine.base import (
     CandidateSummary,
     Context,
     Kit,
@@ -26,10 +26,10 @@ from graphs.refine.base import (
     step_index,
     write_step,
 )
-from nodes.draft import StepCandidate, conversation
-from nodes.judge import analysis_of, judge_step
-from nodes.usage import add_usage
-from prompts.mur import CRITIC_FEEDBACK
+from mur.nodes.draft import StepCandidate, conversation
+from mur.nodes.judge import analysis_of, judge_step
+from mur.nodes.usage import add_usage
+from mur.prompts.mur import CRITIC_FEEDBACK
 
 
 class CriticRound(BaseModel):

@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 from langchain_core.messages import AIMessage
 from langgraph.runtime import Runtime
 
-from graphs.refine.base import (
+from mur.graphs.refine.base import (
     CandidateNodes,
     CandidateSummary,
     Context,
@@ -23,17 +23,17 @@ from graphs.refine.base import (
     kept_texts,
     step_index,
 )
-from nodes.draft import StepCandidate, contains_answer, conversation
-from nodes.gates import derive_seed, question_seed
-from nodes.llm import Request, gather_all, generate
-from nodes.select import (
+from mur.nodes.draft import StepCandidate, contains_answer, conversation
+from mur.nodes.gates import derive_seed, question_seed
+from mur.nodes.llm import Request, gather_all, generate
+from mur.nodes.select import (
     argmax_first,
     cluster_labels,
     foresight_weights,
     mean_logprob,
     sample_index,
 )
-from nodes.usage import Usage, add_usage
+from mur.nodes.usage import Usage, add_usage
 
 
 class ForesightCandidate(CandidateSummary):

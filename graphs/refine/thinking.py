@@ -9,7 +9,7 @@ from langchain_core.messages import AIMessage
 from langgraph.graph import END, START
 from langgraph.runtime import Runtime
 
-from graphs.refine.base import (
+from mur.graphs.refine.base import (
     CandidateSummary,
     Context,
     Kit,
@@ -25,8 +25,8 @@ from graphs.refine.base import (
     step_index,
     write_step,
 )
-from nodes.thinking import think, think_block, thinking_conversation
-from nodes.usage import add_usage
+from mur.nodes.thinking import think, think_block, thinking_conversation
+from mur.nodes.usage import add_usage
 
 
 class ThinkingRecord(RefineRecord):

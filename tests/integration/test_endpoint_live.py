@@ -16,10 +16,10 @@ import pytest
 from server_counters import settled
 
 from asgi_server import running
-from endpoint import create_app
-from servers.clients import make_chat_model
-from servers.launcher import RunningServer
-from servers.metrics import generation_tokens, read_counter
+from mur.endpoint import create_app
+from mur.servers.clients import make_chat_model
+from mur.servers.launcher import RunningServer
+from mur.servers.metrics import generation_tokens, read_counter
 
 pytestmark = pytest.mark.integration
 

@@ -9,8 +9,8 @@ import socket
 
 import pytest
 
-from benchmarks.endpoint_load import build_parser, run
-from servers.launcher import RunningServer
+from mur.benchmarks.endpoint_load import build_parser, run
+from mur.servers.launcher import RunningServer
 
 pytestmark = pytest.mark.integration
 

@@ -20,11 +20,11 @@ from pathlib import Path
 
 import pytest
 
-from evals.harness.records import records_so_far
-from servers.metrics import REQUESTS_DONE, read_counter
-from servers.model import ensure_model
-from servers.paths import mur_home, vllm_cache_dir
-from servers.profiles import get_profile
+from mur.evals.harness.records import records_so_far
+from mur.servers.metrics import REQUESTS_DONE, read_counter
+from mur.servers.model import ensure_model
+from mur.servers.paths import mur_home, vllm_cache_dir
+from mur.servers.profiles import get_profile
 
 pytestmark = pytest.mark.integration
 
@@ -36,7 +36,7 @@ RUNNING = "vllm:num_requests_running"
 
 def cli(*args: str, env: dict[str, str], timeout: float = 900) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "servers", *args],
+        [sys.executable, "-m", "mur.servers", *args],
         cwd=ROOT,
         env=env,
         capture_output=True,

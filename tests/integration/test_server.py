@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
+from mur.servers import launcher, probes
+from mur.servers.clients import make_chat_model
+from mur.servers.launcher import RunningServer
 from recorder import Recorder, recording_model
-from servers import launcher, probes
-from servers.clients import make_chat_model
-from servers.launcher import RunningServer
 
 pytestmark = pytest.mark.integration
 
@@ -162,7 +162,7 @@ def test_up_again_reuses_and_cli_reports(cpu_server: RunningServer) -> None:
     assert again.base_url == cpu_server.base_url and again.model == cpu_server.model
     assert probes.check_endpoint(cpu_server.base_url) == [cpu_server.model]
     out = subprocess.run(
-        [sys.executable, "-m", "servers", "status", "--json"],
+        [sys.executable, "-m", "mur.servers", "status", "--json"],
         capture_output=True,
         text=True,
         check=True,

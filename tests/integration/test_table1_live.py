@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from evals.harness.records import load_records
-from nodes.gate_labels import PAPER_TABLE_LABELS as MAIN_GATES
+from mur.evals.harness.records import load_records
+from mur.nodes.gate_labels import PAPER_TABLE_LABELS as MAIN_GATES
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -22,7 +22,7 @@ pytestmark = pytest.mark.integration
 
 def table1(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "experiments.table1", *args],
+        [sys.executable, "-m", "mur.experiments.table1", *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -54,7 +54,7 @@ def test_a_sigterm_stops_the_table_then_reruns_finish_every_phase_once(
     folder = tmp_path / "math500-critic-tiny"
     records_file = folder / "records.jsonl"
     table = subprocess.Popen(
-        [sys.executable, "-m", "experiments.table1", *args],
+        [sys.executable, "-m", "mur.experiments.table1", *args],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

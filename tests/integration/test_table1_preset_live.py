@@ -10,11 +10,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from evals.harness.records import load_records
-from evals.questions import load_dataset
-from experiments.table1 import build_parser, make_plan, run_mur
-from nodes.gate_labels import PAPER_TABLE_LABELS
-from servers.errors import ServerError
+from mur.evals.harness.records import load_records
+from mur.evals.questions import load_dataset
+from mur.experiments.table1 import build_parser, make_plan, run_mur
+from mur.nodes.gate_labels import PAPER_TABLE_LABELS
+from mur.servers.errors import ServerError
 from tiny_qwen3 import SERVED_NAME, TinyQwen3Server, model_dir, serve
 
 pytestmark = pytest.mark.integration

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from evals.harness.progress import RunProgress
+from mur.evals.harness.progress import RunProgress
 
 
 @pytest.fixture
@@ -19,5 +19,5 @@ def runner_progress(monkeypatch: pytest.MonkeyPatch) -> list[RunProgress]:
             self.priced_at_start = self.tokens_left()
             made.append(self)
 
-    monkeypatch.setattr("evals.harness.runner.RunProgress", Watched)
+    monkeypatch.setattr("mur.evals.harness.runner.RunProgress", Watched)
     return made

@@ -17,8 +17,8 @@ from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
 from fakes import FakeLogprobChat, Scripted
 from faulty_server import faulty_server
-from graphs import Context, build_graph
-from graphs.solve import solve
+from mur.graphs import Context, build_graph
+from mur.graphs.solve import solve
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -14,8 +14,8 @@ import pytest
 from rich.console import Console
 
 import run
-from evals.questions import loading as datasets
-from graphs import Context
+from mur.evals.questions import loading as datasets
+from mur.graphs import Context
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-FOLDERS = ("benchmarks", "endpoint", "evals", "experiments", "servers")
+FOLDERS = ("mur/benchmarks", "mur/endpoint", "mur/evals", "mur/experiments", "mur/servers")
 
 
 def commands() -> list[str]:
@@ -29,19 +29,19 @@ def commands() -> list[str]:
 
 def test_the_commands_are_found() -> None:
     assert set(commands()) == {
-        "benchmarks.bench",
-        "benchmarks.endpoint_load",
-        "benchmarks.fake_endpoint",
-        "benchmarks.pair_cores",
-        "benchmarks.scaleout",
-        "endpoint",
-        "evals.compare",
-        "evals.harness.records",
-        "evals.report",
-        "experiments.rescore",
-        "experiments.table1",
-        "experiments.verdicts",
-        "servers",
+        "mur.benchmarks.bench",
+        "mur.benchmarks.endpoint_load",
+        "mur.benchmarks.fake_endpoint",
+        "mur.benchmarks.pair_cores",
+        "mur.benchmarks.scaleout",
+        "mur.endpoint",
+        "mur.evals.compare",
+        "mur.evals.harness.records",
+        "mur.evals.report",
+        "mur.experiments.rescore",
+        "mur.experiments.table1",
+        "mur.experiments.verdicts",
+        "mur.servers",
     }
 
 

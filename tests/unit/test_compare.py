@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from test_report import record, write_records
 
-from evals.report.compare import compare, main, to_markdown
+from mur.evals.report.compare import compare, main, to_markdown
 
 
 def test_each_shared_setting_is_paired_on_common_questions_only() -> None:

@@ -13,15 +13,15 @@ import openai
 import pytest
 
 from faulty_server import MODEL, faulty_server
-from servers import RequestTimeout, ServerError, ServerUnavailable, make_chat_model
-from servers import connect as connect_module
-from servers.connect import (
+from mur.servers import RequestTimeout, ServerError, ServerUnavailable, make_chat_model
+from mur.servers import connect as connect_module
+from mur.servers.connect import (
     add_connection_arguments,
     connect,
     connection_argv,
     connection_options,
 )
-from servers.profiles import DEFAULT_PROFILE, get_profile
+from mur.servers.profiles import DEFAULT_PROFILE, get_profile
 
 TINY = get_profile(DEFAULT_PROFILE)
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 import run
-from evals.questions import (
+from mur.evals.questions import (
     DATASETS,
     PUBLIC_DATASETS,
     REGISTRY,
@@ -36,7 +36,7 @@ from evals.questions import (
     math_equal,
     resolve_data_dir,
 )
-from evals.questions import loading as ds
+from mur.evals.questions import loading as ds
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 AIME_SYSTEM = "You are a helpful math assistant."

@@ -23,16 +23,16 @@ from langchain_core.messages import BaseMessage
 from pydantic import TypeAdapter, ValidationError
 
 from asgi_server import running
-from endpoint import cli as endpoint_cli
-from endpoint import create_app, guards
-from endpoint.cli import build_parser, is_loopback, main
-from endpoint.guards import ApiKey
 from fakes import FakeLogprobChat, Scripted
 from faulty_server import MODEL, faulty_server
-from graphs import Context
-from servers import connect as connect_module
-from servers.launcher import RunningServer
-from servers.profiles import DEFAULT_PROFILE, get_profile
+from mur.endpoint import cli as endpoint_cli
+from mur.endpoint import create_app, guards
+from mur.endpoint.cli import build_parser, is_loopback, main
+from mur.endpoint.guards import ApiKey
+from mur.graphs import Context
+from mur.servers import connect as connect_module
+from mur.servers.launcher import RunningServer
+from mur.servers.profiles import DEFAULT_PROFILE, get_profile
 
 ROOT = Path(__file__).resolve().parents[2]
 QUESTION = [{"role": "user", "content": "What is 6 * 7?"}]
@@ -313,7 +313,15 @@ def test_served_key_never_appears_in_the_logs() -> None:
     port = free_port()
     env = {**os.environ, "MUR_API_KEY": KEY}
     with faulty_server(["400"]) as backbone:
-        command = [sys.executable, "-m", "endpoint", "--port", str(port), "--log-level", "debug"]
+        command = [
+            sys.executable,
+            "-m",
+            "mur.endpoint",
+            "--port",
+            str(port),
+            "--log-level",
+            "debug",
+        ]
         command += ["--base-url", backbone.base_url, "--model", MODEL]
         server = subprocess.Popen(
             command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True

@@ -13,12 +13,12 @@ from langchain_core.messages import BaseMessage, HumanMessage
 from langgraph.checkpoint.memory import InMemorySaver
 
 from fakes import FakeLogprobChat, Scripted
-from graphs.loop import DEFAULT_CONTEXT
-from graphs.model_calls import ModelCalls
-from graphs.mur import build_graph
-from graphs.refine import REGISTRY, STRATEGIES, Kit
-from graphs.solve import solve
-from graphs.state import Context
+from mur.graphs.loop import DEFAULT_CONTEXT
+from mur.graphs.model_calls import ModelCalls
+from mur.graphs.mur import build_graph
+from mur.graphs.refine import REGISTRY, STRATEGIES, Kit
+from mur.graphs.solve import solve
+from mur.graphs.state import Context
 
 ROOT = Path(__file__).resolve().parents[2]
 LOOP = {"draft_step", "score_uncertainty", "gamma_gate", "commit_step", "ask_answer", "finalize"}

@@ -22,12 +22,12 @@ import httpx
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage
 
-from servers import launcher, probes, replicas
-from servers.__main__ import main
-from servers.clients import make_chat_model
-from servers.errors import ServerError
-from servers.profiles import Profile, get_profile
-from servers.sessions import (
+from mur.servers import launcher, probes, replicas
+from mur.servers.__main__ import main
+from mur.servers.clients import make_chat_model
+from mur.servers.errors import ServerError
+from mur.servers.profiles import Profile, get_profile
+from mur.servers.sessions import (
     SESSION_HEADER,
     clean_session_id,
     current_session_id,
@@ -279,7 +279,7 @@ def test_cli_replicas_checks(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_a_url_list_is_refused_with_a_pointer_to_the_router() -> None:
-    from servers.connect import connect
+    from mur.servers.connect import connect
 
     with pytest.raises(ServerError, match=r"--base-url takes one URL.*--replicas N"):
         connect(base_url="http://a:1/v1,http://b:2/v1", model="m", probe=False, env={})

@@ -11,12 +11,12 @@ from typing import Any
 import httpx
 import pytest
 
-from evals.harness.records import RecordStore
-from evals.questions import load_dataset
-from experiments.cli import float_list, publish
-from experiments.rescore import Scorer, agreement, main, recorded_traces, report
-from nodes.gates import replay_decisions
-from servers.errors import ServerError
+from mur.evals.harness.records import RecordStore
+from mur.evals.questions import load_dataset
+from mur.experiments.cli import float_list, publish
+from mur.experiments.rescore import Scorer, agreement, main, recorded_traces, report
+from mur.nodes.gates import replay_decisions
+from mur.servers.errors import ServerError
 
 SETTINGS = {"step_format": "paragraph", "alpha": 0.9, "max_step_tokens": 8}
 
@@ -157,7 +157,7 @@ def test_publish_prints_and_writes_the_summary_with_its_command(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "summary.md"
-    publish("# table\n", out, "experiments.rescore", ["results/x", "--limit", "3"])
+    publish("# table\n", out, "mur.experiments.rescore", ["results/x", "--limit", "3"])
     assert capsys.readouterr().out == "# table\n\n"
     assert (
         out.read_text() == "# table\n\nCommand: python -m experiments.rescore results/x --limit 3\n"

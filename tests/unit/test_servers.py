@@ -19,12 +19,12 @@ from pathlib import Path
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage
 
-from servers import clients, facts, launcher, probes, processes
-from servers.__main__ import main
-from servers.clients import SAMPLING_DEFAULTS, make_chat_model
-from servers.errors import ServerError, ServerUnavailable
-from servers.metrics import parse_counter
-from servers.profiles import (
+from mur.servers import clients, facts, launcher, probes, processes
+from mur.servers.__main__ import main
+from mur.servers.clients import SAMPLING_DEFAULTS, make_chat_model
+from mur.servers.errors import ServerError, ServerUnavailable
+from mur.servers.metrics import parse_counter
+from mur.servers.profiles import (
     CPU_DTYPE_ENV,
     EMBEDDED_MODEL,
     Profile,
@@ -383,7 +383,7 @@ def test_cli_server_error_is_one_message_exit_1(
     def fail(*_: object, **__: object) -> None:
         raise ServerError("port 8011 is already taken by X: stop it")
 
-    monkeypatch.setattr("servers.__main__.up", fail)
+    monkeypatch.setattr("mur.servers.__main__.up", fail)
     assert main(["up"]) == 1
     err = capsys.readouterr().err
     assert err == "error: port 8011 is already taken by X: stop it\n"
@@ -501,7 +501,7 @@ def test_parse_counter_sums_label_sets_and_ignores_created() -> None:
 
 
 def test_generation_tokens_over_http() -> None:
-    from servers.metrics import generation_tokens, prompt_tokens
+    from mur.servers.metrics import generation_tokens, prompt_tokens
 
     with FakeVLLM(["m"], METRICS) as fake:
         assert generation_tokens(fake.base_url) == 123
@@ -509,7 +509,7 @@ def test_generation_tokens_over_http() -> None:
 
 
 def test_generation_tokens_without_server() -> None:
-    from servers.metrics import generation_tokens
+    from mur.servers.metrics import generation_tokens
 
     with pytest.raises(ServerUnavailable, match="metrics"):
         generation_tokens(f"http://127.0.0.1:{free_port()}/v1")

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from experiments.presets import DatasetRun
-from experiments.table1 import Table1Error, Table1Plan, main, mur_program, run_mur, run_table
-from nodes.gate_labels import PAPER_TABLE_LABELS as MAIN_GATES
+from mur.experiments.presets import DatasetRun
+from mur.experiments.table1 import Table1Error, Table1Plan, main, mur_program, run_mur, run_table
+from mur.nodes.gate_labels import PAPER_TABLE_LABELS as MAIN_GATES
 
 
 def plan(tmp_path: Path, **overrides) -> Table1Plan:

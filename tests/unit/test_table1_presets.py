@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from evals.questions import DataNotFoundError, load_dataset
-from experiments.presets import PAPER_GPU, PRESETS, DatasetRun, run_tokens
-from experiments.table1 import Table1Error, Table1Plan, main
+from mur.evals.questions import DataNotFoundError, load_dataset
+from mur.experiments.presets import PAPER_GPU, PRESETS, DatasetRun, run_tokens
+from mur.experiments.table1 import Table1Error, Table1Plan, main
 
 PAPER_ARGS = (
     "--profile qwen3-1.7b --verifier-profile genprm-1.5b --thinking-budget 2048 "

@@ -11,13 +11,13 @@ from typing import Any
 import pytest
 from test_traces import QUESTION, Traces
 
-from evals.harness.records import RecordStore
-from evals.harness.run_record import JobKey, RunRecord, make_record
-from evals.report.tables import main, write_report
-from evals.report.traces import majority_at, question_traces, within_question_auroc
 from fakes import FakeLogprobChat
-from graphs.mur import build_graph
-from graphs.state import Context
+from mur.evals.harness.records import RecordStore
+from mur.evals.harness.run_record import JobKey, RunRecord, make_record
+from mur.evals.report.tables import main, write_report
+from mur.evals.report.traces import majority_at, question_traces, within_question_auroc
+from mur.graphs.mur import build_graph
+from mur.graphs.state import Context
 
 QUESTIONS = 12
 SAMPLES = 4
