@@ -1,7 +1,7 @@
 """The MUR endpoint over a scripted backbone (tests/fakes.py), for load tests: every reply is
 known in advance, so a load test can check each one exactly.
 
-    python -m benchmarks.fake_endpoint [--port 8051] [--max-runs 64]
+    python -m mur.benchmarks.fake_endpoint [--port 8051] [--max-runs 64]
 
 A question `Load request N: ...` gets the steps `draft step 1 of request N`, then step 2
 (scaled by the gamma-gate: the critic says No and the revision `revised step 2 of request N`
@@ -74,7 +74,7 @@ def make_app(max_runs: int = 64) -> Any:
 
 def main(argv: list[str] | None = None) -> None:
     parser = OneLineParser(
-        prog="python -m benchmarks.fake_endpoint",
+        prog="python -m mur.benchmarks.fake_endpoint",
         description="Serve the MUR endpoint over the scripted load-test backbone.",
     )
     parser.add_argument("--host", default="127.0.0.1")
@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> None:
         host=args.host,
         port=args.port,
         log_level="warning",
-        timeout_keep_alive=KEEP_ALIVE_SECONDS,  # as python -m endpoint serves
+        timeout_keep_alive=KEEP_ALIVE_SECONDS,  # as `mur endpoint` serves
     )
 
 

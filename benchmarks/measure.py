@@ -29,8 +29,8 @@ from mur.benchmarks.recording import (
 from mur.benchmarks.results import GraphRun, NChoiceRun, RawRun, ReplayRun
 from mur.graphs.mur import build_graph
 from mur.graphs.state import Context, context_for
-from mur.servers.clients import make_chat_model
-from mur.servers.probes import normalize_base_url, root_url
+from mur.servers.clients.chat_models import make_chat_model
+from mur.servers.clients.probes import normalize_base_url, root_url
 
 DEFAULT_STRATEGIES: tuple[str, ...] = ("best_of_n", "critic")
 # Gate labels as the runner reads them (nodes.gate_labels): mur+bc = bias correction.

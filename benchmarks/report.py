@@ -20,7 +20,7 @@ from mur.benchmarks.tables import (
     scaling_table,
     step_table,
 )
-from mur.servers.facts import cpu_model
+from mur.servers.processes.facts import cpu_model
 
 NOTES_MARKER = (
     "<!-- notes: everything below this line is kept when benchmarks.bench rewrites the file -->"

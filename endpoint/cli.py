@@ -1,11 +1,14 @@
-"""`python -m endpoint`: serve MUR as an OpenAI-compatible API with uvicorn.
+"""`mur endpoint`: serve MUR as an OpenAI-compatible API with uvicorn.
 
-    python -m endpoint [--host 127.0.0.1] [--port 8100] [--base-url URL --model NAME]
+    mur endpoint [--host 127.0.0.1] [--port 8100] [--base-url URL --model NAME]
         [--verifier-url URL --verifier-model NAME] [--profile NAME] [--api-key KEY]
-        [--max-runs 64] [--max-request-bytes 1048576]
+        [--max-runs 64] [--max-request-bytes 1048576] [--checkpointer TARGET]
+        [--lease-seconds 30] [--keep-finished 3600] [--replica-id NAME]
 
-It listens on loopback unless `--host` says otherwise. The API key comes from `--api-key` or,
-better (a flag shows in `ps`), the environment variable MUR_API_KEY; it is never printed.
+It listens on loopback unless `--host` says otherwise. The API keys come from `--api-key`
+(repeated for several callers) or, better (a flag shows in `ps`), the environment variable
+MUR_API_KEY (comma-separated); they are never printed. Runs are checkpointed where
+`--checkpointer` says (endpoint/checkpointing.py), checked before any model server starts.
 """
 
 from __future__ import annotations
@@ -16,18 +19,26 @@ import ipaddress
 import logging
 import os
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 import uvicorn
 
 from mur.endpoint.app import DEFAULT_MAX_REQUEST_BYTES, DEFAULT_MAX_RUNS, create_app
+from mur.endpoint.checkpointing import (
+    add_checkpointer_arguments,
+    check_checkpointer,
+    checkpointer_target,
+)
+from mur.endpoint.guards import api_keys
 from mur.endpoint.schemas import MODELS
+from mur.graphs.checkpointers import CheckpointerError, parse_target
 from mur.servers import ServerError
-from mur.servers.cli import OneLineParser
+from mur.servers.cli import OneLineParser, usage_error
 from mur.servers.connect import add_connection_arguments, check_connection_flags, connection_options
 from mur.servers.connect import connect as connect_servers
 
-PROG = "python -m endpoint"
+PROG = "mur endpoint"
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8100
 API_KEY_ENV = "MUR_API_KEY"
@@ -49,9 +60,9 @@ def _positive(text: str) -> int:
     return value
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     parser = OneLineParser(
-        prog=PROG,
+        prog=prog,
         description="Serve MUR (every strategy x gate) as an OpenAI-compatible chat API.",
     )
     parser.add_argument(
@@ -64,8 +75,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--api-key",
-        help=f"require this bearer key on every route but /health (default: env {API_KEY_ENV}; "
-        "prefer the variable, a flag shows in the process list)",
+        action="append",
+        help="require this bearer key on every route but /health; repeat it for several "
+        "callers, each with runs of its own (default: env "
+        f"{API_KEY_ENV}, comma-separated; prefer the variable, a flag shows in the process list)",
     )
     parser.add_argument(
         "--max-runs",
@@ -87,14 +100,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="uvicorn's and this endpoint's (no 'trace': uvicorn would log request headers, "
         "and with them the API key)",
     )
+    add_checkpointer_arguments(parser)
     return parser
 
 
 def connect(args: argparse.Namespace) -> tuple[Any, Any, dict[str, Any], str]:
     """(backbone, verifier, default settings, description) from flags, env or the embedded
-    server (started if it is not running, as run.py does), through the serving layer's one
-    `connect`: every URL is probed first, so a wrong one fails at start in seconds, naming it."""
-    check_connection_flags(args)
+    server (started if it is not running, as `mur solve` does), through the serving layer's
+    one `connect`: every URL is probed first, so a wrong one fails at start in seconds, naming
+    it."""
     connection = connect_servers(
         **connection_options(args),
         start=True,
@@ -118,10 +132,17 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    api_key = args.api_key if args.api_key is not None else os.environ.get(API_KEY_ENV) or None
+def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
+    """Serve until Ctrl-C; 2 for bad flags, 1 when no server or app can be made."""
+    args = build_parser(prog).parse_args(argv)
     try:
+        check_connection_flags(args)
+    except ServerError as exc:  # flags that cannot work together: the user's to fix
+        return usage_error(prog, str(exc))
+    api_key = api_keys(args.api_key, os.environ.get(API_KEY_ENV))
+    checkpointer = checkpointer_target(args)
+    try:
+        check_checkpointer(checkpointer)  # before a model server is started for nothing
         backbone, verifier, defaults, note = connect(args)
         app = create_app(
             backbone,
@@ -130,20 +151,25 @@ def main(argv: list[str] | None = None) -> int:
             api_key=api_key,
             max_runs=args.max_runs,
             max_request_bytes=args.max_request_bytes,
+            checkpointer=checkpointer,
+            lease_seconds=args.lease_seconds,
+            keep_finished=args.keep_finished,
+            replica_id=args.replica_id,
         )
-    except (ServerError, KeyError, ValueError) as exc:
-        print(f"{PROG}: {exc}", file=sys.stderr)
+    except (ServerError, CheckpointerError, KeyError, ValueError) as exc:
+        print(f"{prog}: {exc}", file=sys.stderr)
         return 1
     guard = "API key required" if api_key else "no API key"
     print(
         f"MUR endpoint on http://{args.host}:{args.port}/v1 ({len(MODELS)} models, {guard}, "
-        f"at most {args.max_runs} runs at once); {note}",
+        f"at most {args.max_runs} runs at once, checkpointed in {parse_target(checkpointer)}); "
+        f"{note}",
         file=sys.stderr,
         flush=True,
     )
     if not api_key and not is_loopback(args.host):
         print(
-            f"{PROG}: warning: listening on {args.host} without an API key: anyone who reaches "
+            f"{prog}: warning: listening on {args.host} without an API key: anyone who reaches "
             f"this port can spend the backbone's compute (set {API_KEY_ENV})",
             file=sys.stderr,
             flush=True,

@@ -1,4 +1,4 @@
-"""`python -m evals.compare A B`: two results folders side by side (evals.report.compare)."""
+"""`python -m mur.evals.compare A B`: the same as `mur compare A B` (evals.report.compare)."""
 
 import sys
 

@@ -30,7 +30,7 @@ from mur.nodes.gates import GateHistory, decide
 from mur.nodes.llm import ABORTED, TokenWatch
 from mur.nodes.uncertainty import step_confidence, step_uncertainty, update_momentum
 from mur.nodes.voting import TraceRules, should_stop
-from mur.servers.transport_errors import ContextOverflow
+from mur.servers.clients.transport_errors import ContextOverflow
 
 Update = dict[str, Any]
 SPENT_KEYS = ("backbone_tokens", "external_tokens")

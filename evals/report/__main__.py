@@ -1,4 +1,4 @@
-"""`python -m evals.report DIR`: a run folder's tables and plots (evals.report.tables)."""
+"""`python -m mur.evals.report DIR`: the same as `mur report DIR` (evals.report.tables)."""
 
 import sys
 

@@ -1,6 +1,6 @@
 """Paper-style tables and plots recomputed from a folder's records.
 
-    python -m evals.report DIR [--headline-gamma 0.9] [--resamples 10000] [--seed 0]
+    mur report DIR [--headline-gamma 0.9] [--resamples 10000] [--seed 0]
 
 One row per setting (dataset, strategy, gate label, gamma), as in the paper's Table 1:
 accuracy with a 95% bootstrap interval over questions, the paired comparison against the
@@ -279,15 +279,16 @@ def _positive_float(text: str) -> float:
     return value
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = OneLineParser(
-        prog="python -m evals.report", description="Tables and plots from a run's records."
-    )
+PROG = "mur report"
+
+
+def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
+    parser = OneLineParser(prog=prog, description="Tables and plots from a run's records.")
     parser.add_argument(
         "run_dirs",
         nargs="+",
         metavar="run_dir",
-        help="a folder of benchmark records (run.py --out); several, with --out, combine",
+        help="a folder of benchmark records (mur solve --out); several, with --out, combine",
     )
     parser.add_argument(
         "--out",
@@ -316,8 +317,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
+    """Write and print the report of one folder (or of several, combined into --out)."""
+    parser = build_parser(prog)
     args = parser.parse_args(argv)
     if len(args.run_dirs) > 1 and args.out is None:
         parser.error("several folders combine into one report: name it with --out DIR")
@@ -331,13 +333,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             sources=args.run_dirs if combined else (),
         )
     except (FileNotFoundError, ValueError) as exc:
-        print(f"evals.report: {exc}", file=sys.stderr)
+        print(f"{prog}: {exc}", file=sys.stderr)
         return 2
     if args.predicted_by is not None:
         try:
             check = online_check(load_records(args.predicted_by), load_records(args.run_dirs[0]))
         except (FileNotFoundError, ValueError) as exc:
-            print(f"evals.report: {exc}", file=sys.stderr)
+            print(f"{prog}: {exc}", file=sys.stderr)
             return 2
         section = online_markdown(check, str(args.predicted_by))
         report.markdown_path.write_text(f"{report.markdown}\n{section}")

@@ -13,8 +13,8 @@ from langchain_openai.chat_models.base import _convert_message_to_dict
 from mur.graphs.mur import build_graph
 from mur.graphs.state import Context
 from mur.nodes.draft import step_messages
+from mur.servers.clients.probes import root_url
 from mur.servers.connect import connect
-from mur.servers.probes import root_url
 
 pytestmark = pytest.mark.integration
 

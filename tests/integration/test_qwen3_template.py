@@ -24,8 +24,8 @@ from mur.graphs.state import Context, output_of
 from mur.nodes.draft import sample_steps, step_messages
 from mur.nodes.thinking import cap_thinking
 from mur.prompts.mur import FORCED_VERDICT, STEP_INSTRUCTION
-from mur.servers.errors import ServerError
-from mur.servers.metrics import generation_tokens
+from mur.servers.clients.errors import ServerError
+from mur.servers.clients.metrics import generation_tokens
 from recorder import Exchange, Recorder, recording_model
 from tiny_qwen3 import THINK_END_ID, THINK_START_ID, TinyQwen3Server, model_dir, serve
 

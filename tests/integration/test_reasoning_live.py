@@ -19,15 +19,15 @@ from pathlib import Path
 
 import pytest
 
+from mur.cli.question import SAMPLE_QUESTION
 from mur.graphs import STRATEGIES, Context
 from mur.graphs.mur import build_graph
 from mur.graphs.solve import solve
 from mur.servers import generation_tokens
-from mur.servers.errors import ServerError
-from mur.servers.launcher import RunningServer, down, up
-from mur.servers.profiles import DEFAULT_PROFILE, get_profile
+from mur.servers.clients.errors import ServerError
+from mur.servers.processes.launcher import RunningServer, down, up
+from mur.servers.processes.profiles import DEFAULT_PROFILE, get_profile
 from recorder import Recorder, choice_logprobs, choice_text, recording_model
-from run import SAMPLE_QUESTION
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(3600)]
 

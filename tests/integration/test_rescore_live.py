@@ -1,4 +1,4 @@
-"""`python -m experiments.rescore` against the real CPU vLLM server: the server that generated a
+"""`mur experiment rescore` against the real CPU vLLM server: the server that generated a
 table's steps, asked to score them as prompt tokens, gives back the uncertainties recorded."""
 
 from __future__ import annotations

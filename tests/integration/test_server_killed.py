@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from mur.evals.harness.records import records_so_far
-from mur.servers.launcher import status, up
+from mur.servers.processes.launcher import status, up
 
 pytestmark = pytest.mark.integration
 

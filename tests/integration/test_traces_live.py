@@ -25,9 +25,9 @@ from mur.endpoint import create_app
 from mur.graphs.mur import build_loop
 from mur.graphs.state import Context
 from mur.nodes.llm import ABORTED, Request, generate_watched
-from mur.servers.clients import make_chat_model
-from mur.servers.launcher import RunningServer
-from mur.servers.metrics import generation_tokens, read_counter
+from mur.servers.clients.chat_models import make_chat_model
+from mur.servers.clients.metrics import generation_tokens, read_counter
+from mur.servers.processes.launcher import RunningServer
 
 pytestmark = pytest.mark.integration
 

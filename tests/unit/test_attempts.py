@@ -17,7 +17,7 @@ from mur.graphs.mur import build_graph
 from mur.graphs.state import Context
 from mur.nodes.llm import Request, gather_all, generate
 from mur.nodes.usage import Usage, metered
-from mur.servers.transport_errors import is_transient
+from mur.servers.clients.transport_errors import is_transient
 
 
 def is_judge(messages: list[BaseMessage]) -> bool:

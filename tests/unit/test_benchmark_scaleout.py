@@ -19,7 +19,7 @@ from mur.benchmarks.scaleout import (
 )
 from mur.evals.harness.records import load_records
 from mur.evals.questions import load_dataset
-from mur.servers.metrics import (
+from mur.servers.clients.metrics import (
     GENERATION_TOKENS,
     PREFIX_CACHE_HITS,
     PREFIX_CACHE_QUERIES,
@@ -82,7 +82,7 @@ def test_a_bad_strategy_or_gate_label_is_one_line_exit_2(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     assert main(["--dry-run", "--strategy", "beam"]) == 2
-    assert capsys.readouterr().err.startswith("scaleout: unknown strategy 'beam'")
+    assert capsys.readouterr().err.startswith("mur bench scaleout: unknown strategy 'beam'")
     assert main(["--dry-run", "--gate", "mur@0.5"]) == 2
     assert "gate label 'mur@0.5'" in capsys.readouterr().err
 

@@ -31,8 +31,8 @@ from mur.endpoint.cli import build_parser, is_loopback, main
 from mur.endpoint.guards import ApiKey
 from mur.graphs import Context
 from mur.servers import connect as connect_module
-from mur.servers.launcher import RunningServer
-from mur.servers.profiles import DEFAULT_PROFILE, get_profile
+from mur.servers.processes.launcher import RunningServer
+from mur.servers.processes.profiles import DEFAULT_PROFILE, get_profile
 
 ROOT = Path(__file__).resolve().parents[2]
 QUESTION = [{"role": "user", "content": "What is 6 * 7?"}]
@@ -293,8 +293,11 @@ def test_cli_defaults_to_loopback_and_rejects_bad_flags(capsys: pytest.CaptureFi
     with pytest.raises(SystemExit) as caught:
         main(["--max-runs", "0"])
     assert caught.value.code == 2 and "--max-runs: must be >= 1" in capsys.readouterr().err
-    assert main(["--model", "m"]) == 1
-    assert capsys.readouterr().err.strip() == "python -m endpoint: --model needs --base-url"
+    assert main(["--model", "m"]) == 2  # refused before any server is probed
+    assert (
+        capsys.readouterr().err.strip()
+        == "mur endpoint: error: --model needs --base-url; see --help"
+    )
     assert main(["--base-url", "http://127.0.0.1:9/v1"]) == 1
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "http://127.0.0.1:9/v1" in err
@@ -307,7 +310,7 @@ def free_port() -> int:
 
 
 def test_served_key_never_appears_in_the_logs() -> None:
-    """`python -m endpoint` with MUR_API_KEY at debug level: refused and accepted requests, a
+    """`mur endpoint` with MUR_API_KEY at debug level: refused and accepted requests, a
     failing run (the backbone answers 400, logged), then shutdown; the key is nowhere in what
     it printed."""
     port = free_port()
@@ -328,7 +331,7 @@ def test_served_key_never_appears_in_the_logs() -> None:
         )
         try:
             url = f"http://127.0.0.1:{port}/v1/chat/completions"
-            assert wait_until(lambda: _up(url), 60), "python -m endpoint did not start"
+            assert wait_until(lambda: _up(url), 60), "mur endpoint did not start"
             body = {"model": "mur-critic-never", "messages": QUESTION}
             assert httpx.post(url, json=body).status_code == 401
             wrong = {"Authorization": f"Bearer {KEY[::-1]}"}

@@ -15,8 +15,8 @@ import pytest
 from faulty_server import faulty_server
 from mur.evals.harness.provenance import ServerMixError, record_servers
 from mur.evals.harness.records import RecordStore
-from mur.servers.facts import flag_value, token_differences
-from mur.servers.throughput import StreamRate, choose
+from mur.servers.processes.facts import flag_value, token_differences
+from mur.servers.processes.throughput import StreamRate, choose
 
 ROOT = Path(__file__).resolve().parents[2]
 

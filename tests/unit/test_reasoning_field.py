@@ -12,7 +12,7 @@ from langchain_core.messages import HumanMessage
 from fakes import FakeLogprobChat, Scripted
 from mur.nodes.llm import Request, generate
 from mur.nodes.thinking import think
-from mur.servers.clients import make_chat_model
+from mur.servers.clients.chat_models import make_chat_model
 
 
 def _response(message: dict) -> dict:

@@ -1,4 +1,5 @@
-"""servers.replicas and servers.sessions: replicas behind the real vllm-router, sticky sessions.
+"""servers.processes.replicas and servers.clients.sessions: replicas behind the real
+vllm-router, sticky sessions.
 
 The replicas are stand-ins (tests/fake_replica.py, one process each) behind the real
 vllm-router binary: what is checked is the router's routing, the launcher's records and the
@@ -22,12 +23,11 @@ import httpx
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage
 
-from mur.servers import launcher, probes, replicas
 from mur.servers.__main__ import main
-from mur.servers.clients import make_chat_model
-from mur.servers.errors import ServerError
-from mur.servers.profiles import Profile, get_profile
-from mur.servers.sessions import (
+from mur.servers.clients import probes
+from mur.servers.clients.chat_models import make_chat_model
+from mur.servers.clients.errors import ServerError
+from mur.servers.clients.sessions import (
     SESSION_HEADER,
     clean_session_id,
     current_session_id,
@@ -35,6 +35,8 @@ from mur.servers.sessions import (
     session,
     session_headers,
 )
+from mur.servers.processes import launcher, replicas
+from mur.servers.processes.profiles import Profile, get_profile
 
 FAKE_REPLICA = Path(__file__).resolve().parents[1] / "fake_replica.py"
 

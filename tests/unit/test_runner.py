@@ -242,7 +242,7 @@ async def test_a_context_overflow_is_a_record_not_an_error(tmp_path: Path) -> No
 
 async def test_every_request_of_a_job_carries_that_jobs_session(tmp_path: Path) -> None:
     """One session id per job (run id + job key) on every backbone and verifier request."""
-    from mur.servers.sessions import current_session_id
+    from mur.servers.clients.sessions import current_session_id
 
     seen: list[tuple[str | None, str]] = []
 

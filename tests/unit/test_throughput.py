@@ -14,8 +14,8 @@ import pytest
 
 from faulty_server import in_thread
 from mur.evals.harness.provenance import FALLBACK_CONCURRENCY, ROLES, choose_concurrency, same_host
-from mur.servers.facts import ServerFacts
-from mur.servers.throughput import PROBE_TOKENS, STREAMS, measured_rates
+from mur.servers.processes.facts import ServerFacts
+from mur.servers.processes.throughput import PROBE_TOKENS, STREAMS, measured_rates
 
 METRIC = "vllm:generation_tokens_total"
 

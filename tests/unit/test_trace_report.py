@@ -95,4 +95,4 @@ async def test_the_online_check_compares_a_live_run_with_the_replays(
     assert "## Online check against" in shown and "passes" in shown
     assert "Online check" in (live_folder / "report.md").read_text()
     assert main([str(live_folder), "--predicted-by", str(tmp_path / "nowhere")]) == 2
-    assert "evals.report:" in capsys.readouterr().err
+    assert "mur report:" in capsys.readouterr().err
