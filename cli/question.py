@@ -1,8 +1,9 @@
 """One question solved from the command line, optionally checkpointed so it can resume.
 
-With `--checkpoint FILE` every node's state goes to SQLite under a thread id; the same
-`--checkpoint FILE --thread-id ID` after a crash or Ctrl-C goes on after the last finished node
-(graphs.solve resumes the thread). Every request of the question carries one session id, so a
+With `--checkpoint TARGET` every node's state goes to an SQLite file (or PostgreSQL, a
+`postgresql://` URL: graphs.checkpointers, the endpoint's factory) under a thread id; the same
+`--checkpoint TARGET --thread-id ID` after a crash or Ctrl-C goes on after the last finished
+node (graphs.solve resumes the thread). Every request of the question carries one session id, so a
 vllm-router in front of replicas keeps the question on one of them.
 """
 
@@ -12,10 +13,9 @@ import argparse
 import uuid
 from typing import Any
 
-from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
-
 from mur.cli.flags import single_context
 from mur.cli.printer import Printer
+from mur.graphs.checkpointers import open_checkpointer
 from mur.graphs.mur import build_graph
 from mur.graphs.solve import solve
 from mur.servers.clients.sessions import new_session_id, session
@@ -54,14 +54,14 @@ async def solve_question(
             )
         return solution.output
     thread_id = args.thread_id or uuid.uuid4().hex[:12]
-    async with AsyncSqliteSaver.from_conn_string(args.checkpoint) as saver:
+    async with open_checkpointer(args.checkpoint) as store:
         printer.say(
-            f"Checkpointing thread {thread_id} in {args.checkpoint}: resume with "
-            f"--checkpoint {args.checkpoint} --thread-id {thread_id}"
+            f"Checkpointing thread {thread_id} in {store.target}: resume with "
+            f"--checkpoint {store.target} --thread-id {thread_id}"
         )
         with session(new_session_id(SESSION_SOURCE, thread_id)):
             solution = await solve(
-                graph(saver),
+                graph(store.saver),
                 question,
                 system_prompt=args.system_prompt,
                 context=context,

@@ -66,6 +66,11 @@ BENCHMARKS = Command(
             "mur.benchmarks.bench",
         ),
         Command(
+            "chaos",
+            "endpoint replicas on one PostgreSQL, one SIGKILLed every 30-60 s: nothing lost?",
+            "mur.benchmarks.chaos",
+        ),
+        Command(
             "endpoint_load",
             "load-test the OpenAI-compatible endpoint and check every reply",
             "mur.benchmarks.endpoint_load",

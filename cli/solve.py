@@ -22,6 +22,7 @@ from mur.cli.printer import Printer
 from mur.cli.question import solve_question
 from mur.cli.validation import UsageError, validate
 from mur.evals.questions.datasets import describe as describe_datasets
+from mur.graphs.checkpointers import CheckpointerError
 from mur.graphs.model_calls import describe_failure, server_roles
 from mur.servers.cli import OneLineParser, usage_error
 from mur.servers.clients.errors import ServerError
@@ -75,7 +76,10 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     )
     parser.add_argument("--out", help="benchmark output folder (records.jsonl, tables)")
     parser.add_argument(
-        "--checkpoint", help="SQLite file that checkpoints the run after every node (resumable)"
+        "--checkpoint",
+        metavar="TARGET",
+        help="checkpoint the run after every node, resumable: an SQLite file, or "
+        "postgresql://USER:PASSWORD@HOST:PORT/DB (prefer PGPASSWORD for the password)",
     )
     parser.add_argument(
         "--thread-id", help="the run's id in --checkpoint: the same id resumes where it stopped"
@@ -118,6 +122,9 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
         return run_benchmark(plan, connection, prog)
     try:
         result = asyncio.run(solve_question(args, connection, printer))
+    except CheckpointerError as exc:  # names the target, its password as ***
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         hint = " (rerun with the same --checkpoint and --thread-id to resume)" * bool(
             args.checkpoint

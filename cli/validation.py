@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 
 from mur.cli.flags import budget_labels, budget_settings, flag_settings, gammas, gates
+from mur.graphs.checkpointers import CheckpointerError, parse_target
 from mur.graphs.state import context_for
 from mur.nodes.draft import check_question
 from mur.servers.clients.errors import ServerError
@@ -38,6 +39,11 @@ def validate(args: argparse.Namespace) -> None:
         raise UsageError("--question and --checkpoint solve one question: drop --dataset")
     if args.thread_id and not args.checkpoint:
         raise UsageError("--thread-id needs --checkpoint")
+    if args.checkpoint:
+        try:
+            parse_target(args.checkpoint)
+        except CheckpointerError as exc:  # names the target, its password as ***
+            raise UsageError(f"--checkpoint: {exc}") from None
     try:
         check_connection_flags(args)
     except ServerError as exc:

@@ -22,12 +22,14 @@ that disconnects cancels its run (its checkpoints stay for a retry with its key)
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
 from fastapi import FastAPI, Request, Response
+from fastapi.responses import JSONResponse
 from langchain_core.language_models import BaseChatModel
 from openai.types.chat import ChatCompletion
 from starlette.datastructures import Headers
@@ -37,6 +39,7 @@ from mur.endpoint.errors import APIError, install_handlers
 from mur.endpoint.guards import ApiKey, LimitBody, RequireApiKey
 from mur.endpoint.idempotency import caller_of, fingerprint, split_key
 from mur.endpoint.ledger import SCHEMA
+from mur.endpoint.refusals import RUN_DRAINED
 from mur.endpoint.replies import RunResult, completion, dump, model_list
 from mur.endpoint.runs import (
     DEFAULT_KEEP_FINISHED,
@@ -45,6 +48,7 @@ from mur.endpoint.runs import (
     ClientGone,
     RunService,
     describe_model,
+    run_was_drained,
     unless_disconnected,
 )
 from mur.endpoint.schemas import ChatCompletionRequest, make_context, parse_job
@@ -113,6 +117,10 @@ async def answer(
         result = await unless_disconnected(run.task, request.receive, run)
     except ClientGone:
         return Response(status_code=CLIENT_CLOSED)
+    except asyncio.CancelledError:
+        if not run_was_drained(run, service):
+            raise  # this request itself is cancelled (the server stops at once)
+        raise RUN_DRAINED from None
     except Exception as exc:  # the run's own failure
         raise service.failure(exc) from exc
     reply = completion(job, result, admitted.cid, admitted.created, idempotency_key)
@@ -171,16 +179,23 @@ def create_app(
         return model_list(started)
 
     @app.get("/health")
-    async def health(request: Request) -> dict[str, Any]:
+    async def health(request: Request) -> Response:
+        # 503 while draining, so a load balancer's health check takes this replica out.
+        status = "ok" if service.accepting else "draining"
+        code, headers = (200, None) if service.accepting else (503, {"Retry-After": "1"})
         if key is not None and not key.admits(Headers(scope=request.scope)):
-            return {"status": "ok"}
-        return {
-            "status": "ok",
-            "backbone": describe_model(service.backbone),
-            "verifier": describe_model(service.verifier),
-            "runs_in_flight": service.in_flight,
-            "max_runs": service.max_runs,
-        }
+            return JSONResponse({"status": status}, code, headers)
+        return JSONResponse(
+            {
+                "status": status,
+                "backbone": describe_model(service.backbone),
+                "verifier": describe_model(service.verifier),
+                "runs_in_flight": service.in_flight,
+                "max_runs": service.max_runs,
+            },
+            code,
+            headers,
+        )
 
     @app.post(
         "/v1/chat/completions",

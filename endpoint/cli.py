@@ -3,18 +3,20 @@
     mur endpoint [--host 127.0.0.1] [--port 8100] [--base-url URL --model NAME]
         [--verifier-url URL --verifier-model NAME] [--profile NAME] [--api-key KEY]
         [--max-runs 64] [--max-request-bytes 1048576] [--checkpointer TARGET]
-        [--lease-seconds 30] [--keep-finished 3600] [--replica-id NAME]
+        [--lease-seconds 30] [--keep-finished 3600] [--replica-id NAME] [--drain-seconds 30]
+        [--replicas N]
 
 It listens on loopback unless `--host` says otherwise. The API keys come from `--api-key`
 (repeated for several callers) or, better (a flag shows in `ps`), the environment variable
 MUR_API_KEY (comma-separated); they are never printed. Runs are checkpointed where
 `--checkpointer` says (endpoint/checkpointing.py), checked before any model server starts.
+SIGTERM drains the runs in flight before the process exits (endpoint/drain.py).
+`--replicas N` runs N of these behind vllm-router instead (endpoint/replicas.py).
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import ipaddress
 import logging
 import os
@@ -30,7 +32,9 @@ from mur.endpoint.checkpointing import (
     check_checkpointer,
     checkpointer_target,
 )
+from mur.endpoint.drain import DEFAULT_GRACE_SECONDS, DrainingServer
 from mur.endpoint.guards import api_keys
+from mur.endpoint.replicas import serve_replicas
 from mur.endpoint.schemas import MODELS
 from mur.graphs.checkpointers import CheckpointerError, parse_target
 from mur.servers import ServerError
@@ -48,6 +52,8 @@ KEEP_ALIVE_SECONDS = 65
 load: when the event loop is busy for longer, the idle timer can close a connection whose next
 request has already arrived, and the client reads a reset (seen in 3 of 7 load tests with 64
 clients; none in 5 with 65 s). Above the 60 s idle timeout of common proxies and balancers."""
+CLOSE_SECONDS = 5
+"""After a drain, how long uvicorn waits for open connections to close before it exits."""
 
 
 def _positive(text: str) -> int:
@@ -100,7 +106,25 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
         help="uvicorn's and this endpoint's (no 'trace': uvicorn would log request headers, "
         "and with them the API key)",
     )
+    parser.add_argument(
+        "--drain-seconds",
+        type=float,
+        default=DEFAULT_GRACE_SECONDS,
+        metavar="S",
+        help="on SIGTERM or Ctrl-C, runs in flight get this long to finish while new ones get "
+        "503; the rest stop at their last checkpoint, a retry with their key resumes them "
+        f"elsewhere; a second signal exits at once (default {DEFAULT_GRACE_SECONDS:.0f})",
+    )
     add_checkpointer_arguments(parser)
+    parser.add_argument(
+        "--replicas",
+        type=_positive,
+        default=1,
+        metavar="N",
+        help="run N endpoint processes (ports PORT+1..PORT+N) sharing a PostgreSQL "
+        "--checkpointer, with vllm-router on --host:--port in front; any replica resumes "
+        "another's runs (default 1: this process alone)",
+    )
     return parser
 
 
@@ -133,7 +157,8 @@ def is_loopback(host: str) -> bool:
 
 
 def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
-    """Serve until Ctrl-C; 2 for bad flags, 1 when no server or app can be made."""
+    """Serve until SIGTERM or Ctrl-C (drained: 0); 2 for bad flags, 1 when no server or app
+    can be made or a second signal cut the drain short."""
     args = build_parser(prog).parse_args(argv)
     try:
         check_connection_flags(args)
@@ -141,6 +166,8 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
         return usage_error(prog, str(exc))
     api_key = api_keys(args.api_key, os.environ.get(API_KEY_ENV))
     checkpointer = checkpointer_target(args)
+    if args.replicas > 1:  # this process supervises N of them behind a router instead
+        return serve_replicas(args, build_parser(prog), api_key, checkpointer, prog)
     try:
         check_checkpointer(checkpointer)  # before a model server is started for nothing
         backbone, verifier, defaults, note = connect(args)
@@ -176,12 +203,14 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
         )
     logging.basicConfig(format="%(levelname)-9s %(name)s: %(message)s")
     logging.getLogger("mur.endpoint").setLevel(args.log_level.upper())
-    with contextlib.suppress(KeyboardInterrupt):
-        uvicorn.run(
-            app,
-            host=args.host,
-            port=args.port,
-            log_level=args.log_level,
-            timeout_keep_alive=KEEP_ALIVE_SECONDS,
-        )
-    return 0
+    config = uvicorn.Config(
+        app,
+        host=args.host,
+        port=args.port,
+        log_level=args.log_level,
+        timeout_keep_alive=KEEP_ALIVE_SECONDS,
+        timeout_graceful_shutdown=CLOSE_SECONDS,
+    )
+    server = DrainingServer(config, app.state.service, grace_s=args.drain_seconds)
+    server.run()
+    return 1 if server.forced else 0

@@ -83,6 +83,15 @@ DRAINING = APIError(
     code="draining",
     headers={"Retry-After": "1"},
 )
+RUN_DRAINED = APIError(
+    503,
+    "this MUR endpoint replica shut down during the run: retry with the same Idempotency-Key "
+    "and another replica resumes it after its last finished step (a request without a key "
+    "starts afresh)",
+    type_="server_error",
+    code="draining",
+    headers={"Retry-After": "1"},
+)
 NOT_OPEN = APIError(
     503,
     "the endpoint's checkpointer is not open: serve the app with its lifespan (uvicorn's "

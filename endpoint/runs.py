@@ -203,6 +203,7 @@ class RunService:
                     context=job.context,
                     config=config,
                     on_step=steps.put_nowait,
+                    durability="sync",  # a kill loses the node in flight, no more
                 )
             trace = trace_of(solution.output)
             await durable.finished(ticket, trace)
@@ -262,6 +263,15 @@ async def unless_disconnected(
         run.task.cancel()
         raise ClientGone()
     return waited.result()
+
+
+def run_was_drained(run: Run, service: RunService) -> bool:
+    """Whether `run` was cancelled by the service's drain, while the request that awaits it
+    goes on (it is not itself being cancelled): that request is answered 503, retry to
+    resume."""
+    current = asyncio.current_task()
+    cancelling = current.cancelling() if current is not None else 0
+    return run.task.cancelled() and not service.accepting and cancelling == 0
 
 
 def describe_model(model: Any) -> dict[str, Any]:

@@ -7,8 +7,8 @@ its trace, with empty deltas: only the vote says whose steps are the answer, so 
 carries the content of the trace that stands for it. Then, with
 `stream_options.include_usage`, a choice-less usage chunk (this request's usage); then
 `data: [DONE]`. A run that fails after the headers were sent reports the error in the stream,
-as OpenAI does. Comment pings keep idle connections open through proxies while a long step is
-generated.
+as OpenAI does (a run cut by the replica's drain: the 503 that says to retry with the
+key). Comment pings keep idle connections open through proxies while a long step is generated.
 
 A resumed run first streams the steps it had kept before (`mur_step.restored`), and a retry
 of a finished run streams its recorded reply the same way, so the contents always concatenate
@@ -20,6 +20,7 @@ cancels the run.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import Any
@@ -29,6 +30,7 @@ from openai.types.chat.chat_completion_chunk import ChoiceDelta
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from mur.endpoint.durable import StoredReply
+from mur.endpoint.refusals import RUN_DRAINED
 from mur.endpoint.replies import (
     RunResult,
     chunk,
@@ -38,7 +40,7 @@ from mur.endpoint.replies import (
     step_line,
     usage_of,
 )
-from mur.endpoint.runs import END, Run, RunService
+from mur.endpoint.runs import END, Run, RunService, run_was_drained
 from mur.endpoint.schemas import Job
 
 PING_SECONDS = 15
@@ -94,6 +96,11 @@ async def events(
             step = await run.steps.get()
         try:
             result = await run.task
+        except asyncio.CancelledError:
+            if not run_was_drained(run, service):
+                raise
+            yield _event(json.dumps(RUN_DRAINED.body()))  # retry with the key to resume
+            return
         except Exception as exc:
             yield _event(json.dumps(service.failure(exc).body()))
             return

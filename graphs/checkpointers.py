@@ -36,6 +36,11 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 MEMORY = ":memory:"
 FORMS = "a file path, sqlite:///PATH or postgresql://USER:PASSWORD@HOST:PORT/DATABASE"
 SETUP_LOCK = 0x6D75725F7365  # pg_advisory_lock key: replicas starting at once set up in turn
+POOL_WAIT_S = 5.0
+"""How long a statement waits for a pooled connection before the database counts as down
+(PoolTimeout: the endpoint's 503 naming it). LangGraph's Postgres saver writes under one lock,
+so the writes queued behind a stopped server fail one after another: with psycopg's default
+of 30 s each, a run went on waiting for minutes after PostgreSQL had stopped."""
 Kind = Literal["sqlite", "postgres"]
 Pool = AsyncConnectionPool[psycopg.AsyncConnection[DictRow]]
 
@@ -262,6 +267,7 @@ async def _postgres(
         kwargs={"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row},
         min_size=1,
         max_size=max(2, pool_size),  # setup holds one connection for its lock, uses another
+        timeout=POOL_WAIT_S,
         open=False,
         check=AsyncConnectionPool.check_connection,  # a restarted server's dead connections
         name="mur-checkpointer",

@@ -10,7 +10,7 @@ from typing import Any, Literal, cast
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph.state import CompiledStateGraph
-from langgraph.types import StateSnapshot
+from langgraph.types import Durability, StateSnapshot
 
 from mur.graphs.state import Context, output_of
 from mur.nodes.usage import add_usage
@@ -103,8 +103,12 @@ async def solve(
     config: RunnableConfig | None = None,
     on_step: Callable[[StepEvent], None] | None = None,
     on_resume: Callable[[], None] | None = None,
+    durability: Durability | None = None,
 ) -> Solution:
     """Stream `graph` on `question`; `on_step` sees each kept step's event as it is kept.
+    `durability` is LangGraph's (None: its default, checkpoints written in the background;
+    "sync": each written before the next step starts, so a process killed mid-run loses at
+    most the step in flight, and a database that stops answering stops the run at once).
 
     With a checkpointed thread (`config={"configurable": {"thread_id": ...}}`) that already
     holds progress, the run resumes there (`on_resume` is told first) and the question is not
@@ -130,6 +134,7 @@ async def solve(
         context=context,
         stream_mode=["custom", "values"],
         subgraphs=True,  # the step events come from inside the traces
+        durability=durability,
     ):
         # With subgraphs and a list of modes each part is (namespace, mode, chunk), which the
         # stubs do not say; the question's values are those of the root namespace.

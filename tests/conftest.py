@@ -5,7 +5,8 @@ cpu-tiny, the embedded SmolLM2-135M model): it reuses a healthy server already r
 profile's port, otherwise starts one (eager, ~50 s; set MUR_TEST_COMPILED=1 for the compiled
 build, ~2 min) and stops it at the end of the session only if it started it.
 
-`postgres` (session scope) gives tests a real PostgreSQL server of their own (tests/postgres.py),
+`postgres` (session scope) gives tests a real PostgreSQL server of their own (the package's
+throwaway server, servers/processes/postgres.py, with the password of tests/postgres.py),
 started in a temporary folder and removed at the end of the session; without PostgreSQL
 installed its tests are skipped, or fail with MUR_TEST_REQUIRE_POSTGRES=1 (CI).
 
@@ -26,6 +27,7 @@ from mur.servers.clients.errors import ServerError
 from mur.servers.clients.metrics import generation_tokens
 from mur.servers.processes.launcher import RunningServer, down, up
 from postgres import PostgresMissing, PostgresServer
+from postgres import start as start_postgres
 
 INTEGRATION_TIMEOUT_S = 1800
 TEST_DATA = Path(__file__).resolve().parent / "data"
@@ -75,9 +77,10 @@ def generated_tokens(cpu_server: RunningServer) -> Callable[[], int]:
 
 @pytest.fixture(scope="session")
 def postgres() -> Iterator[PostgresServer]:
-    """A PostgreSQL server of the tests' own (tests/postgres.py) for the whole session."""
+    """A PostgreSQL server of the tests' own for the whole session: the package's throwaway
+    server (servers/processes/postgres.py) with the tests' password (tests/postgres.py)."""
     try:
-        server = PostgresServer.start()
+        server = start_postgres()
     except PostgresMissing as exc:
         if os.environ.get("MUR_TEST_REQUIRE_POSTGRES", "") == "1":
             pytest.fail(str(exc), pytrace=False)

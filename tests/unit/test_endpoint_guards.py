@@ -12,7 +12,7 @@ import sys
 import threading
 import time
 import typing
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
@@ -33,6 +33,7 @@ from mur.graphs import Context
 from mur.servers import connect as connect_module
 from mur.servers.processes.launcher import RunningServer
 from mur.servers.processes.profiles import DEFAULT_PROFILE, get_profile
+from waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 QUESTION = [{"role": "user", "content": "What is 6 * 7?"}]
@@ -54,15 +55,6 @@ def one_step() -> FakeLogprobChat:
     return FakeLogprobChat(
         responder=lambda m, k: Scripted(" So the answer is 42.", [-0.2] * 5, stop_reason=None)
     )
-
-
-def wait_until(condition: Callable[[], bool], timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.02)
-    return condition()
 
 
 # ------------------------------------------------------------------------------- API key

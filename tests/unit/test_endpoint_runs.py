@@ -26,6 +26,7 @@ from fakes import FakeLogprobChat, Scripted
 from mur.endpoint import create_app
 from mur.endpoint.checkpointing import checkpointer_target
 from mur.endpoint.cli import PROG, build_parser, main
+from waiting import wait_until
 
 MODEL = "mur-critic-never"
 QUESTION = [{"role": "user", "content": "What is 6 * 7?"}]
@@ -80,15 +81,6 @@ def ask(
 def rows(database: Path, sql: str, *params: Any) -> list[tuple[Any, ...]]:
     with sqlite3.connect(database) as conn:
         return conn.execute(sql, params).fetchall()
-
-
-def wait_until(condition: Callable[[], bool], timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.02)
-    return condition()
 
 
 @pytest.fixture
