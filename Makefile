@@ -4,6 +4,8 @@
 SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
+# The project's one command (pyproject.toml [project.scripts]); `make run` keeps the card's run.py.
+MUR := $(VENV)/bin/mur
 STAMP := $(VENV)/.mur-setup.stamp
 BOOTSTRAP_PY := $(shell command -v python3.11 2>/dev/null || command -v python3)
 PROFILE ?= cpu-qwen-1.5b
@@ -46,13 +48,13 @@ run: setup
 	$(PY) run.py --strategy critic
 
 model: setup
-	$(PY) -m servers model
+	$(MUR) servers model
 
 server-up: setup
-	$(PY) -m servers up --profile $(PROFILE) $(if $(EAGER),--eager)
+	$(MUR) servers up --profile $(PROFILE) $(if $(EAGER),--eager)
 
 server-down: setup
-	$(PY) -m servers down --all
+	$(MUR) servers down --all
 
 server-status: setup
-	$(PY) -m servers status
+	$(MUR) servers status

@@ -7,8 +7,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from benchmarks.counters import Counters, ratio
-from benchmarks.recording import RecordedRequest, plan_waves
+from mur.benchmarks.counters import Counters, ratio
+from mur.benchmarks.recording import RecordedRequest, plan_waves
 
 
 def step_of(body: dict[str, Any]) -> int | None:

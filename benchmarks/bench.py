@@ -1,4 +1,4 @@
-"""`python -m benchmarks.bench`: MUR's token economy and the orchestration's speed, side by
+"""`mur bench bench`: MUR's token economy and the orchestration's speed, side by
 side, against one vLLM server; writes the tables to BENCHMARKS.md (its notes are kept).
 
 1. Token economy: every strategy under the gates `mur`, `mur+bc`, `always` and `never`.
@@ -26,8 +26,8 @@ from typing import Any
 import httpx
 import openai
 
-from benchmarks.counters import parse_block_size
-from benchmarks.measure import (
+from mur.benchmarks.counters import parse_block_size
+from mur.benchmarks.measure import (
     DEFAULT_GATES,
     DEFAULT_LEVELS,
     DEFAULT_STRATEGIES,
@@ -36,17 +36,17 @@ from benchmarks.measure import (
     Server,
     Settings,
 )
-from benchmarks.report import load_line, machine_line, merge_notes, render
-from benchmarks.results import GraphRun, RawRun, ReplayRun
-from benchmarks.tables import fmt
-from evals.questions import load_dataset
-from graphs.refine import check_strategy
-from graphs.state import context_for
-from servers.cli import OneLineParser
-from servers.clients import resolve_model
-from servers.connect import add_connection_arguments
-from servers.launcher import up
-from servers.profiles import get_profile
+from mur.benchmarks.report import load_line, machine_line, merge_notes, render
+from mur.benchmarks.results import GraphRun, RawRun, ReplayRun
+from mur.benchmarks.tables import fmt
+from mur.evals.questions import load_dataset
+from mur.graphs.refine import check_strategy
+from mur.graphs.state import context_for
+from mur.servers.cli import OneLineParser
+from mur.servers.clients.chat_models import resolve_model
+from mur.servers.connect import add_connection_arguments
+from mur.servers.processes.launcher import up
+from mur.servers.processes.profiles import get_profile
 
 BENCH_PROFILE = "cpu-tiny"  # the server started (or reused) when no --base-url is given
 
@@ -61,9 +61,12 @@ def _csv(kind: type) -> Callable[[str], tuple[Any, ...]]:
     return parse
 
 
-def build_parser() -> argparse.ArgumentParser:
+PROG = "mur bench bench"
+
+
+def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     parser = OneLineParser(
-        prog="python -m benchmarks.bench",
+        prog=prog,
         description="MUR's token economy and the orchestration's speed, side by side; "
         "writes the four tables to --out.",
     )
@@ -208,7 +211,7 @@ async def run_all(bench: Bench, pool: Sequence[Any]) -> dict[str, Any]:
 async def profile_graph(bench: Bench, path: str) -> str:
     """One more MUR run of the first strategy under pyinstrument; returns a summary line."""
     # Local: pyinstrument is an optional tool (pip install pyinstrument), not a dependency; at
-    # the top, every `python -m benchmarks.bench` would fail without it.
+    # the top, every `mur bench bench` would fail without it.
     from pyinstrument import Profiler  # noqa: PLC0415
 
     s = bench.settings
@@ -243,13 +246,14 @@ def check_arguments(args: argparse.Namespace, graph: dict[str, Any]) -> None:
         context_for(label, graph, gamma=args.gamma)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
+    """Run the four measurements and write their tables; 2 for bad settings."""
+    args = build_parser(prog).parse_args(argv)
     graph = {name: getattr(args, name) for name in SMALL_SETTINGS}
     try:
         check_arguments(args, graph)
     except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"{prog}: error: {exc}", file=sys.stderr)
         return 2
     scaling_strategy = args.scaling_strategy or (
         "critic" if "critic" in args.strategies else args.strategies[0]
@@ -274,7 +278,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     problems = pool[: args.questions]
     base_url, model, how = connect(args)
     given = sys.argv[1:] if argv is None else list(argv)
-    command = shlex.join(["python", "-m", "benchmarks.bench", *given])
+    command = shlex.join([*prog.split(), *given])
     started = dt.datetime.now(dt.UTC)
     load_before = load_line()
     t0 = time.monotonic()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass, fields
 
-from servers.metrics import samples
+from mur.servers.clients.metrics import samples
 
 # vLLM's Prometheus counters the benchmark reads (sums over label sets).
 COUNTERS: dict[str, str] = {

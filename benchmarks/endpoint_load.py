@@ -2,14 +2,14 @@
 requests, a share of them streamed, and every reply is checked. It passes only with zero lost,
 zero duplicated and zero 5xx that were not injected; it prints latency p50/p99 and requests/s.
 
-    python -m benchmarks.endpoint_load --backbone fake [--clients 64] [--requests 1024]
+    mur bench endpoint_load --backbone fake [--clients 64] [--requests 1024]
     flock /tmp/mur-integration.lock \\
-        python -m benchmarks.endpoint_load --backbone cpu [--clients 64] [--requests 128]
+        mur bench endpoint_load --backbone cpu [--clients 64] [--requests 128]
 
 `fake`: the endpoint over the scripted backbone (benchmarks/fake_endpoint.py), in a process of
 its own; every reply's content is known, and a share of requests carry an injected backbone
 fault (a 502, or an error event in the stream). It measures the endpoint itself: HTTP, graph
-and streaming overhead. `cpu`: `python -m endpoint` over the real CPU vLLM server (cpu-tiny,
+and streaming overhead. `cpu`: `mur endpoint` over the real CPU vLLM server (cpu-tiny,
 small settings); replies are checked for consistency, and the tokens they report must equal
 what the server's counter says it generated (run it under the integration lock).
 
@@ -28,7 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -37,11 +37,11 @@ from typing import Any
 import httpx
 import numpy as np
 
-from benchmarks.fake_endpoint import expected_content
-from servers.cli import OneLineParser
-from servers.connect import add_connection_arguments, connection_argv
-from servers.facts import cpu_model
-from servers.metrics import generation_tokens
+from mur.benchmarks.fake_endpoint import expected_content
+from mur.servers.cli import OneLineParser
+from mur.servers.clients.metrics import generation_tokens
+from mur.servers.connect import add_connection_arguments, connection_argv
+from mur.servers.processes.facts import cpu_model
 
 ROOT = Path(__file__).resolve().parents[1]
 CPU_BASE_URL = "http://127.0.0.1:8011/v1"
@@ -335,9 +335,9 @@ def run(args: argparse.Namespace) -> Report:
     )
     max_runs = str(args.max_runs or args.clients)
     if args.backbone == "fake":
-        command = [sys.executable, "-m", "benchmarks.fake_endpoint", "--max-runs", max_runs]
+        command = [sys.executable, "-m", "mur.benchmarks.fake_endpoint", "--max-runs", max_runs]
     else:
-        command = [sys.executable, "-m", "endpoint", *connection_argv(args)]
+        command = [sys.executable, "-m", "mur.endpoint", *connection_argv(args)]
         command += ["--max-runs", max_runs, "--log-level", "warning"]
     command += ["--port", str(args.port)]
     with tempfile.TemporaryDirectory() as folder:
@@ -381,9 +381,12 @@ def table_row(report: Report) -> str:
     return "| " + " | ".join(str(c) for c in cells) + " |"
 
 
-def build_parser() -> argparse.ArgumentParser:
+PROG = "mur bench endpoint_load"
+
+
+def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     parser = OneLineParser(
-        prog="python -m benchmarks.endpoint_load",
+        prog=prog,
         description="Load-test the MUR endpoint and check every reply.",
     )
     parser.add_argument("--backbone", choices=("fake", "cpu"), default="fake")
@@ -398,15 +401,16 @@ def build_parser() -> argparse.ArgumentParser:
     add_connection_arguments(
         parser,
         defaults="--backbone cpu: the servers the endpoint under test uses (passed on to "
-        f"`python -m endpoint`); default --base-url {CPU_BASE_URL}.",
+        f"`mur endpoint`); default --base-url {CPU_BASE_URL}.",
     )
     parser.set_defaults(base_url=CPU_BASE_URL)
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
+    """Load-test, print the report; 0 only when every check passed."""
+    parser = build_parser(prog)
     args = parser.parse_args(argv)
     args.requests = args.requests or (1024 if args.backbone == "fake" else 128)
     args.port = args.port or (8051 if args.backbone == "fake" else 8052)
@@ -417,7 +421,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         report = run(args)
     except RuntimeError as exc:
-        print(f"endpoint_load: {exc}", file=sys.stderr)
+        print(f"{prog}: {exc}", file=sys.stderr)
         return 1
     if args.json:
         print(json.dumps(asdict(report)))

@@ -16,9 +16,9 @@ from typing import Any
 import httpx
 import openai
 
-from benchmarks.analysis import step_of
-from benchmarks.counters import Counters, add_counters, parse_counters
-from benchmarks.recording import (
+from mur.benchmarks.analysis import step_of
+from mur.benchmarks.counters import Counters, add_counters, parse_counters
+from mur.benchmarks.recording import (
     QUESTION,
     RecordedRequest,
     Recorder,
@@ -26,11 +26,11 @@ from benchmarks.recording import (
     replay_bodies,
     replay_body,
 )
-from benchmarks.results import GraphRun, NChoiceRun, RawRun, ReplayRun
-from graphs.mur import build_graph
-from graphs.state import Context, context_for
-from servers.clients import make_chat_model
-from servers.probes import normalize_base_url, root_url
+from mur.benchmarks.results import GraphRun, NChoiceRun, RawRun, ReplayRun
+from mur.graphs.mur import build_graph
+from mur.graphs.state import Context, context_for
+from mur.servers.clients.chat_models import make_chat_model
+from mur.servers.clients.probes import normalize_base_url, root_url
 
 DEFAULT_STRATEGIES: tuple[str, ...] = ("best_of_n", "critic")
 # Gate labels as the runner reads them (nodes.gate_labels): mur+bc = bias correction.

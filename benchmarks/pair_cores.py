@@ -1,13 +1,13 @@
-"""`python -m benchmarks.pair_cores`: a backbone and a verifier server on one machine, sharing
+"""`mur bench pair_cores`: a backbone and a verifier server on one machine, sharing
 every core or one half each: which serves MUR faster?
 
 For each way (`shared`, `split`) it stops both profiles' servers, starts the pair the way
-`python -m servers up --profile B --verifier-profile V --cores WAY` does, and runs the same
-benchmark load through run.py (the first N MATH-500 questions, the critic, gates never and
+`mur servers up --profile B --verifier-profile V --cores WAY` does, and runs the same
+benchmark load through `mur solve` (the first N MATH-500 questions, the critic, gates never and
 always, so the load has a backbone-only half and a half where the verifier works on every
 step), then reports generated tokens per second of wall time, per server and in all. Tokens
 differ between the two runs (sampling); tokens per second is what compares. The winner is
-`servers.launcher.PAIR_CORES`; numbers in servers/README.md.
+`servers.processes.launcher.PAIR_CORES`; numbers in servers/README.md.
 """
 
 from __future__ import annotations
@@ -17,14 +17,15 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from evals.harness.records import load_records
-from servers.cli import OneLineParser
-from servers.launcher import CORE_SHARING, CoreSharing, down, up_pair
+from mur.evals.harness.records import load_records
+from mur.servers.cli import OneLineParser
+from mur.servers.processes.launcher import CORE_SHARING, CoreSharing, down, up_pair
 
-ROOT = Path(__file__).resolve().parent.parent
+PROG = "mur bench pair_cores"
 
 
 @dataclass(frozen=True)
@@ -40,26 +41,33 @@ class PairRun:
         return (self.backbone_tokens + self.external_tokens) / self.wall_s
 
 
-def sharing(text: str) -> CoreSharing:
-    """One of `CORE_SHARING`, or an error naming the choices."""
-    for way in CORE_SHARING:
-        if text == way:
-            return way
-    raise SystemExit(f"pair_cores: unknown way {text!r}: choose from {', '.join(CORE_SHARING)}")
+def ways(text: str) -> tuple[CoreSharing, ...]:
+    """An argparse type: a comma list of `CORE_SHARING` ways, refused before any server stops."""
+    chosen = []
+    for word in (part.strip() for part in text.split(",") if part.strip()):
+        way = next((way for way in CORE_SHARING if way == word), None)
+        if way is None:
+            raise argparse.ArgumentTypeError(
+                f"unknown way {word!r}: choose from {', '.join(CORE_SHARING)}"
+            )
+        chosen.append(way)
+    if not chosen:
+        raise argparse.ArgumentTypeError(f"expected a comma list of {', '.join(CORE_SHARING)}")
+    return tuple(chosen)
 
 
-def run_load(args: argparse.Namespace, cores: str, out: Path) -> PairRun:
+def run_load(args: argparse.Namespace, cores: CoreSharing, out: Path) -> PairRun:
     for profile in (args.profile, args.verifier_profile):
         down(profile)
-    up_pair(args.profile, args.verifier_profile, cores=sharing(cores), progress=False)
+    up_pair(args.profile, args.verifier_profile, cores=cores, progress=False)
     command = [
-        sys.executable, "run.py", "--strategy", "critic", "--dataset", "math500",
+        sys.executable, "-m", "mur", "solve", "--strategy", "critic", "--dataset", "math500",
         "--limit", str(args.limit), "--gate", "never,always", "--profile", args.profile,
         "--verifier-profile", args.verifier_profile, "--concurrency", str(args.concurrency),
         "--max-steps", str(args.max_steps), "--out", str(out),
     ]  # fmt: skip
     start = time.perf_counter()
-    subprocess.run(command, cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
     wall = time.perf_counter() - start
     records = load_records(out)
     return PairRun(
@@ -84,22 +92,25 @@ def table(runs: list[PairRun]) -> str:
     return "\n".join(lines)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = OneLineParser(prog="python -m benchmarks.pair_cores", description=__doc__)
+def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
+    parser = OneLineParser(prog=prog, description=__doc__)
     parser.add_argument("--profile", default="cpu-qwen-0.5b", help="the backbone's profile")
     parser.add_argument("--verifier-profile", default="cpu-qwen-1.5b")
     parser.add_argument("--limit", type=int, default=8, help="first N MATH-500 questions")
     parser.add_argument("--max-steps", type=int, default=6)
     parser.add_argument("--concurrency", type=int, default=16, help="questions in flight")
-    parser.add_argument("--ways", default=",".join(CORE_SHARING), help="comma list")
+    parser.add_argument(
+        "--ways", type=ways, default=CORE_SHARING, help=f"comma list of {', '.join(CORE_SHARING)}"
+    )
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
+    """Run the load once per way and print the table (stops and starts the pair's servers)."""
+    args = build_parser(prog).parse_args(argv)
     runs = []
     with tempfile.TemporaryDirectory(prefix="pair-cores-") as tmp:
-        for cores in args.ways.split(","):
+        for cores in args.ways:
             runs.append(run_load(args, cores, Path(tmp) / cores))
             print(table(runs[-1:]).splitlines()[-1], file=sys.stderr, flush=True)
     print(table(runs))

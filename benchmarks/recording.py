@@ -11,8 +11,8 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from benchmarks.counters import Counters
-from servers.clients import loop_safe_async_http_client
+from mur.benchmarks.counters import Counters
+from mur.servers.clients.chat_models import loop_safe_async_http_client
 
 QUESTION: contextvars.ContextVar[int] = contextvars.ContextVar("bench_question", default=-1)
 """The question a request belongs to: the benchmark sets it per question."""

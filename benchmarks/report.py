@@ -10,9 +10,9 @@ from typing import Any
 
 import psutil
 
-from benchmarks.analysis import step_prompt_rows
-from benchmarks.measure import Settings
-from benchmarks.tables import (
+from mur.benchmarks.analysis import step_prompt_rows
+from mur.benchmarks.measure import Settings
+from mur.benchmarks.tables import (
     cache_table,
     economy_table,
     n_choice_table,
@@ -20,7 +20,7 @@ from benchmarks.tables import (
     scaling_table,
     step_table,
 )
-from servers.facts import cpu_model
+from mur.servers.processes.facts import cpu_model
 
 NOTES_MARKER = (
     "<!-- notes: everything below this line is kept when benchmarks.bench rewrites the file -->"

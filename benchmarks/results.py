@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from benchmarks.analysis import ClientTime, client_time
-from benchmarks.counters import Counters, add_counters, ratio
-from benchmarks.recording import RecordedRequest
+from mur.benchmarks.analysis import ClientTime, client_time
+from mur.benchmarks.counters import Counters, add_counters, ratio
+from mur.benchmarks.recording import RecordedRequest
 
 
 @dataclass

@@ -1,8 +1,8 @@
-"""`python -m benchmarks.scaleout`: prefix-cache hits and throughput of replicas behind vllm-router.
+"""`mur bench scaleout`: prefix-cache hits and throughput of replicas behind vllm-router.
 
 The same benchmark load (the first N MATH-500 questions through the MUR graph, one strategy
-and gate, small settings, N questions in flight, run by `evals.harness.runner` exactly as `run.py
---dataset` runs it, so every request of a question carries its `X-Session-ID`) runs against:
+and gate, small settings, N questions in flight, run by `evals.harness.runner` exactly as `mur
+solve --dataset` runs it, so every request of a question carries its `X-Session-ID`) runs against:
 
 - one: one server on every core (the cpu-tiny profile as it is);
 - consistent_hash: two replicas, one core each, behind vllm-router with `consistent_hash`:
@@ -11,13 +11,13 @@ and gate, small settings, N questions in flight, run by `evals.harness.runner` e
   session, so a question's steps alternate between replicas.
 
 Each configuration starts fresh servers (empty prefix caches) through the launcher, the way
-`python -m servers up [--replicas 2]` does, warms them, runs the load once and stops them.
+`mur servers up [--replicas 2]` does, warms them, runs the load once and stops them.
 Reported: the prefix-cache hit rate (`vllm:prefix_cache_hits_total` /
 `vllm:prefix_cache_queries_total`, in prompt tokens, summed over the replicas), tokens per
 second, requests per replica, and the share of the CPU that other processes used meanwhile
 (this machine is shared). The hit-rate ratio between the policies is the figure that carries
 to GPUs; on this 2-core machine two replicas only split the same two cores. Server records
-and logs live in a private MUR_HOME (`--home`), so `python -m servers down --all` elsewhere
+and logs live in a private MUR_HOME (`--home`), so `mur servers down --all` elsewhere
 cannot stop them mid-measurement.
 """
 
@@ -41,29 +41,29 @@ from typing import Any
 import psutil
 from langchain_core.messages import HumanMessage
 
-from evals.harness.plan import BenchmarkPlan
-from evals.harness.records import RecordStore, load_records
-from evals.harness.run_record import total_tokens
-from evals.harness.runner import run_jobs
-from evals.questions import Problem, load_dataset
-from graphs.mur import build_graph
-from graphs.refine import check_strategy
-from servers.cli import OneLineParser
-from servers.clients import make_chat_model
-from servers.errors import ServerError
-from servers.launcher import down, up
-from servers.metrics import (
+from mur.evals.harness.plan import BenchmarkPlan
+from mur.evals.harness.records import RecordStore, load_records
+from mur.evals.harness.run_record import total_tokens
+from mur.evals.harness.runner import run_jobs
+from mur.evals.questions import Problem, load_dataset
+from mur.graphs.mur import build_graph
+from mur.graphs.refine import check_strategy
+from mur.servers.cli import OneLineParser, usage_error
+from mur.servers.clients.chat_models import make_chat_model
+from mur.servers.clients.errors import ServerError
+from mur.servers.clients.metrics import (
     GENERATION_TOKENS,
     PREFIX_CACHE_HITS,
     PREFIX_CACHE_QUERIES,
     REQUESTS_DONE,
     read_counter,
 )
-from servers.model import ensure_model
-from servers.paths import mur_home
-from servers.profiles import get_profile
-from servers.replicas import POLICIES, down_group, replica_profile, up_replicas
-from servers.sessions import session
+from mur.servers.clients.sessions import session
+from mur.servers.processes.launcher import down, up
+from mur.servers.processes.model import ensure_model
+from mur.servers.processes.paths import mur_home
+from mur.servers.processes.profiles import get_profile
+from mur.servers.processes.replicas import POLICIES, down_group, replica_profile, up_replicas
 
 GIB = 1024**3
 NEED_GIB = {"one": 6.0, "two": 8.5}  # ~4.7 GiB server / two ~3.7 GiB replicas, plus headroom
@@ -266,7 +266,7 @@ def load_plan(problems: Sequence[Problem], args: argparse.Namespace) -> Benchmar
 
 
 def run_load(url: str, problems: Sequence[Problem], args: argparse.Namespace, phase: Phase) -> None:
-    """The benchmark load through `evals.harness.runner`, as `run.py --dataset` runs it; the
+    """The benchmark load through `evals.harness.runner`, as `mur solve --dataset` runs it; the
     records (full traces) stay in `<home>/runs/<case>` for a look afterwards."""
     plan = load_plan(problems, args)
     graph = build_graph(backbone=make_chat_model(url))
@@ -380,9 +380,12 @@ def table(phases: Sequence[Phase]) -> str:
     return "\n".join(lines)
 
 
-def build_parser() -> argparse.ArgumentParser:
+PROG = "mur bench scaleout"
+
+
+def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     parser = OneLineParser(
-        prog="python -m benchmarks.scaleout",
+        prog=prog,
         description="Prefix-cache hit rate and tok/s: one vLLM CPU server vs two replicas "
         "behind vllm-router, with and without session affinity.",
     )
@@ -422,24 +425,30 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
+    """Measure each configuration (or --dry-run print them); 2 for bad settings."""
+    args = build_parser(prog).parse_args(argv)
 
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     unknown = [p for p in policies if p not in POLICIES]
-    if unknown or args.questions <= 0 or args.concurrency <= 0:
-        print(
-            f"scaleout: policies must be among {', '.join(POLICIES)} (got {unknown}); "
-            "--questions and --concurrency must be > 0",
-            file=sys.stderr,
+    if unknown:
+        return usage_error(
+            prog,
+            f"--policies {args.policies}: {', '.join(unknown)} unknown; policies must be among "
+            f"{', '.join(POLICIES)}",
         )
-        return 2
+    if args.questions <= 0 or args.concurrency <= 0:
+        return usage_error(
+            prog,
+            f"--questions and --concurrency must be > 0, got {args.questions} and "
+            f"{args.concurrency}",
+        )
     args.home = args.home or mur_home() / "scaleout"
     try:
         problems = load_dataset("math500", args.data_dir, limit=args.questions)
         plan = describe_plan([ONE, *policies], problems, args)
     except (ValueError, OSError) as exc:  # a bad strategy, label or data folder
-        print(f"scaleout: {exc}", file=sys.stderr)
+        print(f"{prog}: {exc}", file=sys.stderr)
         return 2
     if args.dry_run:
         print(plan)
@@ -452,11 +461,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             phases.append(measure(case, problems, args))
             print(table(phases[-1:]), file=sys.stderr)
     except ServerError as exc:
-        print(f"scaleout: {exc}", file=sys.stderr)
+        print(f"{prog}: {exc}", file=sys.stderr)
         return 1
-    command = "python -m benchmarks.scaleout " + " ".join(
-        shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv)
-    )
+    command = shlex.join([*prog.split(), *(sys.argv[1:] if argv is None else argv)])
     print(
         f"{command}\n{len(problems)} MATH-500 questions, strategy {args.strategy}, gate "
         f"{args.gate} (gamma {args.gamma}), concurrency {args.concurrency}, "

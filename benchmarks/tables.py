@@ -6,9 +6,9 @@ import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from benchmarks.analysis import StepPromptRow, speed_normalized
-from benchmarks.counters import ratio
-from benchmarks.results import GraphRun, NChoiceRun, RawRun, ReplayRun
+from mur.benchmarks.analysis import StepPromptRow, speed_normalized
+from mur.benchmarks.counters import ratio
+from mur.benchmarks.results import GraphRun, NChoiceRun, RawRun, ReplayRun
 
 GOAL_TOKENS = 0.55  # MUR total tokens / Per-Step Scale's
 GOAL_OVERHEAD = 1.05  # graph wall time / direct replay's

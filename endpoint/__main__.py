@@ -1,7 +1,8 @@
-"""`python -m endpoint`: see endpoint/cli.py."""
+"""`python -m mur.endpoint`: the same as `mur endpoint` (endpoint/cli.py)."""
 
 import sys
 
-from endpoint.cli import main
+from mur.endpoint.cli import main
 
-sys.exit(main())
+if __name__ == "__main__":
+    sys.exit(main())

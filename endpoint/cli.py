@@ -1,33 +1,48 @@
-"""`python -m endpoint`: serve MUR as an OpenAI-compatible API with uvicorn.
+"""`mur endpoint`: serve MUR as an OpenAI-compatible API with uvicorn.
 
-    python -m endpoint [--host 127.0.0.1] [--port 8100] [--base-url URL --model NAME]
+    mur endpoint [--host 127.0.0.1] [--port 8100] [--base-url URL --model NAME]
         [--verifier-url URL --verifier-model NAME] [--profile NAME] [--api-key KEY]
-        [--max-runs 64] [--max-request-bytes 1048576]
+        [--max-runs 64] [--max-request-bytes 1048576] [--checkpointer TARGET]
+        [--lease-seconds 30] [--keep-finished 3600] [--replica-id NAME] [--drain-seconds 30]
+        [--replicas N]
 
-It listens on loopback unless `--host` says otherwise. The API key comes from `--api-key` or,
-better (a flag shows in `ps`), the environment variable MUR_API_KEY; it is never printed.
+It listens on loopback unless `--host` says otherwise. The API keys come from `--api-key`
+(repeated for several callers) or, better (a flag shows in `ps`), the environment variable
+MUR_API_KEY (comma-separated); they are never printed. Runs are checkpointed where
+`--checkpointer` says (endpoint/checkpointing.py), checked before any model server starts.
+SIGTERM drains the runs in flight before the process exits (endpoint/drain.py).
+`--replicas N` runs N of these behind vllm-router instead (endpoint/replicas.py).
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import ipaddress
 import logging
 import os
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 import uvicorn
 
-from endpoint.app import DEFAULT_MAX_REQUEST_BYTES, DEFAULT_MAX_RUNS, create_app
-from endpoint.schemas import MODELS
-from servers import ServerError
-from servers.cli import OneLineParser
-from servers.connect import add_connection_arguments, check_connection_flags, connection_options
-from servers.connect import connect as connect_servers
+from mur.endpoint.app import DEFAULT_MAX_REQUEST_BYTES, DEFAULT_MAX_RUNS, create_app
+from mur.endpoint.checkpointing import (
+    add_checkpointer_arguments,
+    check_checkpointer,
+    checkpointer_target,
+)
+from mur.endpoint.drain import DEFAULT_GRACE_SECONDS, DrainingServer
+from mur.endpoint.guards import api_keys
+from mur.endpoint.replicas import serve_replicas
+from mur.endpoint.schemas import MODELS
+from mur.graphs.checkpointers import CheckpointerError, parse_target
+from mur.servers import ServerError
+from mur.servers.cli import OneLineParser, usage_error
+from mur.servers.connect import add_connection_arguments, check_connection_flags, connection_options
+from mur.servers.connect import connect as connect_servers
 
-PROG = "python -m endpoint"
+PROG = "mur endpoint"
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8100
 API_KEY_ENV = "MUR_API_KEY"
@@ -37,6 +52,8 @@ KEEP_ALIVE_SECONDS = 65
 load: when the event loop is busy for longer, the idle timer can close a connection whose next
 request has already arrived, and the client reads a reset (seen in 3 of 7 load tests with 64
 clients; none in 5 with 65 s). Above the 60 s idle timeout of common proxies and balancers."""
+CLOSE_SECONDS = 5
+"""After a drain, how long uvicorn waits for open connections to close before it exits."""
 
 
 def _positive(text: str) -> int:
@@ -49,9 +66,9 @@ def _positive(text: str) -> int:
     return value
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     parser = OneLineParser(
-        prog=PROG,
+        prog=prog,
         description="Serve MUR (every strategy x gate) as an OpenAI-compatible chat API.",
     )
     parser.add_argument(
@@ -64,8 +81,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--api-key",
-        help=f"require this bearer key on every route but /health (default: env {API_KEY_ENV}; "
-        "prefer the variable, a flag shows in the process list)",
+        action="append",
+        help="require this bearer key on every route but /health; repeat it for several "
+        "callers, each with runs of its own (default: env "
+        f"{API_KEY_ENV}, comma-separated; prefer the variable, a flag shows in the process list)",
     )
     parser.add_argument(
         "--max-runs",
@@ -87,14 +106,33 @@ def build_parser() -> argparse.ArgumentParser:
         help="uvicorn's and this endpoint's (no 'trace': uvicorn would log request headers, "
         "and with them the API key)",
     )
+    parser.add_argument(
+        "--drain-seconds",
+        type=float,
+        default=DEFAULT_GRACE_SECONDS,
+        metavar="S",
+        help="on SIGTERM or Ctrl-C, runs in flight get this long to finish while new ones get "
+        "503; the rest stop at their last checkpoint, a retry with their key resumes them "
+        f"elsewhere; a second signal exits at once (default {DEFAULT_GRACE_SECONDS:.0f})",
+    )
+    add_checkpointer_arguments(parser)
+    parser.add_argument(
+        "--replicas",
+        type=_positive,
+        default=1,
+        metavar="N",
+        help="run N endpoint processes (ports PORT+1..PORT+N) sharing a PostgreSQL "
+        "--checkpointer, with vllm-router on --host:--port in front; any replica resumes "
+        "another's runs (default 1: this process alone)",
+    )
     return parser
 
 
 def connect(args: argparse.Namespace) -> tuple[Any, Any, dict[str, Any], str]:
     """(backbone, verifier, default settings, description) from flags, env or the embedded
-    server (started if it is not running, as run.py does), through the serving layer's one
-    `connect`: every URL is probed first, so a wrong one fails at start in seconds, naming it."""
-    check_connection_flags(args)
+    server (started if it is not running, as `mur solve` does), through the serving layer's
+    one `connect`: every URL is probed first, so a wrong one fails at start in seconds, naming
+    it."""
     connection = connect_servers(
         **connection_options(args),
         start=True,
@@ -118,10 +156,20 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    api_key = args.api_key if args.api_key is not None else os.environ.get(API_KEY_ENV) or None
+def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
+    """Serve until SIGTERM or Ctrl-C (drained: 0); 2 for bad flags, 1 when no server or app
+    can be made or a second signal cut the drain short."""
+    args = build_parser(prog).parse_args(argv)
     try:
+        check_connection_flags(args)
+    except ServerError as exc:  # flags that cannot work together: the user's to fix
+        return usage_error(prog, str(exc))
+    api_key = api_keys(args.api_key, os.environ.get(API_KEY_ENV))
+    checkpointer = checkpointer_target(args)
+    if args.replicas > 1:  # this process supervises N of them behind a router instead
+        return serve_replicas(args, build_parser(prog), api_key, checkpointer, prog)
+    try:
+        check_checkpointer(checkpointer)  # before a model server is started for nothing
         backbone, verifier, defaults, note = connect(args)
         app = create_app(
             backbone,
@@ -130,32 +178,39 @@ def main(argv: list[str] | None = None) -> int:
             api_key=api_key,
             max_runs=args.max_runs,
             max_request_bytes=args.max_request_bytes,
+            checkpointer=checkpointer,
+            lease_seconds=args.lease_seconds,
+            keep_finished=args.keep_finished,
+            replica_id=args.replica_id,
         )
-    except (ServerError, KeyError, ValueError) as exc:
-        print(f"{PROG}: {exc}", file=sys.stderr)
+    except (ServerError, CheckpointerError, KeyError, ValueError) as exc:
+        print(f"{prog}: {exc}", file=sys.stderr)
         return 1
     guard = "API key required" if api_key else "no API key"
     print(
         f"MUR endpoint on http://{args.host}:{args.port}/v1 ({len(MODELS)} models, {guard}, "
-        f"at most {args.max_runs} runs at once); {note}",
+        f"at most {args.max_runs} runs at once, checkpointed in {parse_target(checkpointer)}); "
+        f"{note}",
         file=sys.stderr,
         flush=True,
     )
     if not api_key and not is_loopback(args.host):
         print(
-            f"{PROG}: warning: listening on {args.host} without an API key: anyone who reaches "
+            f"{prog}: warning: listening on {args.host} without an API key: anyone who reaches "
             f"this port can spend the backbone's compute (set {API_KEY_ENV})",
             file=sys.stderr,
             flush=True,
         )
     logging.basicConfig(format="%(levelname)-9s %(name)s: %(message)s")
-    logging.getLogger("endpoint").setLevel(args.log_level.upper())
-    with contextlib.suppress(KeyboardInterrupt):
-        uvicorn.run(
-            app,
-            host=args.host,
-            port=args.port,
-            log_level=args.log_level,
-            timeout_keep_alive=KEEP_ALIVE_SECONDS,
-        )
-    return 0
+    logging.getLogger("mur.endpoint").setLevel(args.log_level.upper())
+    config = uvicorn.Config(
+        app,
+        host=args.host,
+        port=args.port,
+        log_level=args.log_level,
+        timeout_keep_alive=KEEP_ALIVE_SECONDS,
+        timeout_graceful_shutdown=CLOSE_SECONDS,
+    )
+    server = DrainingServer(config, app.state.service, grace_s=args.drain_seconds)
+    server.run()
+    return 1 if server.forced else 0

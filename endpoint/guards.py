@@ -8,38 +8,61 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+from collections.abc import Sequence
 
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from endpoint.errors import APIError
+from mur.endpoint.errors import APIError
+from mur.endpoint.idempotency import CALLER_STATE
 
 OPEN_PATHS = frozenset({"/health"})
 """Paths answered without the key (liveness probes); their replies hold no details then."""
 
 
 class ApiKey:
-    """A bearer API key (like vLLM's `--api-key`), checked in constant time.
+    """The endpoint's bearer API keys (one or several, like vLLM's `--api-key`), checked in
+    constant time.
 
-    Only a SHA-256 digest of the key is kept: comparing digests of equal length with
-    `hmac.compare_digest` reveals neither the key's content nor its length, and no repr or log
-    line can hold the key itself.
+    Only a SHA-256 digest of each key is kept: comparing digests of equal length with
+    `hmac.compare_digest`, against every key whichever matches, reveals neither a key's
+    content nor its length nor which key matched, and no repr or log line can hold a key.
+    The matching key names the caller (`caller`), to whom idempotency keys are scoped.
     """
 
-    def __init__(self, key: str) -> None:
-        if not key.strip():
-            raise ValueError("the API key is empty: give a non-empty key or none at all")
-        self._digest = hashlib.sha256(key.encode()).digest()
+    def __init__(self, keys: str | Sequence[str]) -> None:
+        listed = [keys] if isinstance(keys, str) else list(keys)
+        if not listed or any(not key.strip() for key in listed):
+            raise ValueError("an API key is empty: give non-empty keys or none at all")
+        self._digests = [hashlib.sha256(key.encode()).digest() for key in listed]
 
     def __repr__(self) -> str:
-        return "ApiKey(<hidden>)"
+        return f"ApiKey(<{len(self._digests)} hidden>)"
 
-    def admits(self, headers: Headers) -> bool:
-        """Whether `Authorization: Bearer <key>` carries this key."""
+    def caller(self, headers: Headers) -> str | None:
+        """The id of the caller whose key `Authorization: Bearer <key>` carries (a digest of
+        that key's digest), or None when it carries none of the keys."""
         scheme, _, token = headers.get("authorization", "").partition(" ")
         supplied = hashlib.sha256(token.strip().encode()).digest()
-        return hmac.compare_digest(supplied, self._digest) and scheme.lower() == "bearer"
+        matched = None
+        for digest in self._digests:
+            if hmac.compare_digest(supplied, digest):
+                matched = digest
+        if matched is None or scheme.lower() != "bearer":
+            return None
+        return hashlib.sha256(b"mur-caller\x00" + matched).hexdigest()[:32]
+
+    def admits(self, headers: Headers) -> bool:
+        """Whether `Authorization: Bearer <key>` carries one of the keys."""
+        return self.caller(headers) is not None
+
+
+def api_keys(flags: Sequence[str] | None, variable: str | None) -> list[str] | None:
+    """The keys of repeated `--api-key` flags, else of the variable (comma-separated); None:
+    an open endpoint."""
+    keys = list(flags) if flags else [k.strip() for k in (variable or "").split(",") if k.strip()]
+    return keys or None
 
 
 class RequireApiKey:
@@ -49,12 +72,12 @@ class RequireApiKey:
         self.app, self.key = app, key
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if (
-            scope["type"] != "http"
-            or scope["path"] in OPEN_PATHS
-            or scope["method"] == "OPTIONS"
-            or self.key.admits(Headers(scope=scope))
-        ):
+        if scope["type"] != "http" or scope["path"] in OPEN_PATHS or scope["method"] == "OPTIONS":
+            await self.app(scope, receive, send)
+            return
+        caller = self.key.caller(Headers(scope=scope))
+        if caller is not None:
+            scope = {**scope, "state": {**(scope.get("state") or {}), CALLER_STATE: caller}}
             await self.app(scope, receive, send)
             return
         error = APIError(

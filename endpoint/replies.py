@@ -11,7 +11,8 @@ contents concatenate to the non-streamed content.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 from fastapi.encoders import jsonable_encoder
 from openai.types import CompletionUsage, Model
@@ -20,11 +21,12 @@ from openai.types.chat.chat_completion import Choice
 from openai.types.chat.chat_completion_chunk import Choice as ChunkChoice
 from openai.types.chat.chat_completion_chunk import ChoiceDelta
 
-from endpoint.schemas import MODELS, Job
-from graphs import output_of
-from nodes.draft import STEP_FORMATS
+from mur.endpoint.schemas import MODELS, Job
+from mur.graphs import output_of
+from mur.nodes.draft import STEP_FORMATS
 
 OWNER = "mur"
+Outcome = Literal["new", "resumed", "replayed"]
 
 
 class MurModel(Model):
@@ -71,9 +73,9 @@ def content_of(trace: Mapping[str, Any]) -> str:
     return steps + (fallback["text"] if fallback else "")
 
 
-def usage_of(trace: Mapping[str, Any]) -> CompletionUsage:
-    """OpenAI usage: completion = backbone + external generated tokens of the whole run."""
-    usage = trace.get("usage") or {}
+def usage_of(usage: Mapping[str, Any]) -> CompletionUsage:
+    """OpenAI usage of the graph's usage counts: completion = backbone + external generated
+    tokens, prompt = both servers' prompt tokens."""
     prompt = int(usage.get("backbone_prompt_tokens", 0)) + int(
         usage.get("external_prompt_tokens", 0)
     )
@@ -83,11 +85,36 @@ def usage_of(trace: Mapping[str, Any]) -> CompletionUsage:
     )
 
 
-def completion(job: Job, trace: dict[str, Any], cid: str, created: int) -> MurChatCompletion:
-    """The non-streamed reply: the whole solution as content, the trace as `mur`."""
+@dataclass(frozen=True)
+class RunResult:
+    """A run's output contract (`trace`), what this request generated (`request_usage`, in
+    the graph's usage counts) and whether the run was new, resumed, or replayed from its
+    recorded reply."""
+
+    trace: dict[str, Any]
+    request_usage: dict[str, int]
+    outcome: Outcome
+
+
+def reply_trace(trace: Mapping[str, Any], outcome: Outcome, key: str | None) -> dict[str, Any]:
+    """The reply's `mur`: the run's trace (its `usage` the whole run's, in the graph's
+    counts), `usage_total` (the whole run's in OpenAI's shape: the top-level `usage` is this
+    request's) and `run` (new, resumed or replayed; the idempotency key)."""
+    return {
+        **trace,
+        "usage_total": usage_of(trace.get("usage") or {}).model_dump(exclude_none=True),
+        "run": {"outcome": outcome, "idempotency_key": key},
+    }
+
+
+def completion(
+    job: Job, result: RunResult, cid: str, created: int, key: str | None
+) -> MurChatCompletion:
+    """The non-streamed reply: the whole solution as content, the trace as `mur` (see
+    `reply_trace`), `usage` what this request generated."""
     choice = Choice(
         index=0,
-        message=ChatCompletionMessage(role="assistant", content=content_of(trace)),
+        message=ChatCompletionMessage(role="assistant", content=content_of(result.trace)),
         logprobs=None,
         finish_reason="stop",
     )
@@ -97,8 +124,8 @@ def completion(job: Job, trace: dict[str, Any], cid: str, created: int) -> MurCh
         created=created,
         model=job.model,
         choices=[choice],
-        usage=usage_of(trace),
-        mur=trace,
+        usage=usage_of(result.request_usage),
+        mur=reply_trace(result.trace, result.outcome, key),
     )
 
 

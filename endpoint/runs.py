@@ -1,68 +1,81 @@
-"""Graph runs: the compiled graphs, the one place a request's run starts (`RunService.start`),
-the limit on runs in flight, and how a run is given up when its client goes away.
+"""Graph runs: the compiled graph over the checkpointer, the one place a request's run starts
+(`RunService.start`), the limit on runs in flight, and how a run is given up when its client
+goes away.
+
+Every run is a checkpointed thread (its state saved after each node, in the checkpointer the
+endpoint opened at start) claimed in the run ledger first (endpoint/durable.py): a retry with
+the same idempotency key gets the finished reply, or resumes the thread after its last
+finished node, on whichever replica it reaches.
 
 A run is an asyncio task of its own, not an async generator resumed from the response: that
 keeps LangGraph's context variables in one task, and lets a disconnect cancel it. Cancelling
 the task cancels the model call in flight (its HTTP request is closed, and vLLM aborts a
-request whose client has gone), so a run stops within the step it was in.
+request whose client has gone), so a run stops within the step it was in; its checkpoints stay,
+and its claim is freed for a retry.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import uuid
+import os
+import socket
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from langchain_core.language_models import BaseChatModel
+from langchain_core.runnables import RunnableConfig
 
-from endpoint.errors import APIError
-from endpoint.replies import trace_of
-from endpoint.schemas import Job
-from graphs import build_graph
-from graphs.model_calls import describe_failure, server_roles
-from graphs.solve import solve
-from servers.clients import base_url_of
-from servers.sessions import new_session_id, session
+from mur.endpoint.durable import DurableRuns, StoredReply, Ticket
+from mur.endpoint.errors import APIError
+from mur.endpoint.ledger import RunLedger
+from mur.endpoint.refusals import DRAINING, NOT_OPEN, Saturated, lease_lost, unavailable
+from mur.endpoint.replies import Outcome, RunResult, trace_of
+from mur.endpoint.schemas import Job
+from mur.graphs import build_graph
+from mur.graphs.checkpointers import CheckpointStore
+from mur.graphs.model_calls import describe_failure, server_roles
+from mur.graphs.solve import saved_progress, solve
+from mur.nodes.usage import USAGE_KEYS
+from mur.servers.clients.chat_models import base_url_of
+from mur.servers.clients.sessions import new_session_id, session
 
-log = logging.getLogger("endpoint")
+log = logging.getLogger("mur.endpoint")
 T = TypeVar("T")
+DEFAULT_LEASE_SECONDS = 30.0
+DEFAULT_KEEP_FINISHED = 3600.0
 
 END = None
 """Put in a run's step queue after its last step (or when it fails or is cancelled)."""
 
 
+def default_replica_id() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
 @dataclass
 class Run:
-    """A started run: its task (returning the trace, or raising) and its kept steps."""
+    """A started run: its ticket, its task (returning the result, or raising) and its kept
+    steps."""
 
     job: Job
-    task: asyncio.Task[dict[str, Any]]
+    ticket: Ticket
+    task: asyncio.Task[RunResult]
     steps: asyncio.Queue[dict[str, Any] | None] = field(default_factory=asyncio.Queue)
-
-
-class Saturated(APIError):
-    """429: every run slot is taken; the client should retry after `retry_after` seconds."""
-
-    def __init__(self, limit: int, retry_after: int) -> None:
-        super().__init__(
-            429,
-            f"the MUR endpoint is running its limit of {limit} solutions: retry after "
-            f"{retry_after} s",
-            type_="rate_limit_error",
-            code="rate_limit_exceeded",
-            headers={"Retry-After": str(retry_after)},
-        )
 
 
 class ClientGone(Exception):
     """The client disconnected before the run ended; its run was cancelled."""
 
 
+def usage_since(total: Mapping[str, int], before: Mapping[str, int]) -> dict[str, int]:
+    """The usage a run added to `before` to reach `total`."""
+    return {key: int(total.get(key, 0)) - int(before.get(key, 0)) for key in USAGE_KEYS}
+
+
 class RunService:
-    """The compiled graph (built on first use) and the runs over it."""
+    """The compiled graph over the checkpointer, and the runs over it."""
 
     def __init__(
         self,
@@ -71,6 +84,9 @@ class RunService:
         *,
         max_runs: int = 64,
         retry_after: int = 1,
+        replica_id: str | None = None,
+        lease_seconds: float = DEFAULT_LEASE_SECONDS,
+        keep_finished: float = DEFAULT_KEEP_FINISHED,
     ) -> None:
         if max_runs < 1 or retry_after < 1:
             raise ValueError(
@@ -79,54 +95,145 @@ class RunService:
         self.backbone = backbone
         self.verifier = verifier or backbone
         self.max_runs, self.retry_after = max_runs, retry_after
+        self.replica_id = replica_id or default_replica_id()
+        self.lease_seconds, self.keep_finished = lease_seconds, keep_finished
         self.in_flight = 0
+        self.accepting = True
+        self.runs: set[asyncio.Task[RunResult]] = set()
+        self.store: CheckpointStore | None = None
+        self._durable: DurableRuns | None = None
         self._graph: Any = None
         self.roles = server_roles(self.backbone, self.verifier)  # for error messages
 
+    async def open(self, store: CheckpointStore) -> None:
+        """Compile the graph over `store`'s saver and start renewing leases and pruning."""
+        self.store = store
+        self._graph = build_graph(
+            backbone=self.backbone, verifier=self.verifier, checkpointer=store.saver
+        )
+        self._durable = DurableRuns(
+            RunLedger(store.database),
+            store.saver,
+            replica_id=self.replica_id,
+            lease_seconds=self.lease_seconds,
+            keep_finished=self.keep_finished,
+        )
+        self._durable.start()
+
+    def stop_taking_runs(self) -> None:
+        """From now on a new run (or a replay) is refused with 503 and Retry-After (drain)."""
+        self.accepting = False
+
+    async def cancel_runs(self) -> int:
+        """Cancel every run in flight and wait until each has stopped: its checkpoints stay
+        and its claim is freed, so a retry with its key resumes it at once on another replica.
+        How many were cancelled."""
+        tasks = list(self.runs)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        return len(tasks)
+
+    async def close(self) -> None:
+        """Cancel the runs in flight and stop renewing and pruning; the store is closed by
+        whoever opened it."""
+        await self.cancel_runs()
+        if self._durable is not None:
+            await self._durable.close()
+        self._durable, self._graph = None, None
+
+    @property
+    def durable(self) -> DurableRuns:
+        if self._durable is None:
+            raise NOT_OPEN
+        return self._durable
+
     def graph(self) -> Any:
-        """The compiled graph, every strategy in it; built once (no await in here, so no
-        race)."""
+        """The compiled graph, every strategy in it, checkpointed in the store."""
         if self._graph is None:
-            self._graph = build_graph(backbone=self.backbone, verifier=self.verifier)
+            raise NOT_OPEN
         return self._graph
 
-    def start(self, job: Job) -> Run:
-        """Start the graph run of `job` in a task of its own; 429 when every slot is taken.
+    async def admit(
+        self, job: Job, caller: str, key: str | None, fingerprint: str
+    ) -> Ticket | StoredReply:
+        """The run of this request, claimed; or its stored reply. 429 when every slot is
+        taken (a replay needs none), 409/422/503 as `DurableRuns.claim` says."""
+        durable = self.durable
+        if not self.accepting:
+            raise DRAINING
+        if key is None and self.in_flight >= self.max_runs:
+            raise Saturated(self.max_runs, self.retry_after)
+        admitted = await durable.claim(caller, key, fingerprint)
+        if isinstance(admitted, Ticket) and self.in_flight >= self.max_runs:
+            await durable.stopped(admitted, "not started: every run slot was taken")
+            raise Saturated(self.max_runs, self.retry_after)
+        return admitted
+
+    def start(self, job: Job, ticket: Ticket) -> Run:
+        """Start the graph run of `job` as `ticket`'s thread, in a task of its own.
 
         The slot is held until the task ends (finished, failed or cancelled).
         """
-        if self.in_flight >= self.max_runs:
-            raise Saturated(self.max_runs, self.retry_after)
-        graph = self.graph()
         steps: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
-
-        async def run() -> dict[str, Any]:
-            try:
-                # One session per completion: a router keeps this question on one replica.
-                with session(new_session_id("mur-endpoint", uuid.uuid4().hex[:12])):
-                    solution = await solve(
-                        graph,
-                        job.question,
-                        system_prompt=job.system_prompt,
-                        context=job.context,
-                        on_step=steps.put_nowait,
-                    )
-            finally:
-                steps.put_nowait(END)
-            return trace_of(solution.output)
-
-        task = asyncio.create_task(run(), name=job.model)
+        task = asyncio.create_task(self._execute(job, ticket, steps), name=job.model)
+        self.durable.watch(ticket, task)
         self.in_flight += 1
+        self.runs.add(task)
         task.add_done_callback(self._ended)
-        return Run(job, task, steps)
+        return Run(job, ticket, task, steps)
+
+    async def _execute(
+        self, job: Job, ticket: Ticket, steps: asyncio.Queue[dict[str, Any] | None]
+    ) -> RunResult:
+        """Run (or resume) the thread; record its reply, or free its claim when it stops."""
+        graph, durable = self.graph(), self.durable
+        config: RunnableConfig = {"configurable": {"thread_id": ticket.thread_id}}
+        try:
+            # One session per run: a router keeps its model calls on one replica.
+            with session(new_session_id("mur-endpoint", ticket.thread_id[-12:])):
+                saved = await saved_progress(graph, config)
+                if job.context.traces == 1:  # the steps kept before, so the stream is whole
+                    for step in saved.steps:
+                        steps.put_nowait({"event": "step", "trace": 0, **step, "restored": True})
+                solution = await solve(
+                    graph,
+                    job.question,
+                    system_prompt=job.system_prompt,
+                    context=job.context,
+                    config=config,
+                    on_step=steps.put_nowait,
+                    durability="sync",  # a kill loses the node in flight, no more
+                )
+            trace = trace_of(solution.output)
+            await durable.finished(ticket, trace)
+            outcome: Outcome = "new" if saved.new else "resumed"
+            return RunResult(trace, usage_since(trace.get("usage") or {}, saved.usage), outcome)
+        except asyncio.CancelledError:
+            if durable.take_lost(ticket):
+                raise lease_lost(ticket.key) from None
+            await durable.stopped(ticket, "stopped: the client went away or the endpoint stopped")
+            raise
+        except Exception as exc:
+            await durable.stopped(ticket, f"failed: {self.failure(exc).message}")
+            raise
+        finally:
+            steps.put_nowait(END)
 
     def _ended(self, task: asyncio.Task[Any]) -> None:
         self.in_flight -= 1
+        self.runs.discard(task)
         if not task.cancelled() and task.exception() is not None:
             log.warning("run %s failed: %s", task.get_name(), self.failure(task.exception()))
 
     def failure(self, exc: BaseException | None) -> APIError:
-        """502 for a run that failed (e.g. an unreachable backbone, named by URL)."""
+        """The answer for a run that failed: its own APIError (409 taken over, 503), 503
+        naming the database when the checkpointer stopped answering, else 502 (e.g. an
+        unreachable backbone, named by URL)."""
+        if isinstance(exc, APIError):
+            return exc
+        if exc is not None and self.store is not None and self.store.is_outage(exc):
+            return unavailable(exc, self.store.target)
         message = describe_failure(exc, self.roles) if exc else "the run ended without a result"
         return APIError(502, message, type_="server_error", code="upstream_error")
 
@@ -156,6 +263,15 @@ async def unless_disconnected(
         run.task.cancel()
         raise ClientGone()
     return waited.result()
+
+
+def run_was_drained(run: Run, service: RunService) -> bool:
+    """Whether `run` was cancelled by the service's drain, while the request that awaits it
+    goes on (it is not itself being cancelled): that request is answered 503, retry to
+    resume."""
+    current = asyncio.current_task()
+    cancelling = current.cancelling() if current is not None else 0
+    return run.task.cancelled() and not service.accepting and cancelling == 0
 
 
 def describe_model(model: Any) -> dict[str, Any]:

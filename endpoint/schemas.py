@@ -19,11 +19,11 @@ from pydantic import (
     StrictInt,
 )
 
-from endpoint.errors import APIError, bad_request, describe_validation
-from graphs import STRATEGIES, Context
-from graphs.state import ContextError, context_for
-from nodes.draft import check_question
-from nodes.gates import GATES
+from mur.endpoint.errors import APIError, bad_request, describe_validation
+from mur.graphs import STRATEGIES, Context
+from mur.graphs.state import ContextError, context_for
+from mur.nodes.draft import check_question
+from mur.nodes.gates import GATES
 
 MODEL_PREFIX = "mur"
 

@@ -5,9 +5,14 @@ Each step is a chunk whose delta is the step's `StepN: text` line, with the step
 traces (`mur.traces`) the steps of every trace stream as they are kept, each `mur_step` naming
 its trace, with empty deltas: only the vote says whose steps are the answer, so the final chunk
 carries the content of the trace that stands for it. Then, with
-`stream_options.include_usage`, a choice-less usage chunk; then `data: [DONE]`. A run that
-fails after the headers were sent reports the error in the stream, as OpenAI does. Comment
-pings keep idle connections open through proxies while a long step is generated.
+`stream_options.include_usage`, a choice-less usage chunk (this request's usage); then
+`data: [DONE]`. A run that fails after the headers were sent reports the error in the stream,
+as OpenAI does (a run cut by the replica's drain: the 503 that says to retry with the
+key). Comment pings keep idle connections open through proxies while a long step is generated.
+
+A resumed run first streams the steps it had kept before (`mur_step.restored`), and a retry
+of a finished run streams its recorded reply the same way, so the contents always concatenate
+to the whole solution.
 
 When the client disconnects, sse-starlette cancels the event generator, whose `finally`
 cancels the run.
@@ -15,16 +20,28 @@ cancels the run.
 
 from __future__ import annotations
 
+import asyncio
 import json
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import Any
 
 from fastapi.encoders import jsonable_encoder
 from openai.types.chat.chat_completion_chunk import ChoiceDelta
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
-from endpoint.replies import chunk, content_of, dump, step_line, usage_of
-from endpoint.runs import END, Run, RunService
+from mur.endpoint.durable import StoredReply
+from mur.endpoint.refusals import RUN_DRAINED
+from mur.endpoint.replies import (
+    RunResult,
+    chunk,
+    content_of,
+    dump,
+    reply_trace,
+    step_line,
+    usage_of,
+)
+from mur.endpoint.runs import END, Run, RunService, run_was_drained
+from mur.endpoint.schemas import Job
 
 PING_SECONDS = 15
 
@@ -38,44 +55,77 @@ def _delta(content: str, first: bool) -> ChoiceDelta:
     return ChoiceDelta(role="assistant", content=content) if first else ChoiceDelta(content=content)
 
 
+def _ending(
+    job: Job, result: RunResult, cid: str, created: int, key: str | None, sent: int
+) -> Iterator[ServerSentEvent]:
+    """The final chunk (the content not streamed yet, the trace as `mur`), the usage chunk on
+    request (this request's usage), then `[DONE]`."""
+    trace = result.trace
+    fallback = trace.get("fallback")
+    # One trace streamed its steps already; several send the voted trace's content now.
+    rest = content_of(trace) if job.context.traces > 1 else (fallback["text"] if fallback else "")
+    delta = _delta(rest, first=sent == 0)
+    extra: dict[str, Any] = {"usage": None} if job.include_usage else {}
+    mur = reply_trace(trace, result.outcome, key)
+    yield _event(dump(chunk(job, cid, created, delta, finish=True, mur=mur, **extra)))
+    if job.include_usage:
+        usage = usage_of(result.request_usage)
+        yield _event(dump(chunk(job, cid, created, None, usage=usage)))
+    yield _event("[DONE]")
+
+
+def _step_event(
+    job: Job, cid: str, created: int, step: Mapping[str, Any], sent: int
+) -> ServerSentEvent:
+    line = "" if job.context.traces > 1 else step_line(step, job.context.step_format)
+    delta = _delta(line, first=sent == 0)
+    return _event(dump(chunk(job, cid, created, delta, mur_step=jsonable_encoder(step))))
+
+
 async def events(
-    run: Run, service: RunService, first: Mapping[str, Any] | None, cid: str, created: int
+    run: Run, service: RunService, first: Mapping[str, Any] | None
 ) -> AsyncIterator[ServerSentEvent]:
     """The stream of `run`, starting with its first step (`first`, already taken; END when the
-    run kept no step)."""
-    job = run.job
-    several = job.context.traces > 1
+    run kept no step). A resumed run first sends the steps it had kept (`restored`)."""
+    job, ticket = run.job, run.ticket
     step, sent = first, 0
     try:
         while step is not END:
-            line = "" if several else step_line(step, job.context.step_format)
-            delta = _delta(line, first=sent == 0)
-            yield _event(dump(chunk(job, cid, created, delta, mur_step=jsonable_encoder(step))))
+            yield _step_event(job, ticket.cid, ticket.created, step, sent)
             sent += 1
             step = await run.steps.get()
         try:
-            trace = await run.task
+            result = await run.task
+        except asyncio.CancelledError:
+            if not run_was_drained(run, service):
+                raise
+            yield _event(json.dumps(RUN_DRAINED.body()))  # retry with the key to resume
+            return
         except Exception as exc:
             yield _event(json.dumps(service.failure(exc).body()))
             return
-        fallback = trace.get("fallback")
-        # One trace streamed its steps already; several send the voted trace's content now.
-        rest = content_of(trace) if several else (fallback["text"] if fallback else "")
-        delta = _delta(rest, first=sent == 0)
-        extra: dict[str, Any] = {"usage": None} if job.include_usage else {}
-        yield _event(dump(chunk(job, cid, created, delta, finish=True, mur=trace, **extra)))
-        if job.include_usage:
-            yield _event(dump(chunk(job, cid, created, None, usage=usage_of(trace))))
-        yield _event("[DONE]")
+        for event in _ending(job, result, ticket.cid, ticket.created, ticket.key, sent):
+            yield event
     finally:
         run.task.cancel()
 
 
-def stream_response(
-    run: Run, service: RunService, first: Mapping[str, Any] | None, cid: str, created: int
-) -> EventSourceResponse:
+async def replayed(
+    job: Job, stored: StoredReply, key: str | None
+) -> AsyncIterator[ServerSentEvent]:
+    """The stream of a finished run's recorded reply: its kept steps, then the ending."""
+    result = RunResult(stored.trace, {}, "replayed")
+    steps = (stored.trace.get("steps") or []) if job.context.traces == 1 else []
+    for sent, step in enumerate(steps):
+        restored = {"event": "step", "trace": 0, **step, "restored": True}
+        yield _step_event(job, stored.cid, stored.created, restored, sent)
+    for event in _ending(job, result, stored.cid, stored.created, key, len(steps)):
+        yield event
+
+
+def stream_response(stream: AsyncIterator[ServerSentEvent]) -> EventSourceResponse:
     return EventSourceResponse(
-        events(run, service, first, cid, created),
+        stream,
         ping=PING_SECONDS,
         sep="\n",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},

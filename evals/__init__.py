@@ -5,7 +5,7 @@
 - ``evals.harness``: a benchmark run: its plan, the runner, records.jsonl, checkpoints,
   progress and stopping;
 - ``evals.report``: tables, plots and comparisons recomputed from a folder's records
-  (``python -m evals.report DIR``, ``python -m evals.compare A B``).
+  (``mur report DIR``, ``mur compare A B``).
 
-``evals.benchmark`` joins them for ``run.py --dataset``: run a plan, then write its report.
+``evals.benchmark`` joins them for ``mur solve --dataset``: run a plan, then write its report.
 """

@@ -1,5 +1,6 @@
-"""What `run.py --dataset` does with its plan: skip what the folder already holds, run the
-rest (evals.harness), then write the folder's report (evals.report)."""
+"""What `mur solve --dataset` (and `python run.py --dataset`) does with its plan: skip what the
+folder already holds, run the rest (evals.harness), then write the folder's report
+(evals.report)."""
 
 from __future__ import annotations
 
@@ -9,22 +10,22 @@ from pathlib import Path
 
 from langchain_core.language_models import BaseChatModel
 
-from evals.harness.checkpoints import open_checkpoints
-from evals.harness.plan import BenchmarkPlan
-from evals.harness.provenance import (
+from mur.evals.harness.checkpoints import open_checkpoints
+from mur.evals.harness.plan import BenchmarkPlan
+from mur.evals.harness.provenance import (
     ROLES,
     choose_concurrency,
     record_servers,
     role_facts,
     servers_entry,
 )
-from evals.harness.records import RecordStore, SettingsMismatchError
-from evals.harness.runner import RunOutcome, run_jobs
-from evals.harness.stopping import STOPPED_EXIT
-from evals.report.tables import write_report
-from graphs.mur import build_graph
-from graphs.refine import check_strategy
-from servers.errors import ServerUnavailable
+from mur.evals.harness.records import RecordStore, SettingsMismatchError
+from mur.evals.harness.runner import RunOutcome, run_jobs
+from mur.evals.harness.stopping import STOPPED_EXIT
+from mur.evals.report.tables import write_report
+from mur.graphs.mur import build_graph
+from mur.graphs.refine import check_strategy
+from mur.servers.clients.errors import ServerUnavailable
 
 
 def record_command(path: Path, command: str) -> None:
@@ -61,18 +62,25 @@ def servers_in_use(
     return concurrency
 
 
-def run_benchmark(plan: BenchmarkPlan, backbone: BaseChatModel, verifier: BaseChatModel) -> int:
-    """Run a plan: skip what its folder already holds, run the rest, report."""
+def run_benchmark(
+    plan: BenchmarkPlan,
+    backbone: BaseChatModel,
+    verifier: BaseChatModel,
+    *,
+    prog: str = "mur solve",
+) -> int:
+    """Run a plan: skip what its folder already holds, run the rest, report. `prog`: the
+    command that asked (`mur solve`, `run.py`), the first word of an error line."""
     out = plan.folder
     store = RecordStore(out)
     try:
         store.check_settings(plan.folder_settings(backbone, verifier))
         concurrency = servers_in_use(store, plan, backbone, verifier)
     except SettingsMismatchError as exc:
-        print(f"run.py: error: {exc}", file=sys.stderr)
+        print(f"{prog}: error: {exc}", file=sys.stderr)
         return 2
     except ServerUnavailable as exc:
-        print(f"run.py: {exc}", file=sys.stderr)
+        print(f"{prog}: {exc}", file=sys.stderr)
         return 1
     record_command(out / "command.txt", plan.command)
     jobs = plan.jobs()

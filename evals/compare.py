@@ -1,8 +1,8 @@
-"""`python -m evals.compare A B`: two results folders side by side (evals.report.compare)."""
+"""`python -m mur.evals.compare A B`: the same as `mur compare A B` (evals.report.compare)."""
 
 import sys
 
-from evals.report.compare import main
+from mur.evals.report.compare import main
 
 if __name__ == "__main__":
     sys.exit(main())

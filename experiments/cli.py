@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -17,9 +18,11 @@ def float_list(text: str) -> tuple[float, ...]:
         raise argparse.ArgumentTypeError(f"not a list of numbers: {text!r}") from None
 
 
-def publish(text: str, out: Path | None, module: str, argv: Sequence[str] | None) -> None:
+def publish(text: str, out: Path | None, prog: str, argv: Sequence[str] | None) -> None:
     """Print a tool's markdown summary and, with `out`, write it there with the command that
-    made it (so a file in results/ says how to make it again)."""
+    made it (`prog`, e.g. `mur experiment rescore`, and its arguments), so a file in results/
+    says how to make it again."""
     print(text)
     if out:
-        out.write_text(text + f"\nCommand: python -m {module} {' '.join(argv or sys.argv[1:])}\n")
+        words = sys.argv[1:] if argv is None else argv
+        out.write_text(text + f"\nCommand: {prog} {shlex.join(words)}\n")

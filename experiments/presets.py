@@ -1,10 +1,10 @@
 """Named settings of `experiments.table1`, and the tokens the paper's tables lead one to expect.
 
-    python -m experiments.table1 --preset paper-gpu --dry-run
+    mur experiment table1 --preset paper-gpu --dry-run
 
 A preset is one registry entry: the strategies, the benchmarks (each with its own gamma,
-questions and samples), the backbone and verifier server profiles (servers/profiles.py) and the
-`mur` settings every command gets. `PRESETS` is the only list; `--preset`'s choices follow.
+questions and samples), the backbone and verifier server profiles (servers/processes/profiles.py)
+and the `mur` settings every command gets. `PRESETS` is the only list; `--preset`'s choices follow.
 
 The paper's numbers come from the project's algorithm contract (the shared
 docs/mur-algorithm.md, "Paper figures to compare against", from Table 1 of arXiv 2507.14958).
@@ -19,8 +19,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from statistics import fmean
 
-from graphs.state import Context
-from nodes.gate_labels import parse_gate_label
+from mur.graphs.state import Context
+from mur.nodes.gate_labels import parse_gate_label
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Does this server see the uncertainties a table was recorded with? Re-score recorded steps.
 
-    python -m experiments.rescore results/math500-best_of_n-qwen2.5-coder-1.5b \\
+    mur experiment rescore results/math500-best_of_n-qwen2.5-coder-1.5b \\
         --base-url http://127.0.0.1:8022/v1 [--gate never] [--limit 20] [--out FILE]
 
 A trace keeps every kept step's text and its uncertainty m_t, the mean -logprob of the tokens
@@ -38,17 +38,17 @@ import httpx
 import numpy as np
 from langchain_core.messages import BaseMessage
 
-from evals.harness.records import SETTINGS, load_records
-from evals.harness.run_record import RunRecord
-from evals.questions import Problem, load_dataset
-from experiments.cli import float_list, publish
-from nodes.draft import STEP_FORMATS, step_messages
-from nodes.gates import replay_decisions
-from nodes.llm import CONTINUE_FINAL_MESSAGE
-from servers.cli import OneLineParser
-from servers.connect import add_connection_arguments, connect, connection_options
-from servers.errors import ServerError
-from servers.probes import normalize_base_url
+from mur.evals.harness.records import SETTINGS, load_records
+from mur.evals.harness.run_record import RunRecord
+from mur.evals.questions import Problem, load_dataset
+from mur.experiments.cli import float_list, publish
+from mur.nodes.draft import STEP_FORMATS, step_messages
+from mur.nodes.gates import replay_decisions
+from mur.nodes.llm import CONTINUE_FINAL_MESSAGE
+from mur.servers.cli import OneLineParser
+from mur.servers.clients.errors import ServerError
+from mur.servers.clients.probes import normalize_base_url
+from mur.servers.connect import add_connection_arguments, connect, connection_options
 
 _ROLES = {"system": "system", "human": "user", "ai": "assistant"}
 
@@ -285,28 +285,30 @@ def report(result: Agreement, folder: str, base_url: str, model: str, traces: in
     return "\n".join(lines) + "\n"
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = OneLineParser(
-        prog="python -m experiments.rescore", description=(__doc__ or "").split("\n")[0]
-    )
+PROG = "mur experiment rescore"
+
+
+def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
+    """Re-score a folder's traces on the server and print (or --out write) the agreement."""
+    parser = OneLineParser(prog=prog, description=(__doc__ or "").split("\n")[0])
     parser.add_argument("folder", help="a results folder (records.jsonl and settings.json)")
     add_connection_arguments(
         parser,
         verifier=False,
         defaults="The backbone's vLLM server that re-scores the steps; unset, MUR_BASE_URL, "
-        "else the embedded CPU server (which must be running).",
+        "else the embedded CPU server (started when not running).",
     )
     parser.add_argument("--gate", default="never", help="whose traces (default never)")
     parser.add_argument("--limit", type=int, default=20, help="traces to re-score")
     parser.add_argument("--gamma", type=float_list, default=(0.9,), help="MUR gammas to replay")
     parser.add_argument(
-        "--data-dir", help="where the runs' questions came from (as run.py's; default shipped)"
+        "--data-dir", help="where the runs' questions came from (as mur solve's; default shipped)"
     )
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--out", type=Path, help="also write the markdown summary here")
     args = parser.parse_args(argv)
     folder = Path(args.folder)
-    try:
+    try:  # the folder and its questions: the user's to fix (exit status 2)
         settings = json.loads((folder / SETTINGS).read_text())
         records = load_records(folder)
         names = {r["dataset"] for r in records}
@@ -314,19 +316,23 @@ def main(argv: Sequence[str] | None = None) -> int:
             (p.dataset, p.id): p for name in names for p in load_dataset(name, args.data_dir)
         }
         traces = list(recorded_traces(records, problems, settings, args.gate, args.limit))
-        if not traces:
-            parser.error(
-                f"{folder} holds no {args.gate} traces of two or more steps without a scaled "
-                "step (only a step followed by another is compared)"
-            )
-        backbone = connect(**connection_options(args)).backbone
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return 2
+    if not traces:
+        parser.error(
+            f"{folder} holds no {args.gate} traces of two or more steps without a scaled "
+            "step (only a step followed by another is compared)"
+        )
+    try:
+        backbone = connect(**connection_options(args), start=True, progress=True).backbone
         base_url, model = str(backbone.openai_api_base), str(backbone.model_name)
         result = asyncio.run(_run(args, base_url, model, traces, settings))
-    except (FileNotFoundError, ValueError, ServerError, httpx.HTTPError) as exc:
-        print(f"experiments.rescore: {exc}", file=sys.stderr)
+    except (ServerError, httpx.HTTPError, ValueError) as exc:  # the server, or its tokens
+        print(f"{prog}: {exc}", file=sys.stderr)
         return 1
     text = report(result, str(folder), base_url, model, len(traces))
-    publish(text, args.out, "experiments.rescore", argv)
+    publish(text, args.out, prog, argv)
     return 0
 
 

@@ -1,11 +1,11 @@
 """The paper's Table 1 in miniature, as one resumable command.
 
-    python -m experiments.table1 --base-url http://127.0.0.1:8022/v1 --profile cpu-qwen-1.5b
-    python -m experiments.table1 ... --dry-run          # the mur commands it would run
-    python -m experiments.table1 --preset paper-gpu     # the paper's setting (presets.py)
+    mur experiment table1 --base-url http://127.0.0.1:8022/v1 --profile cpu-qwen-1.5b
+    mur experiment table1 ... --dry-run          # the mur solve commands it would run
+    mur experiment table1 --preset paper-gpu     # the paper's setting (presets.py)
 
 For each dataset and strategy, into `<results>/<dataset>-<strategy>-<tag>/`, three phases, each one
-`mur ... --dataset` command (`mur` is run.py's command, installed with the project), so each
+`mur solve ... --dataset` command (the `mur` console script installed with the project), so each
 folder's command.txt reads like a user's:
 
 1. main: the paper's rows (nodes.gate_labels.PAPER_TABLE_LABELS: never, always, mur, mur+bc,
@@ -40,11 +40,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from types import FrameType
 
-from evals.harness.plan import gate_variants
-from evals.harness.records import records_so_far
-from evals.harness.run_record import RunRecord
-from evals.harness.stopping import STOP_SIGNALS, STOPPED_EXIT
-from evals.questions import (
+from mur.evals.harness.plan import gate_variants
+from mur.evals.harness.records import records_so_far
+from mur.evals.harness.run_record import RunRecord
+from mur.evals.harness.stopping import STOP_SIGNALS, STOPPED_EXIT
+from mur.evals.questions import (
     DATA_DIR_ENV,
     DATASETS,
     HF_SOURCE,
@@ -53,17 +53,21 @@ from evals.questions import (
     check_dataset,
     dataset_file,
 )
-from evals.report.headlines import matched_random_rate
-from experiments.presets import PRESETS, DatasetRun, Preset, Tokens, budget_lines, run_tokens
-from graphs.refine import STRATEGIES
-from nodes.gate_labels import PAPER_TABLE_LABELS
-from servers.cli import OneLineParser
-from servers.connect import add_connection_arguments, connection_argv
-from servers.errors import ServerError
-from servers.profiles import DEFAULT_PROFILE, get_profile
+from mur.evals.report.headlines import matched_random_rate
+from mur.experiments.presets import PRESETS, DatasetRun, Preset, Tokens, budget_lines, run_tokens
+from mur.graphs.refine import STRATEGIES
+from mur.nodes.gate_labels import PAPER_TABLE_LABELS
+from mur.servers.cli import OneLineParser
+from mur.servers.clients.errors import ServerError
+from mur.servers.connect import add_connection_arguments, connection_argv
+from mur.servers.processes.profiles import DEFAULT_PROFILE, get_profile
 
-#: run.py's command (pyproject.toml, [project.scripts]): what a user types.
-COMMAND = "mur"
+#: The console script (pyproject.toml, [project.scripts]) and its subcommand each phase runs:
+#: what a user types.
+PROGRAM = "mur"
+SOLVE = "solve"
+COMMAND = f"{PROGRAM} {SOLVE}"
+PROG = "mur experiment table1"
 DEFAULT_STRATEGIES = ("critic", "best_of_n")
 #: Around gamma 0.9 where the scaled share moves on Qwen2.5-Coder-1.5B: replaying the gate on
 #: its never traces scales 3% of steps at 0.7, 8% at 0.8, 28% at 0.9, 43% at 0.95, all at 1.1.
@@ -222,20 +226,20 @@ Runner = Callable[[Sequence[str]], int]
 
 
 def mur_program() -> list[str]:
-    """The `mur` command of the environment this runs in: beside the interpreter (so a
-    virtualenv need not be activated), else on the PATH."""
-    beside = Path(sys.executable).with_name(COMMAND)
-    found = str(beside) if beside.is_file() else shutil.which(COMMAND)
+    """`mur solve` of the environment this runs in: the console script beside the interpreter
+    (so a virtualenv need not be activated), else on the PATH."""
+    beside = Path(sys.executable).with_name(PROGRAM)
+    found = str(beside) if beside.is_file() else shutil.which(PROGRAM)
     if found is None:
         raise Table1Error(
-            f"the {COMMAND} command is not installed beside {sys.executable} nor on the PATH: "
+            f"the {PROGRAM} command is not installed beside {sys.executable} nor on the PATH: "
             "install the project into this environment (`make setup`, or pip install -e .)"
         )
-    return [found]
+    return [found, SOLVE]
 
 
 def run_mur(argv: Sequence[str], program: Sequence[str] | None = None) -> int:
-    """`mur` (or `program`) in a child process, stopped the way run.py stops
+    """`mur solve` (or `program`) in a child process, stopped the way `mur solve` stops
     (evals.harness.stopping): each SIGTERM to this process goes on to it, and so does each
     SIGINT unless the terminal's Ctrl-C reaches the child itself (this process group in the
     terminal's foreground); meanwhile this process waits for the child's finished questions."""
@@ -262,7 +266,9 @@ def _in_terminal_foreground() -> bool:
         return False
 
 
-def run_table(plan: Table1Plan, runner: Runner = run_mur, *, dry_run: bool = False) -> int:
+def run_table(
+    plan: Table1Plan, runner: Runner = run_mur, *, dry_run: bool = False, prog: str = PROG
+) -> int:
     """Run the phases in order (or, with `dry_run`, print each with its progress and
     command, where the data comes from and a preset's expected tokens); a failed mur command
     stops the table. A dataset not found stops it before anything runs."""
@@ -281,16 +287,16 @@ def run_table(plan: Table1Plan, runner: Runner = run_mur, *, dry_run: bool = Fal
         status = f"{name} ({done} of {total} runs recorded)"
         if dry_run:
             try:
-                print(f"# {status}\n{shlex.join([COMMAND, *plan.argv(phase)])}")
+                print(f"# {status}\n{shlex.join([PROGRAM, SOLVE, *plan.argv(phase)])}")
             except Table1Error as exc:
                 print(f"# {status}: {exc}")
             continue
         argv = plan.argv(phase)
-        print(f"== {status}: {shlex.join([COMMAND, *argv])}", file=sys.stderr, flush=True)
+        print(f"== {status}: {shlex.join([PROGRAM, SOLVE, *argv])}", file=sys.stderr, flush=True)
         code = runner(argv)
         if code == STOPPED_EXIT:
             print(
-                f"experiments.table1: {name} stopped; its finished questions are saved in "
+                f"{prog}: {name} stopped; its finished questions are saved in "
                 f"{phase.folder}: rerun this command to go on",
                 file=sys.stderr,
             )
@@ -326,9 +332,9 @@ def _preset(name: str) -> Preset:
         ) from None
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     parser = OneLineParser(
-        prog="python -m experiments.table1",
+        prog=prog,
         description="The paper's Table 1 in miniature: every strategy's gates, the random "
         f"baseline at MUR's rate and a gamma sweep, resumable ({COMMAND} skips what is done). "
         f"The server flags and the arguments after -- go to every {COMMAND} command.",
@@ -449,18 +455,20 @@ def make_plan(args: argparse.Namespace, extra: Sequence[str]) -> Table1Plan:
     )
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
+    """Run (or --dry-run print) the table's phases; the arguments after `--` go to every
+    `mur solve`."""
     argv = list(sys.argv[1:] if argv is None else argv)
     extra = argv[argv.index("--") + 1 :] if "--" in argv else []
     own = argv[: argv.index("--")] if "--" in argv else argv
-    args = build_parser().parse_args(own)
+    args = build_parser(prog).parse_args(own)
     try:
-        return run_table(make_plan(args, extra), dry_run=args.dry_run)
+        return run_table(make_plan(args, extra), dry_run=args.dry_run, prog=prog)
     except (Table1Error, ServerError) as exc:
-        print(f"experiments.table1: {exc}", file=sys.stderr)
+        print(f"{prog}: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("\nexperiments.table1: interrupted; rerun the same command to go on", file=sys.stderr)
+        print(f"\n{prog}: interrupted; rerun the same command to go on", file=sys.stderr)
         return STOPPED_EXIT
 
 

@@ -1,6 +1,6 @@
 """How well a forced verdict stands in for one the critic never wrote, on recorded judgements.
 
-    python -m experiments.verdicts results/math500-critic-qwen2.5-coder-1.5b \\
+    mur experiment verdicts results/math500-critic-qwen2.5-coder-1.5b \\
         --base-url http://127.0.0.1:8022/v1 --out results/forced-verdicts.md
 
 A table's critic records keep every judgement: its prompt parts (question, kept steps, the
@@ -30,14 +30,14 @@ from pathlib import Path
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import HumanMessage
 
-from evals.harness.records import load_records
-from evals.harness.run_record import RunRecord
-from evals.questions import load_dataset
-from experiments.cli import float_list, publish
-from nodes.judge import VERDICT_PATTERN, continue_to_verdict, forced_verdict, judge_prompt
-from servers.cli import OneLineParser
-from servers.connect import add_connection_arguments, connect, connection_options
-from servers.errors import ServerError
+from mur.evals.harness.records import load_records
+from mur.evals.harness.run_record import RunRecord
+from mur.evals.questions import load_dataset
+from mur.experiments.cli import float_list, publish
+from mur.nodes.judge import VERDICT_PATTERN, continue_to_verdict, forced_verdict, judge_prompt
+from mur.servers.cli import OneLineParser
+from mur.servers.clients.errors import ServerError
+from mur.servers.connect import add_connection_arguments, connect, connection_options
 
 
 @dataclass(frozen=True)
@@ -193,10 +193,12 @@ def _shares(text: str) -> tuple[float, ...]:
     return shares
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = OneLineParser(
-        prog="python -m experiments.verdicts", description=(__doc__ or "").split("\n")[0]
-    )
+PROG = "mur experiment verdicts"
+
+
+def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
+    """Replay the folder's critic judgements and print (or --out write) the summary."""
+    parser = OneLineParser(prog=prog, description=(__doc__ or "").split("\n")[0])
     parser.add_argument("folder", help="a results folder of critic runs (with records.jsonl)")
     add_connection_arguments(
         parser,
@@ -214,23 +216,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--out", type=Path, help="also write the markdown summary here")
     args = parser.parse_args(argv)
-    try:
+    try:  # the folder and its questions: the user's to fix (exit status 2)
         records = load_records(args.folder)
         datasets = {r["dataset"] for r in records}
         questions = {p.id: p.question for name in datasets for p in load_dataset(name)}
-        judgements = list(recorded_judgements(records, questions))
-        jobs = plan(judgements, args.cap, args.limit, args.at)
-        if not jobs:
-            parser.error(f"{args.folder} holds no critic judgements to replay")
-        verifier = connect(**connection_options(args)).verifier
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return 2
+    jobs = plan(list(recorded_judgements(records, questions)), args.cap, args.limit, args.at)
+    if not jobs:
+        parser.error(f"{args.folder} holds no critic judgements to replay")
+    try:
+        verifier = connect(**connection_options(args), start=True, progress=True).verifier
         results = asyncio.run(replay(verifier, jobs, args.concurrency))
-    except (FileNotFoundError, ServerError) as exc:
-        print(f"experiments.verdicts: {exc}", file=sys.stderr)
+    except ServerError as exc:
+        print(f"{prog}: {exc}", file=sys.stderr)
         return 1
     publish(
         report(results, args.folder, args.cap, verifier.model_name),
         args.out,
-        "experiments.verdicts",
+        prog,
         argv,
     )
     return 0

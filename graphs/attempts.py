@@ -20,7 +20,7 @@ from langgraph.runtime import Runtime
 from langgraph.types import Command, RetryPolicy
 from langgraph.typing import ContextT
 
-from nodes.usage import Usage, add_usage, metered
+from mur.nodes.usage import Usage, add_usage, metered
 
 Update = dict[str, Any]
 Outcome = Update | Command[str]

@@ -13,12 +13,12 @@ from typing import Any
 from langchain_core.language_models import BaseChatModel
 from langgraph.runtime import Runtime
 
-from graphs.refine.base import kept_texts, run_settings, write_step
-from graphs.state import Context, GateRecord, State, StepRecord
-from nodes.answer import extract_answer
-from nodes.budget import budget_margin
-from nodes.confidence import GroupWatch, token_confidence
-from nodes.draft import (
+from mur.graphs.refine.base import kept_texts, run_settings, write_step
+from mur.graphs.state import Context, GateRecord, State, StepRecord
+from mur.nodes.answer import extract_answer
+from mur.nodes.budget import budget_margin
+from mur.nodes.confidence import GroupWatch, token_confidence
+from mur.nodes.draft import (
     StepCandidate,
     answer_fallback,
     check_question,
@@ -26,11 +26,11 @@ from nodes.draft import (
     sample_step_watched,
     step_messages,
 )
-from nodes.gates import GateHistory, decide
-from nodes.llm import ABORTED, TokenWatch
-from nodes.uncertainty import step_confidence, step_uncertainty, update_momentum
-from nodes.voting import TraceRules, should_stop
-from servers.transport_errors import ContextOverflow
+from mur.nodes.gates import GateHistory, decide
+from mur.nodes.llm import ABORTED, TokenWatch
+from mur.nodes.uncertainty import step_confidence, step_uncertainty, update_momentum
+from mur.nodes.voting import TraceRules, should_stop
+from mur.servers.clients.transport_errors import ContextOverflow
 
 Update = dict[str, Any]
 SPENT_KEYS = ("backbone_tokens", "external_tokens")

@@ -3,18 +3,18 @@
 `ModelCalls.add` puts such a node (draft_step, ask_answer, each strategy's inner nodes) in its
 graph with:
 - LangGraph's RetryPolicy `MODEL_RETRY` for transient server faults: the only retry loop (the
-  clients' own retries are off, servers.clients);
+  clients' own retries are off, servers.clients.chat_models);
 - every attempt's tokens counted, failed attempts included (`AttemptLedger`);
 - a request that no longer fits the model's context turned into the node's `on_overflow`
   outcome, which ends the solution instead of failing it.
 
 What a fault is (transient, a full context) is the client layer's to say
-(servers.transport_errors); the graph receives it as LangGraph receives `retry_on`.
+(servers.clients.transport_errors); the graph receives it as LangGraph receives `retry_on`.
 
 Not declared with LangGraph 1.2's other failure settings, and why: a node `error_handler`
 catches every final failure, and one that re-raises leaves the task marked handled in the
 checkpoint, so a resumed thread would never run the node again; a node `TimeoutPolicy` is
-static, while each request's timeout follows its own max_tokens (servers.clients).
+static, while each request's timeout follows its own max_tokens (servers.clients.chat_models).
 """
 
 from __future__ import annotations
@@ -26,10 +26,10 @@ from langgraph.graph import StateGraph
 from langgraph.types import RetryPolicy
 from langgraph.typing import ContextT
 
-from graphs.attempts import AttemptLedger, Node, Outcome
-from nodes.llm import MissingLogprobsError
-from servers.clients import base_url_of
-from servers.transport_errors import (
+from mur.graphs.attempts import AttemptLedger, Node, Outcome
+from mur.nodes.llm import MissingLogprobsError
+from mur.servers.clients.chat_models import base_url_of
+from mur.servers.clients.transport_errors import (
     ContextOverflow,
     context_overflow,
     describe_transport_error,
@@ -95,7 +95,7 @@ def describe_failure(
 ) -> str:
     """One line for a run that failed: a model server that could not be reached, did not
     answer in time or answered an error is named (its role by `roles`, base URL -> role, else
-    its URL) with what the graph's retries did (servers.transport_errors words it); `hint`
+    its URL) with what the graph's retries did (servers.clients.transport_errors words it); `hint`
     says what to check when a server is unreachable. Other errors say what they are."""
     said = describe_transport_error(exc, MODEL_RETRY.max_attempts, roles, hint)
     if said is not None:

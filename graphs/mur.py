@@ -21,7 +21,9 @@ every model-calling node fails, retries and counts its tokens: graphs/model_call
 
 `build_graph(backbone=..., verifier=...)` returns the compiled graph; models are injected (any
 LangChain chat model that returns OpenAI-format token logprobs), defaulting to clients of the
-servers configured in `servers/`. A run picks its strategy, gate and settings with
+servers the environment names (MUR_BASE_URL, MUR_MODEL, ...: servers.clients.environment). The
+graph never starts a server: the entry points do (servers.connect), and Studio's graph is
+endpoint/studio.py. A run picks its strategy, gate and settings with
 `context=Context(...)` (or a dict of them: LangGraph validates it into a Context).
 """
 
@@ -33,7 +35,7 @@ from langchain_core.language_models import BaseChatModel
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 
-from graphs.loop import (
+from mur.graphs.loop import (
     DEFAULT_CONTEXT,
     Drafting,
     answer_overflowed,
@@ -47,9 +49,9 @@ from graphs.loop import (
     route_score,
     score_uncertainty,
 )
-from graphs.model_calls import ModelCalls
-from graphs.refine import REGISTRY, STRATEGIES, Kit
-from graphs.state import (
+from mur.graphs.model_calls import ModelCalls
+from mur.graphs.refine import REGISTRY, STRATEGIES, Kit
+from mur.graphs.state import (
     Context,
     InputState,
     OutputState,
@@ -58,8 +60,8 @@ from graphs.state import (
     TraceInput,
     TraceOutput,
 )
-from graphs.traces import plan_traces, route_traces, trace_node, vote
-from servers.connect import connect
+from mur.graphs.traces import plan_traces, route_traces, trace_node, vote
+from mur.servers.clients.environment import clients_from_env
 
 
 def build_graph(
@@ -70,7 +72,8 @@ def build_graph(
 ) -> CompiledStateGraph[QuestionState, Context, InputState, OutputState]:
     """Compile the MUR graph: a question's traces (each the loop with every refine strategy
     mounted) and their vote. The verifier defaults to the backbone; without a backbone, both
-    are clients of the default servers."""
+    are clients of the servers the environment names (MUR_BASE_URL, MUR_MODEL, ...), and
+    without those a ServerError says to start one."""
     loop = build_loop(backbone=backbone, verifier=verifier)
     graph = StateGraph(
         QuestionState, context_schema=Context, input_schema=InputState, output_schema=OutputState
@@ -91,7 +94,7 @@ def build_loop(
     """Compile one trace: the MUR loop with every refine strategy mounted (checkpointed by
     the graph that runs it)."""
     if backbone is None:
-        backbone, default_verifier = default_models()
+        backbone, default_verifier = clients_from_env()
         verifier = verifier or default_verifier
     verifier = verifier or backbone
     calls = ModelCalls()
@@ -124,13 +127,3 @@ def build_loop(
     graph.add_edge("ask_answer", "finalize")
     graph.add_edge("finalize", END)
     return graph.compile(name="trace")
-
-
-def default_models() -> tuple[BaseChatModel, BaseChatModel]:
-    """Clients of the default endpoints (env MUR_BASE_URL etc., else the embedded CPU server).
-
-    Nothing is started or probed when the model names are known: a graph compiled at import
-    (LangGraph Studio) must not need a running server.
-    """
-    connection = connect(probe=False)
-    return connection.backbone, connection.verifier

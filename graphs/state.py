@@ -8,14 +8,14 @@ from typing import Annotated, Any, Literal, NotRequired, TypedDict
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from graphs.records import Fallback, FinishReason, GateRecord, StepRecord, TraceSummary
-from graphs.refine import StrategyName
-from nodes.budget import BudgetSettings
-from nodes.draft import STEP_FORMATS, StepCandidate, StepFormat
-from nodes.gate_labels import parse_gate_label
-from nodes.gates import GateName, GateParams, question_seed
-from nodes.usage import add_usage
-from nodes.voting import MeasureName, SettleName, StopName, TraceRules, VoteName
+from mur.graphs.records import Fallback, FinishReason, GateRecord, StepRecord, TraceSummary
+from mur.graphs.refine import StrategyName
+from mur.nodes.budget import BudgetSettings
+from mur.nodes.draft import STEP_FORMATS, StepCandidate, StepFormat
+from mur.nodes.gate_labels import parse_gate_label
+from mur.nodes.gates import GateName, GateParams, question_seed
+from mur.nodes.usage import add_usage
+from mur.nodes.voting import MeasureName, SettleName, StopName, TraceRules, VoteName
 
 
 class ContextError(ValueError):

@@ -20,11 +20,11 @@ from typing import Any, Protocol
 from langgraph.runtime import Runtime
 from langgraph.types import Send
 
-from graphs.loop import settings_of, trace_confidences
-from graphs.records import StepRecord, TraceSummary
-from graphs.state import Context, QuestionState, TraceInput
-from nodes.confidence import TraceConfidence, trace_confidence
-from nodes.voting import (
+from mur.graphs.loop import settings_of, trace_confidences
+from mur.graphs.records import StepRecord, TraceSummary
+from mur.graphs.state import Context, QuestionState, TraceInput
+from mur.nodes.confidence import TraceConfidence, trace_confidence
+from mur.nodes.voting import (
     TraceOutcome,
     answer_key,
     next_batch,

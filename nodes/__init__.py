@@ -2,5 +2,5 @@
 math, gates, drafting, judging, selection, thinking.
 
 Nodes never import graphs/, evals/ or servers/: models arrive injected, and what a client's
-exception means is the graph's to judge (servers.transport_errors).
+exception means is the graph's to judge (servers.clients.transport_errors).
 """

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from nodes.uncertainty import corrected_momentum
+from mur.nodes.uncertainty import corrected_momentum
 
 
 @dataclass(frozen=True)

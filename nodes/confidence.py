@@ -19,7 +19,7 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
-from nodes.llm import LOGPROB_FLOOR
+from mur.nodes.llm import LOGPROB_FLOOR
 
 CONFIDENCE_DECIMALS = 3
 BOTTOM_FRACTION = 0.1

@@ -19,10 +19,10 @@ from typing import Any, Literal, NotRequired, TypedDict
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
-from nodes.answer import states_answer
-from nodes.confidence import token_confidence
-from nodes.llm import Generation, Reply, Request, TokenWatch, generate, generate_watched
-from prompts.mur import (
+from mur.nodes.answer import states_answer
+from mur.nodes.confidence import token_confidence
+from mur.nodes.llm import Generation, Reply, Request, TokenWatch, generate, generate_watched
+from mur.prompts.mur import (
     FALLBACK_PREFIX,
     PARAGRAPH_INSTRUCTION,
     STEP_INSTRUCTION,

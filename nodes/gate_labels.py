@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from nodes.gates import GAMMA_GATES, REGISTRY
+from mur.nodes.gates import GAMMA_GATES, REGISTRY
 
 #: The paper's Table 1 rows as labels, from the gates' registry: Vanilla CoT, Per-Step Scale,
 #: MUR with and without the appendix's bias correction, and the two cheap baselines.

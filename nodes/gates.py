@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
-from nodes.uncertainty import check_alpha, corrected_momentum, update_momentum
+from mur.nodes.uncertainty import check_alpha, corrected_momentum, update_momentum
 
 
 @dataclass(frozen=True)

@@ -39,10 +39,10 @@ from typing import TypedDict
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
-from nodes.draft import NON_THINKING, solution_text
-from nodes.llm import Generation, Reply, Request, generate
-from nodes.usage import Usage
-from prompts.mur import FORCED_VERDICT, VERIFIER_PROMPT
+from mur.nodes.draft import NON_THINKING, solution_text
+from mur.nodes.llm import Generation, Reply, Request, generate
+from mur.nodes.usage import Usage
+from mur.prompts.mur import FORCED_VERDICT, VERIFIER_PROMPT
 
 # \boxed{Yes}, also written \boxed{\text{Yes}}; group 1 is the verdict word.
 _VERDICT = r"\\boxed\{\s*(?:\\text\{\s*)?(yes|no)\s*\}(?:\s*\})?"

@@ -5,8 +5,8 @@ logprobs in `response_metadata["logprobs"]["content"]` (what ChatOpenAI returns 
 Everything a node needs from a reply (text, per-token logprobs, why it stopped, tokens spent)
 is read here, once, into plain dataclasses; each request's cost goes to the active meters
 (`nodes.usage`). A failed request raises what the client raised: what a client's exception
-means (retry it, the context is full) is the client layer's to say (servers.transport_errors),
-and the graph's to act on.
+means (retry it, the context is full) is the client layer's to say
+(servers.clients.transport_errors), and the graph's to act on.
 
 A server with a reasoning parser (vLLM `--reasoning-parser qwen3`) moves what it takes for
 thinking out of `content` into a separate field, which LangChain clients keep in
@@ -28,7 +28,7 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
 from langchain_core.outputs import ChatGeneration, LLMResult
 
-from nodes.usage import Usage, count_request
+from mur.nodes.usage import Usage, count_request
 
 # The request fields that make vLLM continue the last assistant message instead of answering
 # a new turn (its chat template must not add a generation prompt).

@@ -9,9 +9,9 @@ from typing import Literal
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
-from nodes.draft import MARKER_FORMAT, StepFormat, solution_text
-from nodes.llm import Reply, Request, generate
-from prompts.mur import (
+from mur.nodes.draft import MARKER_FORMAT, StepFormat, solution_text
+from mur.nodes.llm import Reply, Request, generate
+from mur.prompts.mur import (
     THINKING_CLOSE,
     THINKING_END,
     THINKING_PREFIX,

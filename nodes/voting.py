@@ -18,7 +18,7 @@ from typing import Literal
 
 import numpy as np
 
-from nodes.confidence import TraceConfidence, first_breach
+from mur.nodes.confidence import TraceConfidence, first_breach
 
 VoteName = Literal["majority", "momentum", "confidence"]
 SettleName = Literal["never", "agree", "consensus"]

@@ -1,38 +1,92 @@
-"""Serving layer: vLLM server profiles, process management, and the LangChain client factory.
+"""Serving layer, in two rooms: what talks to a model server (`servers.clients`: chat models,
+the session header, probes, metrics, transport errors) and what runs one (`servers.processes`:
+launcher, pid records, replicas, profiles, the embedded model). `servers.connect` bridges them
+for the entry points: clients from flags or the environment, the embedded server started when
+no URL is given. Knows nothing of reasoning or benchmarks; everything hardware-specific (the
+CPU build, the embedded PyPI model) stays in `servers.processes`. Typical use:
 
-Knows nothing of reasoning or benchmarks; everything hardware-specific (the CPU build, the
-embedded PyPI model) stays here. Typical use:
+    from mur.servers import make_chat_model
+    backbone = make_chat_model("http://127.0.0.1:8022/v1")   # a client of a running server
 
-    from servers.connect import connect
+    from mur.servers.connect import connect
     clients = connect(start=True)    # from flags, MUR_BASE_URL..., or the embedded server
     clients.backbone, clients.verifier               # LangChain chat models for the graph
     with session("run-1/question-7"):            # X-Session-ID: sticky behind vllm-router
         ...
+
+The names below are imported on first use, so importing one module of the clients side (as
+graphs/ does) loads nothing of the processes side.
 """
 
-from servers.clients import (
-    SAMPLING_DEFAULTS,
-    RequestTimeout,
-    VLLMChatOpenAI,
-    make_chat_model,
-    resolve_model,
-)
-from servers.connect import Connection
-from servers.errors import ModelError, ServerError, ServerUnavailable
-from servers.launcher import RunningServer, down, status, up
-from servers.metrics import generation_tokens, prompt_tokens, read_counter
-from servers.model import ensure_tiny_model, tiny_model_dir, verify_model_dir
-from servers.paths import mur_home
-from servers.probes import check_endpoint, check_single_url, normalize_base_url, root_url
-from servers.profiles import (
-    DEFAULT_PROFILE,
-    EMBEDDED_MODEL,
-    Profile,
-    command_line,
-    get_profile,
-    profiles,
-)
-from servers.sessions import SESSION_HEADER, new_session_id, session
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from mur.servers.clients.chat_models import (
+        SAMPLING_DEFAULTS,
+        RequestTimeout,
+        VLLMChatOpenAI,
+        make_chat_model,
+        resolve_model,
+    )
+    from mur.servers.clients.environment import clients_from_env
+    from mur.servers.clients.errors import ModelError, ServerError, ServerUnavailable
+    from mur.servers.clients.metrics import generation_tokens, prompt_tokens, read_counter
+    from mur.servers.clients.probes import (
+        check_endpoint,
+        check_single_url,
+        normalize_base_url,
+        root_url,
+    )
+    from mur.servers.clients.sessions import SESSION_HEADER, new_session_id, session
+    from mur.servers.connect import Connection
+    from mur.servers.processes.launcher import RunningServer, down, status, up
+    from mur.servers.processes.model import ensure_tiny_model, tiny_model_dir, verify_model_dir
+    from mur.servers.processes.paths import mur_home
+    from mur.servers.processes.profiles import (
+        DEFAULT_PROFILE,
+        EMBEDDED_MODEL,
+        Profile,
+        command_line,
+        get_profile,
+        profiles,
+    )
+
+# Where each public name lives: imported from there on first use.
+_MODULES = {
+    "mur.servers.clients.chat_models": (
+        "SAMPLING_DEFAULTS",
+        "RequestTimeout",
+        "VLLMChatOpenAI",
+        "make_chat_model",
+        "resolve_model",
+    ),
+    "mur.servers.clients.environment": ("clients_from_env",),
+    "mur.servers.clients.errors": ("ModelError", "ServerError", "ServerUnavailable"),
+    "mur.servers.clients.metrics": ("generation_tokens", "prompt_tokens", "read_counter"),
+    "mur.servers.clients.probes": (
+        "check_endpoint",
+        "check_single_url",
+        "normalize_base_url",
+        "root_url",
+    ),
+    "mur.servers.clients.sessions": ("SESSION_HEADER", "new_session_id", "session"),
+    "mur.servers.connect": ("Connection",),
+    "mur.servers.processes.launcher": ("RunningServer", "down", "status", "up"),
+    "mur.servers.processes.model": ("ensure_tiny_model", "tiny_model_dir", "verify_model_dir"),
+    "mur.servers.processes.paths": ("mur_home",),
+    "mur.servers.processes.profiles": (
+        "DEFAULT_PROFILE",
+        "EMBEDDED_MODEL",
+        "Profile",
+        "command_line",
+        "get_profile",
+        "profiles",
+    ),
+}
+_PUBLIC = {name: module for module, names in _MODULES.items() for name in names}
 
 __all__ = [
     "DEFAULT_PROFILE",
@@ -49,6 +103,7 @@ __all__ = [
     "VLLMChatOpenAI",
     "check_endpoint",
     "check_single_url",
+    "clients_from_env",
     "command_line",
     "down",
     "ensure_tiny_model",
@@ -69,3 +124,9 @@ __all__ = [
     "up",
     "verify_model_dir",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _PUBLIC:
+        raise AttributeError(f"module 'mur.servers' has no attribute {name!r}")
+    return getattr(import_module(_PUBLIC[name]), name)

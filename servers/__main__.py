@@ -1,12 +1,12 @@
-"""`python -m servers`: start, stop and inspect vLLM servers; prepare a profile's model.
+"""`mur servers`: start, stop and inspect vLLM servers; prepare a profile's model.
 
-python -m servers up [--profile cpu-qwen-1.5b] [--eager] [--dtype float32] [--timeout S] [--port P]
-python -m servers up --profile cpu-qwen-0.5b --verifier-profile cpu-qwen-1.5b [--cores split]
-python -m servers up --replicas N [--policy consistent_hash] [--port P]   # N replicas + router
-python -m servers down [--profile P | --all]
-python -m servers status [--json]
-python -m servers model [--profile P]
-python -m servers profiles
+mur servers up [--profile cpu-qwen-1.5b] [--eager] [--dtype float32] [--timeout S] [--port P]
+mur servers up --profile cpu-qwen-0.5b --verifier-profile cpu-qwen-1.5b [--cores split]
+mur servers up --replicas N [--policy consistent_hash] [--port P]   # N replicas + router
+mur servers down [--profile P | --all]
+mur servers status [--json]
+mur servers model [--profile P]
+mur servers profiles
 """
 
 from __future__ import annotations
@@ -15,11 +15,12 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Sequence
 from dataclasses import replace
 
-from servers.cli import OneLineParser
-from servers.errors import ServerError
-from servers.launcher import (
+from mur.servers.cli import OneLineParser
+from mur.servers.clients.errors import ServerError
+from mur.servers.processes.launcher import (
     CORE_SHARING,
     PAIR_CORES,
     down,
@@ -28,16 +29,22 @@ from servers.launcher import (
     up,
     up_pair,
 )
-from servers.model import ensure_model
-from servers.profiles import CPU_DTYPE_ENV, CPU_DTYPES, DEFAULT_PROFILE, get_profile, profiles
-from servers.replicas import DEFAULT_POLICY, POLICIES, down_group, up_replicas
+from mur.servers.processes.model import ensure_model
+from mur.servers.processes.profiles import (
+    CPU_DTYPE_ENV,
+    CPU_DTYPES,
+    DEFAULT_PROFILE,
+    get_profile,
+    profiles,
+)
+from mur.servers.processes.replicas import DEFAULT_POLICY, POLICIES, down_group, up_replicas
+
+PROG = "mur servers"
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser(prog: str = PROG) -> argparse.ArgumentParser:
     names = sorted(profiles())
-    parser = OneLineParser(
-        prog="python -m servers", description="Manage the vLLM servers MUR talks to."
-    )
+    parser = OneLineParser(prog=prog, description="Manage the vLLM servers MUR talks to.")
     sub = parser.add_subparsers(dest="cmd", required=True)
 
     p_up = sub.add_parser("up", help="start (or reuse) a server and wait until it is healthy")
@@ -62,8 +69,9 @@ def _parser() -> argparse.ArgumentParser:
     p_up.add_argument(
         "--verifier-profile",
         choices=names,
-        help="also start this profile's server as the external verifier/critic (run.py, "
-        "evals take the pair with the same two --profile/--verifier-profile flags)",
+        help="also start this profile's server as the external verifier/critic (mur solve "
+        "and the experiments take the pair with the same two --profile/--verifier-profile "
+        "flags)",
     )
     p_up.add_argument(
         "--cores",
@@ -146,7 +154,7 @@ def _cmd_up_pair(args: argparse.Namespace) -> int:
     for server in (backbone, verifier):
         how = "started" if server.started else "reused"
         print(f"{server.profile}: {how} {server.base_url} model={server.model} pid={server.pid}")
-    print(f"  run.py --profile {args.profile} --verifier-profile {args.verifier_profile} ...")
+    print(f"  mur solve --profile {args.profile} --verifier-profile {args.verifier_profile} ...")
     return 0
 
 
@@ -188,7 +196,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
         print(json.dumps([s.to_json() for s in servers], indent=2))
         return 0
     if not servers:
-        print("no servers started by `python -m servers up` are running")
+        print("no servers started by `mur servers up` are running")
     for s in servers:
         health = "healthy" if s.healthy else "NOT healthy (starting or stuck)"
         print(f"{s.profile}: {s.base_url} model={s.model} pid={s.pid} {health} log={s.log_path}")
@@ -213,9 +221,9 @@ def _cmd_profiles(_: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     """CLI entry point: ServerError becomes one message on stderr and exit code 1."""
-    args = _parser().parse_args(argv)
+    args = _parser(prog).parse_args(argv)
     commands = {
         "up": _cmd_up,
         "down": _cmd_down,

@@ -1,15 +1,19 @@
 """One way for every entry point to get its backbone and verifier clients.
 
-run.py, the graph's defaults (and so LangGraph Studio), the OpenAI-compatible endpoint and the
-tests all call `connect(...)`. Each endpoint comes from the first of: the caller's flags
+The bridge between the serving layer's two rooms: clients (servers.clients) of the servers
+named by flags or the environment, or of the embedded server that servers.processes runs here.
+run.py, the endpoint, LangGraph Studio's graph (endpoint/studio.py), the experiments and the
+tests all call `connect(...)`; graphs/ never do (a graph built without models uses
+servers.clients.environment only). Each endpoint comes from the first of: the caller's flags
 (`base_url`/`model`, `verifier_url`/`verifier_model`), the environment (`MUR_BASE_URL`,
 `MUR_MODEL`, `MUR_VERIFIER_URL`, `MUR_VERIFIER_MODEL`), or the embedded default CPU server. The
 verifier defaults to the backbone (the model judges its own steps). A profile (given, or
-the default profile when the embedded server is used) adds its recommended graph settings.
+the default profile when the embedded server is used) adds its recommended graph settings and
+its request timeouts.
 
 With `probe=True` every URL is asked for its models before anything runs, with a short timeout,
 so a wrong address fails in seconds with one line naming it and what to do; the
-`python -m servers` hints appear only where the embedded server is in use.
+`mur servers` hints appear only where the embedded server is in use.
 
 `add_connection_arguments` declares the flags every command takes for this (run.py, the
 endpoint, the experiments, the benchmarks); `connection_options` hands them to `connect`, and
@@ -24,11 +28,17 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from servers.clients import RequestTimeout, make_chat_model
-from servers.errors import ServerError, ServerUnavailable
-from servers.launcher import up, up_pair
-from servers.probes import EMBEDDED_HINT, check_endpoint, check_single_url, normalize_base_url
-from servers.profiles import DEFAULT_PROFILE, Profile, get_profile
+from mur.servers.clients.chat_models import RequestTimeout, make_chat_model
+from mur.servers.clients.environment import EnvEndpoints
+from mur.servers.clients.errors import ServerError, ServerUnavailable
+from mur.servers.clients.probes import (
+    EMBEDDED_HINT,
+    check_endpoint,
+    check_single_url,
+    normalize_base_url,
+)
+from mur.servers.processes.launcher import up, up_pair
+from mur.servers.processes.profiles import DEFAULT_PROFILE, Profile, get_profile
 
 PROBE_TIMEOUT_S = 3.0
 """Seconds to wait for GET /v1/models: a server that is up answers it in milliseconds."""
@@ -53,7 +63,7 @@ def add_connection_arguments(
         "--base-url",
         metavar="URL",
         help="the backbone's OpenAI-compatible server: one vLLM server, or a vllm-router in "
-        "front of replicas (`python -m servers up --replicas N`)",
+        "front of replicas (`mur servers up --replicas N`)",
     )
     group.add_argument(
         "--model", metavar="NAME", help="the backbone's model name (default: what it serves)"
@@ -70,7 +80,7 @@ def add_connection_arguments(
     group.add_argument(
         "--profile",
         metavar="NAME",
-        help="a server profile (`python -m servers profiles`) whose recommended graph settings "
+        help="a server profile (`mur servers profiles`) whose recommended graph settings "
         "apply; without --base-url a CPU profile is also the server used here (default: the "
         "embedded server's)",
     )
@@ -79,7 +89,7 @@ def add_connection_arguments(
             "--verifier-profile",
             metavar="NAME",
             help="a second profile as the external verifier/critic: without --verifier-url, "
-            "that profile's server here (`python -m servers up --profile B "
+            "that profile's server here (`mur servers up --profile B "
             "--verifier-profile V` starts both)",
         )
     return group
@@ -155,28 +165,26 @@ def _sources(
     model: str | None,
     verifier_url: str | None,
     verifier_model: str | None,
-    env: Mapping[str, str],
+    env: EnvEndpoints,
     profile: str | None = None,
     verifier_profile: str | None = None,
 ) -> tuple[_Source, _Source | None, bool]:
     """(backbone, verifier or None for "the backbone", embedded?) from flags, then env."""
-    env_url = env.get("MUR_BASE_URL", "").strip()
-    env_model = env.get("MUR_MODEL", "").strip() or None
     if base_url:
         backbone = _Source(_urls(base_url, "--base-url"), model, _hint("--base-url"))
-    elif env_url:
+    elif env.base_url:
         backbone = _Source(
-            _urls(env_url, "MUR_BASE_URL"), model or env_model, _hint("MUR_BASE_URL")
+            _urls(env.base_url, "MUR_BASE_URL"), model or env.model, _hint("MUR_BASE_URL")
         )
     else:
         default = local_profile(profile)
         backbone = _Source(
-            [default.base_url], model or env_model or default.served_model_name, EMBEDDED_HINT
+            [default.base_url], model or env.model or default.served_model_name, EMBEDDED_HINT
         )
-    embedded = not base_url and not env_url
+    embedded = not base_url and not env.base_url
     if verifier_profile and not verifier_url:
         judge = get_profile(verifier_profile)
-        hint = f"start it with `python -m servers up --profile {judge.name}` or pass --verifier-url"
+        hint = f"start it with `mur servers up --profile {judge.name}` or pass --verifier-url"
         return (
             backbone,
             _Source([judge.base_url], verifier_model or judge.served_model_name, hint),
@@ -192,18 +200,16 @@ def _sources(
                 embedded,
             )
         return backbone, _Source(backbone.urls, verifier_model, backbone.hint), embedded
-    env_verifier_url = env.get("MUR_VERIFIER_URL", "").strip()
-    env_verifier_model = env.get("MUR_VERIFIER_MODEL", "").strip() or None
-    if base_url or not (env_verifier_url or env_verifier_model):
+    if base_url or not (env.verifier_url or env.verifier_model):
         return backbone, None, embedded
-    if env_verifier_url:
+    if env.verifier_url:
         verifier = _Source(
-            _urls(env_verifier_url, "MUR_VERIFIER_URL"),
-            env_verifier_model,
+            _urls(env.verifier_url, "MUR_VERIFIER_URL"),
+            env.verifier_model,
             _hint("MUR_VERIFIER_URL"),
         )
     else:
-        verifier = _Source(backbone.urls, env_verifier_model, backbone.hint)
+        verifier = _Source(backbone.urls, env.verifier_model, backbone.hint)
     return backbone, verifier, embedded
 
 
@@ -264,7 +270,13 @@ def connect(
     if isinstance(verifier_url, Sequence) and not isinstance(verifier_url, str):
         verifier_url = ",".join(verifier_url)
     backbone_src, verifier_src, embedded = _sources(
-        base_url, model, verifier_url, verifier_model, env, profile, verifier_profile
+        base_url,
+        model,
+        verifier_url,
+        verifier_model,
+        EnvEndpoints.read(env),
+        profile,
+        verifier_profile,
     )
     local = local_profile(profile)
     profile = profile or (local.name if embedded else None)

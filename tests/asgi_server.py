@@ -1,4 +1,5 @@
-"""Serve an ASGI app (the MUR endpoint) with a real uvicorn in a background thread."""
+"""Serve an ASGI app (the MUR endpoint) with a real uvicorn in a background thread, its
+lifespan run (the endpoint opens its checkpointer there)."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ def running(app: Any, host: str = "127.0.0.1", timeout: float = 10) -> Iterator[
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, 0))
     port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
     thread = threading.Thread(
         target=server.run, kwargs={"sockets": [sock]}, name="asgi-server", daemon=True
     )

@@ -5,6 +5,11 @@ cpu-tiny, the embedded SmolLM2-135M model): it reuses a healthy server already r
 profile's port, otherwise starts one (eager, ~50 s; set MUR_TEST_COMPILED=1 for the compiled
 build, ~2 min) and stops it at the end of the session only if it started it.
 
+`postgres` (session scope) gives tests a real PostgreSQL server of their own (the package's
+throwaway server, servers/processes/postgres.py, with the password of tests/postgres.py),
+started in a temporary folder and removed at the end of the session; without PostgreSQL
+installed its tests are skipped, or fail with MUR_TEST_REQUIRE_POSTGRES=1 (CI).
+
 Every test has a time limit (pyproject's `timeout`); integration tests get a longer one, since
 the first of them may wait for the server to start (MUR_TEST_SERVER_TIMEOUT, 900 s at most).
 A test that needs more says so with its own `@pytest.mark.timeout(...)`.
@@ -18,9 +23,11 @@ from pathlib import Path
 
 import pytest
 
-from servers.errors import ServerError
-from servers.launcher import RunningServer, down, up
-from servers.metrics import generation_tokens
+from mur.servers.clients.errors import ServerError
+from mur.servers.clients.metrics import generation_tokens
+from mur.servers.processes.launcher import RunningServer, down, up
+from postgres import PostgresMissing, PostgresServer
+from postgres import start as start_postgres
 
 INTEGRATION_TIMEOUT_S = 1800
 TEST_DATA = Path(__file__).resolve().parent / "data"
@@ -66,3 +73,19 @@ def generated_tokens(cpu_server: RunningServer) -> Callable[[], int]:
     """
     start = generation_tokens(cpu_server.base_url)
     return lambda: generation_tokens(cpu_server.base_url) - start
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[PostgresServer]:
+    """A PostgreSQL server of the tests' own for the whole session: the package's throwaway
+    server (servers/processes/postgres.py) with the tests' password (tests/postgres.py)."""
+    try:
+        server = start_postgres()
+    except PostgresMissing as exc:
+        if os.environ.get("MUR_TEST_REQUIRE_POSTGRES", "") == "1":
+            pytest.fail(str(exc), pytrace=False)
+        pytest.skip(str(exc))
+    try:
+        yield server
+    finally:
+        server.remove()

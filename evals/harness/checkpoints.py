@@ -25,8 +25,8 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
-from graphs.solve import thread_status
-from graphs.state import Context, output_of
+from mur.graphs.solve import thread_status
+from mur.graphs.state import Context, output_of
 
 CHECKPOINTS = "checkpoints.sqlite"
 

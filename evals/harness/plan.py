@@ -10,10 +10,10 @@ from typing import Any
 
 from langchain_core.language_models import BaseChatModel
 
-from evals.harness.run_record import JobKey
-from evals.questions import Problem
-from graphs.state import Context, context_for
-from nodes.gate_labels import budget_label, reads_gamma
+from mur.evals.harness.run_record import JobKey
+from mur.evals.questions import Problem
+from mur.graphs.state import Context, context_for
+from mur.nodes.gate_labels import budget_label, reads_gamma
 
 
 @dataclass(frozen=True)

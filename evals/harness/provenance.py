@@ -1,11 +1,11 @@
 """Which servers made a folder's runs, and how many questions they were given at once.
 
 settings.json keeps, under "servers", one entry per server set the folder was filled on: each
-role's facts (`servers.facts`: vLLM version, dtype, logprobs mode, CPU) and the questions in
-flight with the throughput measurement that chose them. A resume on a server whose tokens
-would differ (another dtype, vLLM version or logprobs mode) stops with one line naming both;
-`--allow-mixed-servers` resumes anyway and the new entry says `"mixed": true`, so a table is
-never silently the work of two kinds of server.
+role's facts (`servers.processes.facts`: vLLM version, dtype, logprobs mode, CPU) and the
+questions in flight with the throughput measurement that chose them. A resume on a server whose
+tokens would differ (another dtype, vLLM version or logprobs mode) stops with one line naming
+both; `--allow-mixed-servers` resumes anyway and the new entry says `"mixed": true`, so a table
+is never silently the work of two kinds of server.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from urllib.parse import urlsplit
 
 from langchain_core.language_models import BaseChatModel
 
-from evals.harness.records import SETTINGS, RecordStore, SettingsMismatchError
-from servers.facts import ServerFacts, server_facts, token_differences
-from servers.throughput import STREAMS, StreamRate, choose, measured_rates
+from mur.evals.harness.records import SETTINGS, RecordStore, SettingsMismatchError
+from mur.servers.processes.facts import ServerFacts, server_facts, token_differences
+from mur.servers.processes.throughput import STREAMS, StreamRate, choose, measured_rates
 
 SERVERS = "servers"
 FALLBACK_CONCURRENCY = 8

@@ -8,7 +8,7 @@ repository. Once records.jsonl passes PACK_AT bytes its records move into record
 (about 7x smaller), rewritten whole beside itself and swapped in atomically; the plain file
 then starts empty again. Readers take both files, so a folder is read the same at any moment.
 
-Several run.py processes may write into one folder at once (e.g. the random baseline started
+Several `mur solve` processes may write into one folder at once (e.g. the random baseline started
 while the main phase's last questions finish): every change to a folder's files happens under
 its lock file (`.records.lock`), so a pack in one process never empties the plain file
 between another's append and its own reading of it.
@@ -26,8 +26,8 @@ from typing import Any, TypedDict
 
 from filelock import FileLock
 
-from evals.harness.run_record import RunRecord
-from servers.cli import OneLineParser
+from mur.evals.harness.run_record import RunRecord
+from mur.servers.cli import OneLineParser
 
 RECORDS = "records.jsonl"
 PACKED = "records.jsonl.gz"
@@ -212,11 +212,10 @@ def records_so_far(folder: str | os.PathLike[str]) -> list[RunRecord]:
     return load_records(folder) if has_records(folder) else []
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """`python -m evals.harness.records drop DIR --gate LABEL`: remove one gate's runs from a
-    folder."""
+def main(argv: Sequence[str] | None = None, prog: str = "mur records") -> int:
+    """`mur records drop DIR --gate LABEL`: remove one gate's runs from a folder."""
     parser = OneLineParser(
-        prog="python -m evals.harness.records",
+        prog=prog,
         description="Maintain a run folder's records. drop: remove every run of one gate label "
         "(runs a since-fixed bug made), so that rerunning the folder's command.txt records "
         "them again.",
@@ -227,14 +226,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     drop.add_argument("--gate", required=True, help="the label as recorded, e.g. random@0.218")
     args = parser.parse_args(argv)
     if not has_records(args.folder):
-        print(f"error: no {RECORDS} in {args.folder}: not a run folder", file=sys.stderr)
+        print(f"{prog}: error: no {RECORDS} in {args.folder}: not a run folder", file=sys.stderr)
         return 2
     store = RecordStore(args.folder)
     dropped = store.drop(args.gate)
     if not dropped:
         gates = sorted({record["gate"] for record in store.load()})
         print(
-            f"error: {args.folder} has no runs of gate {args.gate!r} (its gates: "
+            f"{prog}: error: {args.folder} has no runs of gate {args.gate!r} (its gates: "
             f"{', '.join(gates)})",
             file=sys.stderr,
         )

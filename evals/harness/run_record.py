@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, NotRequired, TypedDict, cast
 
-from graphs.state import Fallback, FinishReason, StepRecord, TraceSummary
+from mur.graphs.state import Fallback, FinishReason, StepRecord, TraceSummary
 
 
 class RecordedUsage(TypedDict):

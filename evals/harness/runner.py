@@ -12,16 +12,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from evals.harness.checkpoints import Solved, forget, solve_resumable
-from evals.harness.plan import Job
-from evals.harness.progress import RunProgress
-from evals.harness.records import RecordStore
-from evals.harness.run_record import RunRecord, make_record, setting_of, total_tokens
-from evals.harness.stopping import StopSignals
-from evals.questions import grade
-from nodes.usage import CallMeter, metered
-from servers.sessions import new_session_id, session
-from servers.transport_errors import is_transient
+from mur.evals.harness.checkpoints import Solved, forget, solve_resumable
+from mur.evals.harness.plan import Job
+from mur.evals.harness.progress import RunProgress
+from mur.evals.harness.records import RecordStore
+from mur.evals.harness.run_record import RunRecord, make_record, setting_of, total_tokens
+from mur.evals.harness.stopping import StopSignals
+from mur.evals.questions import grade
+from mur.nodes.usage import CallMeter, metered
+from mur.servers.clients.sessions import new_session_id, session
+from mur.servers.clients.transport_errors import is_transient
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,7 @@ async def run_jobs(
     graph's retries): then the server is gone, and the rest is left for a rerun. A first
     SIGINT/SIGTERM starts no new question and waits for those in flight; a second cancels
     them (evals.harness.stopping). Every request of one job carries the session id
-    `<run_id>/<job key>` (servers.sessions), so a router in front of replicas keeps each job
+    `<run_id>/<job key>` (servers.clients.sessions), so a router in front of replicas keeps each job
     on one replica. A `graph` compiled with a checkpointer runs each question as the thread
     named by its key: a question stopped part-way resumes there (evals.harness.checkpoints).
     """

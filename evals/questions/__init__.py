@@ -1,8 +1,8 @@
 """Questions and grading: the benchmarks (one registry entry each), their loaders, and the
 comparisons that grade an answer against the gold one."""
 
-from evals.questions.datasets import DATASETS, PUBLIC_DATASETS, REGISTRY, check_dataset, grade
-from evals.questions.grading import (
+from mur.evals.questions.datasets import DATASETS, PUBLIC_DATASETS, REGISTRY, check_dataset, grade
+from mur.evals.questions.grading import (
     GradingUnavailableError,
     choice_equal,
     extract_answer,
@@ -11,7 +11,7 @@ from evals.questions.grading import (
     parse_aime_int,
     parse_choice_letter,
 )
-from evals.questions.loading import (
+from mur.evals.questions.loading import (
     DATA_DIR_ENV,
     HF_SOURCE,
     SHIPPED_DATA_DIR,
@@ -19,7 +19,7 @@ from evals.questions.loading import (
     load_dataset,
     resolve_data_dir,
 )
-from evals.questions.problem import (
+from mur.evals.questions.problem import (
     DataNotFoundError,
     Dataset,
     DatasetError,

@@ -3,15 +3,15 @@
 Adding a benchmark: put its file in evals/questions/data (or, for a set that must not ship,
 say where to get it with `public=False, access=...`), write the entry below (its files, hub
 source, system prompt, a parser for one record and the comparison that grades it) and list
-it in `REGISTRY`. `load_dataset`, `grade`, run.py's `--dataset` help and the loaders' error
+it in `REGISTRY`. `load_dataset`, `grade`, `mur solve`'s `--dataset` help and the loaders' error
 messages all follow from this list.
 """
 
 from __future__ import annotations
 
-from evals.questions import parsers
-from evals.questions.grading import choice_equal, extract_answer, integer_equal, math_equal
-from evals.questions.problem import Dataset, HubSplit, Problem
+from mur.evals.questions import parsers
+from mur.evals.questions.grading import choice_equal, extract_answer, integer_equal, math_equal
+from mur.evals.questions.problem import Dataset, HubSplit, Problem
 
 _AIME_SYSTEM = "You are a helpful math assistant."
 

@@ -27,7 +27,7 @@ from concurrent.futures import TimeoutError as FutureTimeoutError
 
 from pebble import ProcessExpired, ProcessPool
 
-from nodes.answer import extract_answer
+from mur.nodes.answer import extract_answer
 
 if sys.platform.startswith("linux"):  # the workers' memory cap (Linux alone has /proc)
     import resource
@@ -176,7 +176,7 @@ def _start_worker(extra_memory: int) -> None:
     # New stream objects: a thread of the parent may have held the old ones' locks at the fork.
     sys.stdout = sys.stderr = open(os.devnull, "w")  # noqa: SIM115 (the worker's lifetime)
     # Local: only the workers load math-verify (and sympy), and before any time limit runs;
-    # at the top it would add about half a second to every run.py start (even --help).
+    # at the top it would add about half a second to every `mur solve` start (even --help).
     import math_verify  # noqa: F401, PLC0415
 
     if extra_memory > 0 and sys.platform.startswith("linux"):
@@ -204,7 +204,7 @@ class _Verifier:
     """The worker pool shared by all threads: up to ``size`` comparisons run at once.
 
     Workers are forked: a spawned or fork-server worker would run the caller's main module
-    again (all of run.py's imports, or a script without a main guard), where a forked one
+    again (all of `mur solve`'s imports, or a script without a main guard), where a forked one
     starts in milliseconds and only loads math-verify. A forked child of this process builds a
     pool of its own. The price of forking: a worker forked (the pool replaces a killed one from
     its own thread) while another thread is inside `subprocess.Popen` inherits Popen's

@@ -18,8 +18,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from evals.questions.datasets import REGISTRY, check_dataset
-from evals.questions.problem import (
+from mur.evals.questions.datasets import REGISTRY, check_dataset
+from mur.evals.questions.problem import (
     DataNotFoundError,
     Dataset,
     DatasetError,

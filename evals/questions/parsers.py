@@ -11,7 +11,7 @@ import hashlib
 import re
 from typing import Any
 
-from evals.questions.problem import Fields, Parsed
+from mur.evals.questions.problem import Fields, Parsed
 
 LETTERS = "ABCD"
 _AIME_URL = re.compile(r"(\d{4})_AIME_(I{1,2})_Problems/Problem_(\d+)")

@@ -113,7 +113,7 @@ Grader = Callable[[str, str], bool]
 
 @dataclass(frozen=True)
 class Dataset:
-    """One benchmark, the only place it is described: the loaders, the grader, run.py's
+    """One benchmark, the only place it is described: the loaders, the grader, `mur solve`'s
     `--dataset` help and the error messages all read this entry (evals.questions.datasets)."""
 
     name: str  # as --dataset takes it and records carry it

@@ -1,8 +1,8 @@
-"""`python -m evals.report DIR`: a run folder's tables and plots (evals.report.tables)."""
+"""`python -m mur.evals.report DIR`: the same as `mur report DIR` (evals.report.tables)."""
 
 import sys
 
-from evals.report.tables import main
+from mur.evals.report.tables import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -12,16 +12,16 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from evals.harness.run_record import RunRecord
-from evals.report import stats
-from evals.report.pairing import (
+from mur.evals.harness.run_record import RunRecord
+from mur.evals.report import stats
+from mur.evals.report.pairing import (
     Pairing,
     SettingKey,
     group_settings,
     pair,
     setting_order,
 )
-from nodes.gate_labels import gate_family
+from mur.nodes.gate_labels import gate_family
 
 DEFAULT_GATE = "mur"  # the paper's MUR: no bias correction
 

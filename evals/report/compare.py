@@ -1,6 +1,6 @@
 """Two results folders side by side: the same settings, paired on the questions both ran.
 
-    python -m evals.compare results/math500-critic-qwen2.5-coder-1.5b \\
+    mur compare results/math500-critic-qwen2.5-coder-1.5b \\
         results/math500-critic-qwen2.5-coder-1.5b-forced [--out FILE]
 
 For two configurations of one experiment (a setting changed between folders, say forced
@@ -16,11 +16,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from evals.harness.records import load_records
-from evals.harness.run_record import RunRecord
-from evals.report import stats
-from evals.report.pairing import Pairing, SettingKey, group_settings, pair, setting_order
-from servers.cli import OneLineParser
+from mur.evals.harness.records import load_records
+from mur.evals.harness.run_record import RunRecord
+from mur.evals.report import stats
+from mur.evals.report.pairing import Pairing, SettingKey, group_settings, pair, setting_order
+from mur.servers.cli import OneLineParser
 
 
 @dataclass(frozen=True)
@@ -75,22 +75,24 @@ def to_markdown(comparisons: Sequence[Comparison], folder_a: str, folder_b: str)
     return "\n".join(lines) + "\n"
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = OneLineParser(
-        prog="python -m evals.compare", description=(__doc__ or "").split("\n")[0]
-    )
+PROG = "mur compare"
+
+
+def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
+    """Print (and with --out, write) the table of B against A; 1 when they share nothing."""
+    parser = OneLineParser(prog=prog, description=(__doc__ or "").split("\n")[0])
     parser.add_argument("a", help="results folder A (the reference)")
     parser.add_argument("b", help="results folder B")
     parser.add_argument("--out", type=Path, help="also write the table here")
     args = parser.parse_args(argv)
     try:
         comparisons = compare(load_records(args.a), load_records(args.b))
-    except FileNotFoundError as exc:
-        print(f"evals.compare: {exc}", file=sys.stderr)
-        return 1
+    except FileNotFoundError as exc:  # not a results folder: the user's to fix
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return 2
     if not comparisons:
         print(
-            f"evals.compare: {args.a} and {args.b} share no setting on a common question",
+            f"{prog}: {args.a} and {args.b} share no setting on a common question",
             file=sys.stderr,
         )
         return 1

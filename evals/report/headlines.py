@@ -14,9 +14,9 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from evals.harness.run_record import RunRecord
-from evals.report import stats
-from evals.report.pairing import (
+from mur.evals.harness.run_record import RunRecord
+from mur.evals.report import stats
+from mur.evals.report.pairing import (
     REFERENCE_GATE,
     Pairing,
     SettingKey,
@@ -25,7 +25,7 @@ from evals.report.pairing import (
     pair,
     pairing_json,
 )
-from nodes.gate_labels import random_rate
+from mur.nodes.gate_labels import random_rate
 
 #: Gate labels the headline compares with always: MUR as the paper runs it, and with bias
 #: correction.

@@ -20,10 +20,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from evals.harness.run_record import RunRecord
-from evals.report import stats
-from evals.report.headlines import HEADLINE_GAMMA, matched_random_rate, matched_random_runs
-from evals.report.pairing import SettingKey, SettingRuns, group_settings
+from mur.evals.harness.run_record import RunRecord
+from mur.evals.report import stats
+from mur.evals.report.headlines import HEADLINE_GAMMA, matched_random_rate, matched_random_runs
+from mur.evals.report.pairing import SettingKey, SettingRuns, group_settings
 
 ECONOMY_RATIO = 0.5
 ECONOMY_MARGIN = -0.05

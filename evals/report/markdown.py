@@ -11,10 +11,10 @@ from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 
-from evals.report.choices import Choice
-from evals.report.headlines import Headline
-from evals.report.rows import Row, RunTime
-from evals.report.stats import PairedComparison
+from mur.evals.report.choices import Choice
+from mur.evals.report.headlines import Headline
+from mur.evals.report.rows import Row, RunTime
+from mur.evals.report.stats import PairedComparison
 
 
 def _num(value: float | None, digits: int = 0) -> str:
@@ -258,7 +258,7 @@ def to_markdown(
         "# Benchmark report",
         "",
         f"From `{source}`: {runs} runs, {len(_sections(rows))} dataset/strategy table(s). "
-        "Recompute with `python -m evals.report DIR`.",
+        "Recompute with `mur report DIR`.",
         "",
     ]
     if run_time is not None:
@@ -321,5 +321,5 @@ def _method_notes(resamples: int, seed: int) -> list[str]:
         "always.",
         "Steps: kept steps per question and those the gate scaled; scaled % = scaled / total.",
         "Wall time: each run's latency while it shared the server with the other runs in "
-        "flight (run.py --concurrency), not the time of a question alone.",
+        "flight (mur solve --concurrency), not the time of a question alone.",
     ]

@@ -14,9 +14,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from evals.harness.run_record import RunRecord, total_tokens
-from evals.report import stats
-from nodes.gate_labels import gate_family
+from mur.evals.harness.run_record import RunRecord, total_tokens
+from mur.evals.report import stats
+from mur.nodes.gate_labels import gate_family
 
 AVERAGE = "average"  # the dataset label of the rows averaged over datasets
 REFERENCE_GATE = "always"  # Per-Step Scale: every setting is paired with it

@@ -15,7 +15,7 @@ from pathlib import Path
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from evals.report.rows import Row
+from mur.evals.report.rows import Row
 
 _MIN_SPAN = 5.0  # percentage points: the smallest accuracy range an axis shows
 

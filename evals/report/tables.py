@@ -1,6 +1,6 @@
 """Paper-style tables and plots recomputed from a folder's records.
 
-    python -m evals.report DIR [--headline-gamma 0.9] [--resamples 10000] [--seed 0]
+    mur report DIR [--headline-gamma 0.9] [--resamples 10000] [--seed 0]
 
 One row per setting (dataset, strategy, gate label, gamma), as in the paper's Table 1:
 accuracy with a 95% bootstrap interval over questions, the paired comparison against the
@@ -28,15 +28,15 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from evals.harness.records import load_records
-from evals.harness.run_record import RunRecord, setting_of
-from evals.report import stats
-from evals.report.choices import Choice, mur_choices
-from evals.report.headlines import HEADLINE_GAMMA, Headline, headline_json, headlines
-from evals.report.hypotheses import hypothesis_tests
-from evals.report.hypotheses import to_markdown as hypotheses_markdown
-from evals.report.markdown import to_markdown
-from evals.report.pairing import (
+from mur.evals.harness.records import load_records
+from mur.evals.harness.run_record import RunRecord, setting_of
+from mur.evals.report import stats
+from mur.evals.report.choices import Choice, mur_choices
+from mur.evals.report.headlines import HEADLINE_GAMMA, Headline, headline_json, headlines
+from mur.evals.report.hypotheses import hypothesis_tests
+from mur.evals.report.hypotheses import to_markdown as hypotheses_markdown
+from mur.evals.report.markdown import to_markdown
+from mur.evals.report.pairing import (
     AVERAGE,
     REFERENCE_GATE,
     SettingKey,
@@ -47,10 +47,10 @@ from evals.report.pairing import (
     pairing_json,
     setting_order,
 )
-from evals.report.plots import plot_accuracy_vs_tokens, plot_gamma_sweep
-from evals.report.rows import Row, RunTime
-from evals.report.trace_report import online_check, online_markdown, trace_section
-from servers.cli import OneLineParser
+from mur.evals.report.plots import plot_accuracy_vs_tokens, plot_gamma_sweep
+from mur.evals.report.rows import Row, RunTime
+from mur.evals.report.trace_report import online_check, online_markdown, trace_section
+from mur.servers.cli import OneLineParser
 
 
 @dataclass(frozen=True)
@@ -279,15 +279,16 @@ def _positive_float(text: str) -> float:
     return value
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = OneLineParser(
-        prog="python -m evals.report", description="Tables and plots from a run's records."
-    )
+PROG = "mur report"
+
+
+def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
+    parser = OneLineParser(prog=prog, description="Tables and plots from a run's records.")
     parser.add_argument(
         "run_dirs",
         nargs="+",
         metavar="run_dir",
-        help="a folder of benchmark records (run.py --out); several, with --out, combine",
+        help="a folder of benchmark records (mur solve --out); several, with --out, combine",
     )
     parser.add_argument(
         "--out",
@@ -316,8 +317,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
+    """Write and print the report of one folder (or of several, combined into --out)."""
+    parser = build_parser(prog)
     args = parser.parse_args(argv)
     if len(args.run_dirs) > 1 and args.out is None:
         parser.error("several folders combine into one report: name it with --out DIR")
@@ -331,13 +333,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             sources=args.run_dirs if combined else (),
         )
     except (FileNotFoundError, ValueError) as exc:
-        print(f"evals.report: {exc}", file=sys.stderr)
+        print(f"{prog}: {exc}", file=sys.stderr)
         return 2
     if args.predicted_by is not None:
         try:
             check = online_check(load_records(args.predicted_by), load_records(args.run_dirs[0]))
         except (FileNotFoundError, ValueError) as exc:
-            print(f"evals.report: {exc}", file=sys.stderr)
+            print(f"{prog}: {exc}", file=sys.stderr)
             return 2
         section = online_markdown(check, str(args.predicted_by))
         report.markdown_path.write_text(f"{report.markdown}\n{section}")

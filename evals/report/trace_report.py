@@ -12,9 +12,9 @@ from typing import Any
 
 from matplotlib.figure import Figure
 
-from evals.harness.run_record import RunRecord, total_tokens
-from evals.report import stats
-from evals.report.traces import (
+from mur.evals.harness.run_record import RunRecord, total_tokens
+from mur.evals.report import stats
+from mur.evals.report.traces import (
     PRIMARY_SIGNAL,
     SIGNALS,
     Auroc,

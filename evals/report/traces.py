@@ -18,14 +18,14 @@ from typing import Any
 
 import numpy as np
 
-from evals.harness.run_record import RunRecord, setting_of
-from evals.report import stats
-from graphs.loop import stops_after, trace_confidences
-from graphs.records import StepRecord, TraceSummary
-from graphs.state import Context
-from graphs.traces import outcome_of, summarize_trace
-from nodes.confidence import first_breach
-from nodes.voting import (
+from mur.evals.harness.run_record import RunRecord, setting_of
+from mur.evals.report import stats
+from mur.graphs.loop import stops_after, trace_confidences
+from mur.graphs.records import StepRecord, TraceSummary
+from mur.graphs.state import Context
+from mur.graphs.traces import outcome_of, summarize_trace
+from mur.nodes.confidence import first_breach
+from mur.nodes.voting import (
     TraceOutcome,
     TraceRules,
     answer_key,

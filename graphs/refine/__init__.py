@@ -1,11 +1,12 @@
 """The refine strategies: what "scale this step" means. This registry is their only list.
 
-Adding a strategy: write `graphs/refine/<name>.py` (its scratch state, its `RefineRecord`, a
-`build(kit)` returning the compiled subgraph, whose model-calling nodes it adds with
-`kit.add_model_node`, and `STRATEGY = Strategy("<name>", build, <Record>)`), then import it and
-list it below. `STRATEGIES`, `check_strategy`, the choices of `Context.strategy` (and so of
-run.py's `--strategy`), the endpoint's model names and the subgraphs mounted in the one graph
-that Studio draws all follow from this list.
+Adding a strategy: write `graphs/refine/<name>.py` (its `RefineRecord`, its scratch state, a
+`Scratch` with its own keys, its nodes as methods of a `StrategyNodes` subclass whose `wire`
+adds them to the subgraph, those that ask a model with `kit.add_model_node`, and
+`STRATEGY = Strategy("<name>", <Scratch>, <Nodes>, <Record>)`: graphs/refine/kit.py), then
+import it and list it below. `STRATEGIES`, `check_strategy`, the choices of
+`Context.strategy` (and so of `mur solve --strategy`), the endpoint's model names and the
+subgraphs mounted in the one graph that Studio draws all follow from this list.
 """
 
 from __future__ import annotations
@@ -13,8 +14,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
-from graphs.refine import best_of_n, critic, foresight, thinking
-from graphs.refine.base import Kit, RefineRecord, Strategy
+from mur.graphs.refine import best_of_n, critic, foresight, thinking
+from mur.graphs.refine.base import RefineRecord
+from mur.graphs.refine.kit import Kit, Strategy
 
 REGISTRY: dict[str, Strategy] = {
     module.STRATEGY.name: module.STRATEGY for module in (critic, best_of_n, foresight, thinking)

@@ -3,30 +3,17 @@ context by the external model; the one with the highest P(Yes) is kept."""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Literal
 
 from langgraph.runtime import Runtime
 
-from graphs.refine.base import (
-    CandidateNodes,
-    CandidateSummary,
-    Context,
-    Kit,
-    RefineGraph,
-    RefineInput,
-    RefineOutput,
-    RefineRecord,
-    Strategy,
-    Update,
-    candidate_graph,
-    kept_texts,
-    step_index,
-)
-from nodes.draft import StepCandidate
-from nodes.judge import Judgement, judge_step
-from nodes.llm import gather_all
-from nodes.select import argmax_first
-from nodes.usage import Usage, add_usage
+from mur.graphs.refine.base import CandidateSummary, ChoiceRecord, Context, Update
+from mur.graphs.refine.kit import CandidateNodes, Scratch, Strategy
+from mur.nodes.draft import StepCandidate
+from mur.nodes.judge import Judgement
+from mur.nodes.llm import gather_all
+from mur.nodes.select import argmax_first
+from mur.nodes.usage import Usage
 
 
 class JudgedCandidate(CandidateSummary):
@@ -35,20 +22,15 @@ class JudgedCandidate(CandidateSummary):
     judgement: str
 
 
-class BestOfNRecord(RefineRecord):
+class BestOfNRecord(ChoiceRecord):
     strategy: Literal["best_of_n"]
     candidates: list[JudgedCandidate]
-    chosen: int
     reused_draft: bool
 
-    def summary(self) -> str:
-        return f"chose {self.chosen + 1} of {len(self.candidates)}"
 
+class BestOfNState(Scratch):
+    """Best-of-N's scratch: the candidates, and the verifier's judgement of each."""
 
-class BestOfNState(RefineInput, RefineOutput):
-    """Scratch space; only `kept`, `refine` and `usage` go back to the loop."""
-
-    usage: Annotated[dict[str, int], add_usage]
     candidates: list[StepCandidate]
     judgements: list[Judgement]
 
@@ -56,23 +38,12 @@ class BestOfNState(RefineInput, RefineOutput):
 class BestOfNNodes(CandidateNodes):
     """Best-of-N's nodes over the injected models: N backbone candidates, verifier judgements."""
 
-    async def verify_candidates(self, state: BestOfNState, runtime: Runtime[Context]) -> Update:
+    score_node = "verify_candidates"
+
+    async def score(self, state: BestOfNState, runtime: Runtime[Context]) -> Update:
         """The external model judges every candidate in context, concurrently."""
-        ctx = self.kit.settings(runtime)
-        texts, index = kept_texts(state), step_index(state)
         results = await gather_all(
-            *(
-                judge_step(
-                    self.kit.verifier,
-                    question=state["question"],
-                    kept_texts=texts,
-                    index=index,
-                    paragraph=candidate["text"],
-                    max_tokens=ctx.judge_max_tokens,
-                    force_verdict=ctx.judge_force_verdict,
-                )
-                for candidate in state["candidates"]
-            )
+            *(self.judge(state, candidate["text"], runtime) for candidate in state["candidates"])
         )
         usage = sum((usage for _, usage in results), Usage())
         return {
@@ -103,10 +74,4 @@ class BestOfNNodes(CandidateNodes):
         return {"kept": candidates[chosen], "refine": record.as_dict()}
 
 
-def build(kit: Kit) -> RefineGraph:
-    nodes = BestOfNNodes(kit)
-    score = ("verify_candidates", nodes.verify_candidates)
-    return candidate_graph(nodes, BestOfNState, score, nodes.choose, "refine_best_of_n")
-
-
-STRATEGY = Strategy("best_of_n", build, BestOfNRecord)
+STRATEGY = Strategy("best_of_n", BestOfNState, BestOfNNodes, BestOfNRecord)

@@ -3,33 +3,18 @@ analysis goes back to the backbone, which rewrites the step (`critic_rounds` rou
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.graph import END, START
 from langgraph.runtime import Runtime
 from pydantic import BaseModel, model_serializer
 
-from graphs.refine.base import (
-    CandidateSummary,
-    Context,
-    Kit,
-    RefineGraph,
-    RefineInput,
-    RefineOutput,
-    RefineRecord,
-    Strategy,
-    Update,
-    kept_texts,
-    new_graph,
-    single_step_turn,
-    step_index,
-    write_step,
-)
-from nodes.draft import StepCandidate, conversation
-from nodes.judge import analysis_of, judge_step
-from nodes.usage import add_usage
-from prompts.mur import CRITIC_FEEDBACK
+from mur.graphs.refine.base import CandidateSummary, Context, RefineRecord, Update, position
+from mur.graphs.refine.kit import RefineBuilder, Scratch, Strategy, StrategyNodes
+from mur.nodes.draft import StepCandidate, conversation
+from mur.nodes.judge import analysis_of
+from mur.prompts.mur import CRITIC_FEEDBACK
 
 
 class CriticRound(BaseModel):
@@ -59,32 +44,28 @@ class CriticRecord(RefineRecord):
         return "revised" if self.revised else "judged correct"
 
 
-class CriticState(RefineInput, RefineOutput):
-    """Scratch space; only `kept`, `refine` and `usage` go back to the loop."""
+class CriticState(Scratch):
+    """The critic's scratch: its rounds so far."""
 
-    usage: Annotated[dict[str, int], add_usage]
     critiques: list[dict[str, Any]]  # CriticRound dicts, the latest last
 
 
-class CriticNodes:
+class CriticNodes(StrategyNodes):
     """The critic's nodes over the injected models: the verifier judges, the backbone revises."""
 
-    def __init__(self, kit: Kit) -> None:
-        self.kit = kit
+    def wire(self, graph: RefineBuilder) -> None:
+        self.kit.add_model_node(graph, "critique", self.critique)
+        self.kit.add_model_node(graph, "revise", self.revise)
+        graph.add_node("record", record)
+        graph.add_edge(START, "critique")
+        graph.add_conditional_edges("critique", after_critique, ["revise", "record"])
+        graph.add_conditional_edges("revise", self.after_revise, ["critique", "record"])
+        graph.add_edge("record", END)
 
     async def critique(self, state: CriticState, runtime: Runtime[Context]) -> Update:
         """The external model judges the current version of the step."""
-        ctx = self.kit.settings(runtime)
         current: StepCandidate = state.get("kept") or state["draft"]
-        judgement, usage = await judge_step(
-            self.kit.verifier,
-            question=state["question"],
-            kept_texts=kept_texts(state),
-            index=step_index(state),
-            paragraph=current["text"],
-            max_tokens=ctx.judge_max_tokens,
-            force_verdict=ctx.judge_force_verdict,
-        )
+        judgement, usage = await self.judge(state, current["text"], runtime)
         round_ = CriticRound(
             step=current["text"],
             critique=judgement["text"],
@@ -101,7 +82,7 @@ class CriticNodes:
     async def revise(self, state: CriticState, runtime: Runtime[Context]) -> Update:
         """Feed the critique back and let the backbone rewrite the step."""
         ctx = self.kit.settings(runtime)
-        texts, index = kept_texts(state), step_index(state)
+        texts, index = position(state)
         *earlier, latest = state["critiques"]
         analysis = analysis_of(latest["critique"]) or "The step has an error."
         fmt = ctx.step_style
@@ -111,12 +92,12 @@ class CriticNodes:
             HumanMessage(CRITIC_FEEDBACK.format(analysis=analysis)),
             AIMessage(fmt.prefix(texts, index)),
         ]
-        revision, reply = await write_step(self.kit.backbone, messages, index, ctx)
+        revision, reply = await self.rewrite_step(messages, index, ctx)
         revised = CriticRound.model_validate(
             {**latest, "revised": True, "revision": revision["text"]}
         )
         return {
-            "kept": single_step_turn(revision),
+            "kept": revision,
             "critiques": [*earlier, revised.model_dump()],
             "usage": reply.usage("backbone").as_dict(),
         }
@@ -142,17 +123,4 @@ def record(state: CriticState) -> Update:
     }
 
 
-def build(kit: Kit) -> RefineGraph:
-    nodes = CriticNodes(kit)
-    graph = new_graph(CriticState)
-    kit.add_model_node(graph, "critique", nodes.critique)
-    kit.add_model_node(graph, "revise", nodes.revise)
-    graph.add_node("record", record)
-    graph.add_edge(START, "critique")
-    graph.add_conditional_edges("critique", after_critique, ["revise", "record"])
-    graph.add_conditional_edges("revise", nodes.after_revise, ["critique", "record"])
-    graph.add_edge("record", END)
-    return graph.compile(name="refine_critic")
-
-
-STRATEGY = Strategy("critic", build, CriticRecord)
+STRATEGY = Strategy("critic", CriticState, CriticNodes, CriticRecord)

@@ -3,37 +3,24 @@ that mix the rollouts' mean logprob with the size of their TF-IDF cluster."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 from langchain_core.messages import AIMessage
 from langgraph.runtime import Runtime
 
-from graphs.refine.base import (
-    CandidateNodes,
-    CandidateSummary,
-    Context,
-    Kit,
-    RefineGraph,
-    RefineInput,
-    RefineOutput,
-    RefineRecord,
-    Strategy,
-    Update,
-    candidate_graph,
-    kept_texts,
-    step_index,
-)
-from nodes.draft import StepCandidate, contains_answer, conversation
-from nodes.gates import derive_seed, question_seed
-from nodes.llm import Request, gather_all, generate
-from nodes.select import (
+from mur.graphs.refine.base import CandidateSummary, ChoiceRecord, Context, Update, position
+from mur.graphs.refine.kit import CandidateNodes, Scratch, Strategy
+from mur.nodes.draft import StepCandidate, contains_answer, conversation
+from mur.nodes.gates import derive_seed, question_seed
+from mur.nodes.llm import Request, gather_all, generate
+from mur.nodes.select import (
     argmax_first,
     cluster_labels,
     foresight_weights,
     mean_logprob,
     sample_index,
 )
-from nodes.usage import Usage, add_usage
+from mur.nodes.usage import Usage
 
 
 class ForesightCandidate(CandidateSummary):
@@ -44,21 +31,16 @@ class ForesightCandidate(CandidateSummary):
     weight: float
 
 
-class ForesightRecord(RefineRecord):
+class ForesightRecord(ChoiceRecord):
     strategy: Literal["foresight"]
     candidates: list[ForesightCandidate]
-    chosen: int
     selection: Literal["sample", "argmax"]
     reused_draft: bool
 
-    def summary(self) -> str:
-        return f"chose {self.chosen + 1} of {len(self.candidates)}"
 
+class ForesightState(Scratch):
+    """Foresight's scratch: the candidates, and a rollout of each."""
 
-class ForesightState(RefineInput, RefineOutput):
-    """Scratch space; only `kept`, `refine` and `usage` go back to the loop."""
-
-    usage: Annotated[dict[str, int], add_usage]
     candidates: list[StepCandidate]
     rollouts: list[dict[str, Any]]  # text, logprobs, num_tokens, one per candidate
 
@@ -76,10 +58,12 @@ def foresight_score(candidate: StepCandidate, rollout: dict[str, Any]) -> float:
 class ForesightNodes(CandidateNodes):
     """Foresight's nodes over the injected backbone: N candidates, a rollout of each."""
 
-    async def foresee(self, state: ForesightState, runtime: Runtime[Context]) -> Update:
-        """Roll each candidate forward; its score is the rollout's mean logprob."""
+    score_node = "foresee"
+
+    async def score(self, state: ForesightState, runtime: Runtime[Context]) -> Update:
+        """Foresee: roll each candidate forward; its score is the rollout's mean logprob."""
         ctx = self.kit.settings(runtime)
-        texts, index = kept_texts(state), step_index(state)
+        texts, index = position(state)
         steps_ahead = ctx.foresight_steps or max(ctx.max_steps - index, 1)
         fmt = ctx.step_style
 
@@ -122,7 +106,8 @@ class ForesightNodes(CandidateNodes):
             chosen = argmax_first(weights)
         else:
             seed = question_seed(ctx.seed, state["question"])
-            chosen = sample_index(weights, derive_seed(seed, step_index(state)))
+            _, index = position(state)
+            chosen = sample_index(weights, derive_seed(seed, index))
         record = ForesightRecord(
             strategy="foresight",
             draft=CandidateSummary.of(state["draft"]),
@@ -144,10 +129,6 @@ class ForesightNodes(CandidateNodes):
         return {"kept": candidates[chosen], "refine": record.as_dict()}
 
 
-def build(kit: Kit) -> RefineGraph:
-    nodes = ForesightNodes(kit)
-    score = ("foresee", nodes.foresee)
-    return candidate_graph(nodes, ForesightState, score, nodes.choose, "refine_foresight")
-
-
-STRATEGY = Strategy("foresight", build, ForesightRecord, uses_verifier=False)
+STRATEGY = Strategy(
+    "foresight", ForesightState, ForesightNodes, ForesightRecord, uses_verifier=False
+)

@@ -10,11 +10,11 @@ import httpx
 import pytest
 from langchain_openai.chat_models.base import _convert_message_to_dict
 
-from graphs.mur import build_graph
-from graphs.state import Context
-from nodes.draft import step_messages
-from servers.connect import connect
-from servers.probes import root_url
+from mur.graphs.mur import build_graph
+from mur.graphs.state import Context
+from mur.nodes.draft import step_messages
+from mur.servers.clients.probes import root_url
+from mur.servers.connect import connect
 
 pytestmark = pytest.mark.integration
 

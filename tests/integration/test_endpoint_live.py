@@ -16,10 +16,10 @@ import pytest
 from server_counters import settled
 
 from asgi_server import running
-from endpoint import create_app
-from servers.clients import make_chat_model
-from servers.launcher import RunningServer
-from servers.metrics import generation_tokens, read_counter
+from mur.endpoint import create_app
+from mur.servers.clients.chat_models import make_chat_model
+from mur.servers.clients.metrics import generation_tokens, read_counter
+from mur.servers.processes.launcher import RunningServer
 
 pytestmark = pytest.mark.integration
 

@@ -1,5 +1,5 @@
 """The bounded load test of the endpoint over the real CPU vLLM server, as CI runs it:
-`python -m endpoint` in its own process, 16 concurrent clients, streaming and not. Every reply
+`mur endpoint` in its own process, 16 concurrent clients, streaming and not. Every reply
 complete and consistent, none duplicated, no 5xx, and the tokens the replies report equal to
 what the server's counter says it generated (run under the integration lock)."""
 
@@ -9,8 +9,8 @@ import socket
 
 import pytest
 
-from benchmarks.endpoint_load import build_parser, run
-from servers.launcher import RunningServer
+from mur.benchmarks.endpoint_load import build_parser, run
+from mur.servers.processes.launcher import RunningServer
 
 pytestmark = pytest.mark.integration
 

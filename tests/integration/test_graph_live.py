@@ -17,11 +17,11 @@ from typing import Any
 
 import pytest
 
-from graphs import STRATEGIES, Context
-from graphs.mur import build_graph
-from graphs.solve import solve
+from mur.graphs import STRATEGIES, Context
+from mur.graphs.mur import build_graph
+from mur.graphs.solve import solve
+from mur.servers import generation_tokens
 from recorder import Exchange, Recorder, choice_logprobs, choice_text, recording_model
-from servers import generation_tokens
 
 pytestmark = pytest.mark.integration
 

@@ -19,14 +19,14 @@ import httpx
 import pytest
 from tokenizers import Tokenizer
 
-from graphs.mur import build_graph
-from graphs.state import Context, output_of
-from nodes.draft import sample_steps, step_messages
-from nodes.thinking import cap_thinking
-from prompts.mur import FORCED_VERDICT, STEP_INSTRUCTION
+from mur.graphs.mur import build_graph
+from mur.graphs.state import Context, output_of
+from mur.nodes.draft import sample_steps, step_messages
+from mur.nodes.thinking import cap_thinking
+from mur.prompts.mur import FORCED_VERDICT, STEP_INSTRUCTION
+from mur.servers.clients.errors import ServerError
+from mur.servers.clients.metrics import generation_tokens
 from recorder import Exchange, Recorder, recording_model
-from servers.errors import ServerError
-from servers.metrics import generation_tokens
 from tiny_qwen3 import THINK_END_ID, THINK_START_ID, TinyQwen3Server, model_dir, serve
 
 pytestmark = pytest.mark.integration

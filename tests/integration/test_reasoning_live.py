@@ -19,15 +19,15 @@ from pathlib import Path
 
 import pytest
 
-from graphs import STRATEGIES, Context
-from graphs.mur import build_graph
-from graphs.solve import solve
+from mur.cli.question import SAMPLE_QUESTION
+from mur.graphs import STRATEGIES, Context
+from mur.graphs.mur import build_graph
+from mur.graphs.solve import solve
+from mur.servers import generation_tokens
+from mur.servers.clients.errors import ServerError
+from mur.servers.processes.launcher import RunningServer, down, up
+from mur.servers.processes.profiles import DEFAULT_PROFILE, get_profile
 from recorder import Recorder, choice_logprobs, choice_text, recording_model
-from run import SAMPLE_QUESTION
-from servers import generation_tokens
-from servers.errors import ServerError
-from servers.launcher import RunningServer, down, up
-from servers.profiles import DEFAULT_PROFILE, get_profile
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(3600)]
 

@@ -1,5 +1,5 @@
 """Two real replicas of the tiny model behind vllm-router, started by the CLI
-(`python -m servers up --replicas 2`); one is killed in the middle of a benchmark run.
+(`mur servers up --replicas 2`); one is killed in the middle of a benchmark run.
 
 The router takes the dead replica out and its questions move to the other one: the run
 finishes, and a rerun of the same command finds every question done exactly once. The servers
@@ -20,11 +20,11 @@ from pathlib import Path
 
 import pytest
 
-from evals.harness.records import records_so_far
-from servers.metrics import REQUESTS_DONE, read_counter
-from servers.model import ensure_model
-from servers.paths import mur_home, vllm_cache_dir
-from servers.profiles import get_profile
+from mur.evals.harness.records import records_so_far
+from mur.servers.clients.metrics import REQUESTS_DONE, read_counter
+from mur.servers.processes.model import ensure_model
+from mur.servers.processes.paths import mur_home, vllm_cache_dir
+from mur.servers.processes.profiles import get_profile
 
 pytestmark = pytest.mark.integration
 
@@ -36,7 +36,7 @@ RUNNING = "vllm:num_requests_running"
 
 def cli(*args: str, env: dict[str, str], timeout: float = 900) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "servers", *args],
+        [sys.executable, "-m", "mur.servers", *args],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -47,7 +47,7 @@ def cli(*args: str, env: dict[str, str], timeout: float = 900) -> subprocess.Com
 
 @pytest.fixture
 def replicas(tmp_path: Path) -> Iterator[tuple[dict[str, str], list[dict]]]:
-    """`python -m servers up --replicas 2` in a private MUR_HOME; `down` at the end."""
+    """`mur servers up --replicas 2` in a private MUR_HOME; `down` at the end."""
     package = get_profile("cpu-tiny").package
     assert package is not None
     model = ensure_model(package)

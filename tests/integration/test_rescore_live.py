@@ -1,4 +1,4 @@
-"""`python -m experiments.rescore` against the real CPU vLLM server: the server that generated a
+"""`mur experiment rescore` against the real CPU vLLM server: the server that generated a
 table's steps, asked to score them as prompt tokens, gives back the uncertainties recorded."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from evals.harness.records import load_records
-from evals.questions import load_dataset
-from experiments.rescore import RecordedStep, Scorer, Trace, main, recorded_traces, rescore
-from nodes.llm import CONTINUE_FINAL_MESSAGE
+from mur.evals.harness.records import load_records
+from mur.evals.questions import load_dataset
+from mur.experiments.rescore import RecordedStep, Scorer, Trace, main, recorded_traces, rescore
+from mur.nodes.llm import CONTINUE_FINAL_MESSAGE
 
 ROOT = Path(__file__).resolve().parents[2]
 QUESTIONS = 20  # MATH-500's first: see test_rescore_runs_on_a_recorded_folder

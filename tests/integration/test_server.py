@@ -18,10 +18,11 @@ from pathlib import Path
 import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
+from mur.servers.clients import probes
+from mur.servers.clients.chat_models import make_chat_model
+from mur.servers.processes import launcher
+from mur.servers.processes.launcher import RunningServer
 from recorder import Recorder, recording_model
-from servers import launcher, probes
-from servers.clients import make_chat_model
-from servers.launcher import RunningServer
 
 pytestmark = pytest.mark.integration
 
@@ -162,7 +163,7 @@ def test_up_again_reuses_and_cli_reports(cpu_server: RunningServer) -> None:
     assert again.base_url == cpu_server.base_url and again.model == cpu_server.model
     assert probes.check_endpoint(cpu_server.base_url) == [cpu_server.model]
     out = subprocess.run(
-        [sys.executable, "-m", "servers", "status", "--json"],
+        [sys.executable, "-m", "mur.servers", "status", "--json"],
         capture_output=True,
         text=True,
         check=True,
@@ -170,7 +171,7 @@ def test_up_again_reuses_and_cli_reports(cpu_server: RunningServer) -> None:
         cwd=Path(__file__).resolve().parents[2],
     ).stdout
     rows = json.loads(out)
-    if cpu_server.pid is not None:  # recorded: started by us or a `python -m servers up`
+    if cpu_server.pid is not None:  # recorded: started by us or a `mur servers up`
         row = next(r for r in rows if r["profile"] == "cpu-tiny")
         assert row["healthy"] is True and row["pid"] == cpu_server.pid
         assert {"profile", "base_url", "model", "pid", "healthy"} <= set(row)

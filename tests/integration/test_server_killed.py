@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from evals.harness.records import records_so_far
-from servers.launcher import status, up
+from mur.evals.harness.records import records_so_far
+from mur.servers.processes.launcher import status, up
 
 pytestmark = pytest.mark.integration
 

@@ -13,7 +13,7 @@ import httpx
 import pytest
 from langgraph_sdk import get_client
 
-from graphs.refine import STRATEGIES
+from mur.graphs.refine import STRATEGIES
 
 pytestmark = pytest.mark.integration
 

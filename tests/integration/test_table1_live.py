@@ -1,4 +1,4 @@
-"""`python -m experiments.table1` end to end against the real CPU vLLM server: every phase of the
+"""`mur experiment table1` end to end against the real CPU vLLM server: every phase of the
 table (main gates, random at MUR's measured rate, the gamma sweep) into one folder, stopped
 by a SIGTERM and finished by reruns that lose and repeat nothing."""
 
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from evals.harness.records import load_records
-from nodes.gate_labels import PAPER_TABLE_LABELS as MAIN_GATES
+from mur.evals.harness.records import load_records
+from mur.nodes.gate_labels import PAPER_TABLE_LABELS as MAIN_GATES
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -22,7 +22,7 @@ pytestmark = pytest.mark.integration
 
 def table1(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "experiments.table1", *args],
+        [sys.executable, "-m", "mur", "experiment", "table1", *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -34,7 +34,7 @@ def table1(*args: str) -> subprocess.CompletedProcess:
 def tiny_table(
     base_url: str, results: Path, data: Path, *, limit: int, concurrency: int
 ) -> tuple[str, ...]:
-    """experiments.table1's arguments for a small critic table (sweep 0.5) on the tiny model."""
+    """`mur experiment table1`'s arguments: a small critic table (sweep 0.5), tiny model."""
     return (
         "--strategies", "critic", "--limit", str(limit), "--sweep", "0.5",
         "--concurrency", str(concurrency), "--base-url", base_url, "--profile", "cpu-tiny",
@@ -54,7 +54,7 @@ def test_a_sigterm_stops_the_table_then_reruns_finish_every_phase_once(
     folder = tmp_path / "math500-critic-tiny"
     records_file = folder / "records.jsonl"
     table = subprocess.Popen(
-        [sys.executable, "-m", "experiments.table1", *args],
+        [sys.executable, "-m", "mur", "experiment", "table1", *args],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

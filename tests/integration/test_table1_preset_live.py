@@ -1,6 +1,6 @@
 """`experiments.table1 --preset paper-gpu`'s first question on the tiny random-weight Qwen3
 (tests/tiny_qwen3.py), which stands in for both Qwen3-1.7B and GenPRM-1.5B: the preset's first
-command, run as the table runs it (the `mur` command), records every gate of the paper's table
+command, run as the table runs it (the `mur solve` command), records every gate of the paper's table
 with the preset's settings. The model writes garbage; what is checked is the plumbing."""
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from evals.harness.records import load_records
-from evals.questions import load_dataset
-from experiments.table1 import build_parser, make_plan, run_mur
-from nodes.gate_labels import PAPER_TABLE_LABELS
-from servers.errors import ServerError
+from mur.evals.harness.records import load_records
+from mur.evals.questions import load_dataset
+from mur.experiments.table1 import build_parser, make_plan, run_mur
+from mur.nodes.gate_labels import PAPER_TABLE_LABELS
+from mur.servers.clients.errors import ServerError
 from tiny_qwen3 import SERVED_NAME, TinyQwen3Server, model_dir, serve
 
 pytestmark = pytest.mark.integration

@@ -21,13 +21,13 @@ from langchain_core.messages import HumanMessage
 from server_counters import settled
 
 from asgi_server import running
-from endpoint import create_app
-from graphs.mur import build_loop
-from graphs.state import Context
-from nodes.llm import ABORTED, Request, generate_watched
-from servers.clients import make_chat_model
-from servers.launcher import RunningServer
-from servers.metrics import generation_tokens, read_counter
+from mur.endpoint import create_app
+from mur.graphs.mur import build_loop
+from mur.graphs.state import Context
+from mur.nodes.llm import ABORTED, Request, generate_watched
+from mur.servers.clients.chat_models import make_chat_model
+from mur.servers.clients.metrics import generation_tokens, read_counter
+from mur.servers.processes.launcher import RunningServer
 
 pytestmark = pytest.mark.integration
 

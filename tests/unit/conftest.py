@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from evals.harness.progress import RunProgress
+from mur.evals.harness.progress import RunProgress
 
 
 @pytest.fixture
@@ -19,5 +21,19 @@ def runner_progress(monkeypatch: pytest.MonkeyPatch) -> list[RunProgress]:
             self.priced_at_start = self.tokens_left()
             made.append(self)
 
-    monkeypatch.setattr("evals.harness.runner.RunProgress", Watched)
+    monkeypatch.setattr("mur.evals.harness.runner.RunProgress", Watched)
     return made
+
+
+@pytest.fixture(scope="session")
+def _checkpoints_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("endpoint-checkpoints")
+
+
+@pytest.fixture(autouse=True)
+def _endpoint_checkpoints_in_a_temporary_folder(
+    _checkpoints_folder: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An endpoint started by a test (`main`, or `python -m mur.endpoint` in a subprocess)
+    checkpoints in a temporary file, not in the user's MUR_HOME."""
+    monkeypatch.setenv("MUR_CHECKPOINTER", str(_checkpoints_folder / "checkpoints.sqlite"))

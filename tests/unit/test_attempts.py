@@ -11,13 +11,13 @@ from langchain_core.messages import BaseMessage, HumanMessage
 from langgraph.types import RetryPolicy
 
 from fakes import FakeLogprobChat, Scripted
-from graphs.attempts import AttemptLedger
-from graphs.model_calls import MODEL_RETRY
-from graphs.mur import build_graph
-from graphs.state import Context
-from nodes.llm import Request, gather_all, generate
-from nodes.usage import Usage, metered
-from servers.transport_errors import is_transient
+from mur.graphs.attempts import AttemptLedger
+from mur.graphs.model_calls import MODEL_RETRY
+from mur.graphs.mur import build_graph
+from mur.graphs.state import Context
+from mur.nodes.llm import Request, gather_all, generate
+from mur.nodes.usage import Usage, metered
+from mur.servers.clients.transport_errors import is_transient
 
 
 def is_judge(messages: list[BaseMessage]) -> bool:

@@ -8,14 +8,14 @@ from typing import TypedDict
 
 from langgraph.graph import END, START, StateGraph
 
-from evals.harness.checkpoints import CHECKPOINTS, open_checkpoints
-from evals.harness.plan import BenchmarkPlan
-from evals.harness.progress import RunProgress
-from evals.harness.records import RecordStore, load_records
-from evals.harness.runner import run_jobs
-from evals.questions import load_dataset
 from fakes import FakeLogprobChat, Scripted
-from graphs import build_graph
+from mur.evals.harness.checkpoints import CHECKPOINTS, open_checkpoints
+from mur.evals.harness.plan import BenchmarkPlan
+from mur.evals.harness.progress import RunProgress
+from mur.evals.harness.records import RecordStore, load_records
+from mur.evals.harness.runner import run_jobs
+from mur.evals.questions import load_dataset
+from mur.graphs import build_graph
 
 TEST_DATA = Path(__file__).resolve().parents[1] / "data"
 

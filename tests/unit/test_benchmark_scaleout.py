@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.scaleout import (
+from fakes import FakeLogprobChat, Scripted
+from mur.benchmarks.scaleout import (
     ONE,
     Phase,
     build_parser,
@@ -16,10 +17,9 @@ from benchmarks.scaleout import (
     run_load,
     table,
 )
-from evals.harness.records import load_records
-from evals.questions import load_dataset
-from fakes import FakeLogprobChat, Scripted
-from servers.metrics import (
+from mur.evals.harness.records import load_records
+from mur.evals.questions import load_dataset
+from mur.servers.clients.metrics import (
     GENERATION_TOKENS,
     PREFIX_CACHE_HITS,
     PREFIX_CACHE_QUERIES,
@@ -82,7 +82,7 @@ def test_a_bad_strategy_or_gate_label_is_one_line_exit_2(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     assert main(["--dry-run", "--strategy", "beam"]) == 2
-    assert capsys.readouterr().err.startswith("scaleout: unknown strategy 'beam'")
+    assert capsys.readouterr().err.startswith("mur bench scaleout: unknown strategy 'beam'")
     assert main(["--dry-run", "--gate", "mur@0.5"]) == 2
     assert "gate label 'mur@0.5'" in capsys.readouterr().err
 
@@ -97,7 +97,7 @@ def test_the_load_runs_through_the_runner(tmp_path: Path, monkeypatch: pytest.Mo
         return Scripted(" So the answer is 5.", [-0.5] * 6, stop_reason=None)
 
     monkeypatch.setattr(
-        "benchmarks.scaleout.make_chat_model", lambda url: FakeLogprobChat(responder=respond)
+        "mur.benchmarks.scaleout.make_chat_model", lambda url: FakeLogprobChat(responder=respond)
     )
     args = build_parser().parse_args(["--questions", "2", "--concurrency", "2"])
     args.home = tmp_path

@@ -10,8 +10,8 @@ from typing import Any, ClassVar
 
 import pytest
 
-from benchmarks import bench, measure
-from benchmarks.analysis import (
+from mur.benchmarks import bench, measure
+from mur.benchmarks.analysis import (
     ClientTime,
     client_time,
     max_cache_hit,
@@ -19,8 +19,8 @@ from benchmarks.analysis import (
     step_of,
     step_prompt_rows,
 )
-from benchmarks.counters import Counters, add_counters, parse_block_size, parse_counters, ratio
-from benchmarks.recording import (
+from mur.benchmarks.counters import Counters, add_counters, parse_block_size, parse_counters, ratio
+from mur.benchmarks.recording import (
     RecordedRequest,
     forced_length,
     plan_waves,
@@ -28,9 +28,9 @@ from benchmarks.recording import (
     replay_bodies,
     replay_body,
 )
-from benchmarks.report import NOTES_MARKER, merge_notes, render
-from benchmarks.results import GraphRun, NChoiceRun, RawRun, ReplayRun
-from benchmarks.tables import (
+from mur.benchmarks.report import NOTES_MARKER, merge_notes, render
+from mur.benchmarks.results import GraphRun, NChoiceRun, RawRun, ReplayRun
+from mur.benchmarks.tables import (
     economy_table,
     markdown_table,
     overhead_table,

@@ -10,8 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from fakes import FakeLogprobChat, Scripted
-from graphs import Context, build_graph
-from nodes.budget import Spend, affordable_rate, rate_threshold
+from mur.graphs import Context, build_graph
+from mur.nodes.budget import Spend, affordable_rate, rate_threshold
 
 # Draft uncertainty per step: steps 3, 5 and 7 stand out.
 STEP_M = {1: 0.5, 2: 0.55, 3: 2.0, 4: 0.6, 5: 1.8, 6: 0.5, 7: 2.2, 8: 0.5}

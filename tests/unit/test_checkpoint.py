@@ -16,9 +16,10 @@ import pytest
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
 from fakes import FakeLogprobChat, Scripted
-from faulty_server import faulty_server
-from graphs import Context, build_graph
-from graphs.solve import solve
+from faulty_server import MODEL, faulty_server
+from mur.graphs import Context, build_graph
+from mur.graphs.solve import solve
+from postgres import PASSWORD
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -216,3 +217,41 @@ def test_a_second_stop_signal_stops_the_question_and_the_rerun_resumes_it(
         s["text"] for s in expected["trace"]["steps"]
     ]
     assert record["usage"] == expected["usage"] and record["answer"] == expected["answer"]
+
+
+# ------------------------------------------------ --checkpoint through the endpoint's factory
+
+
+def solve_command(base_url: str, *flags: str) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "run.py", "--strategy", "critic", "--gate", "never"]
+    command += ["--max-steps", "6", "--base-url", base_url, "--model", MODEL, *flags]
+    return subprocess.run(
+        command,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_a_run_checkpointed_in_postgres_resumes_by_thread_id(postgres) -> None:
+    """`--checkpoint postgresql://...` takes the same factory as the endpoint: a run whose
+    backbone fails at step 3 resumes there from PostgreSQL, steps 1-2 not asked again."""
+    url = postgres.create_database("solve_resume")
+    flags = ("--checkpoint", url, "--thread-id", "t-pg")
+    with faulty_server(["step", "step", "500"]) as failing:
+        failed = solve_command(failing.base_url, *flags)
+    assert failed.returncode == 1, failed.stderr
+    assert PASSWORD not in failed.stdout + failed.stderr
+    with faulty_server(["step", "ok"]) as healthy:
+        resumed = solve_command(healthy.base_url, *flags, "--json")
+        asked = healthy.requests
+    assert resumed.returncode == 0, resumed.stderr
+    assert json.loads(resumed.stdout)["answer"] == "4"
+    assert asked == 2  # step 3 and step 4 (the answer); steps 1 and 2 came from the checkpoint
+
+
+def test_a_bad_checkpoint_target_is_one_line_without_its_password(tmp_path: Path) -> None:
+    unusable = solve_command("http://127.0.0.1:9/v1", "--checkpoint", "mysql://u:hunter2@h/db")
+    assert unusable.returncode == 2 and len(unusable.stderr.strip().splitlines()) == 1
+    assert "--checkpoint" in unusable.stderr and "hunter2" not in unusable.stderr

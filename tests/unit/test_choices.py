@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from test_report import record, write_records
 
-from evals.report.choices import mur_choices
-from evals.report.tables import write_report
+from mur.evals.report.choices import mur_choices
+from mur.evals.report.tables import write_report
 
 
 def sweep_records() -> list[dict]:

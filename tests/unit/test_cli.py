@@ -1,8 +1,10 @@
-"""run.py on bad input: exit status 2 and one clear line, before any server is touched."""
+"""`mur solve` (and run.py) on bad input: exit status 2 and one clear line, before any server is
+touched; its flags, settings, recorded command and printer."""
 
 from __future__ import annotations
 
 import io
+import json
 import os
 import runpy
 import subprocess
@@ -13,9 +15,15 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-import run
-from evals.questions import loading as datasets
-from graphs import Context
+import mur.cli
+from fakes import two_step_model
+from mur.cli import benchmark, flags, validation
+from mur.cli import solve as solve_command
+from mur.cli.printer import Printer
+from mur.cli.registry import MUR
+from mur.evals.questions import loading as datasets
+from mur.graphs import Context
+from mur.servers.connect import Connection
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -62,7 +70,7 @@ BAD = {
     "replicas as a url list": (
         ["--strategy", "critic", "--base-url", "http://a:8000/v1,http://b:8000/v1"],
         "--base-url takes one URL, got 'http://a:8000/v1,http://b:8000/v1': to spread questions "
-        "over replicas, start them behind vllm-router with `python -m servers up --replicas N`",
+        "over replicas, start them behind vllm-router with `mur servers up --replicas N`",
     ),
     "verifier replicas as a url list": (
         ["--strategy", "critic", "--verifier-url", "a:1,b:2"],
@@ -78,16 +86,16 @@ def test_bad_input_exits_2_with_one_line(name: str, capsys, monkeypatch) -> None
     def no_server(*args, **kwargs):
         raise AssertionError("no server may be contacted for bad input")
 
-    monkeypatch.setattr(run, "connect", no_server)
+    monkeypatch.setattr(solve_command, "connect", no_server)
     try:
-        status = run.main(argv)
+        status = mur.cli.main(["solve", *argv])
     except SystemExit as exc:  # argparse's own errors
         status = exc.code
     err = capsys.readouterr().err.splitlines()
     assert status == 2
     assert len(err) == 1, err  # the line, not argparse's usage block before it
-    assert err[0].startswith("run.py: error: ") and message in err[0]
-    assert err[0].endswith("; see --help")  # argparse's errors and run.py's own alike
+    assert err[0].startswith("mur solve: error: ") and message in err[0]
+    assert err[0].endswith("; see --help")  # argparse's errors and the command's own alike
 
 
 def test_non_utf8_question_from_the_shell() -> None:
@@ -103,14 +111,14 @@ def test_non_utf8_question_from_the_shell() -> None:
 
 
 def test_every_context_field_has_a_flag_of_its_name() -> None:
-    parser = run.build_parser()
+    parser = solve_command.build_parser()
     dests = {action.dest: action for action in parser._actions}
     for name in Context.field_names():
-        assert name in dests, f"Context.{name} has no run.py flag"
+        assert name in dests, f"Context.{name} has no `mur solve` flag"
         assert f"--{name.replace('_', '-')}" in dests[name].option_strings
     args = parser.parse_args(["--strategy", "critic"])
-    assert run.flag_settings(args) == {}  # unset flags leave the defaults to Context
-    assert run.single_context(args, {}) == Context()
+    assert flags.flag_settings(args) == {}  # unset flags leave the defaults to Context
+    assert flags.single_context(args, {}) == Context()
 
 
 def test_flags_reach_the_context_and_sweeps_take_lists() -> None:
@@ -122,9 +130,9 @@ def test_flags_reach_the_context_and_sweeps_take_lists() -> None:
         "--max-steps=3",
         "--seed=7",
     ]
-    args = run.build_parser().parse_args(argv)
+    args = solve_command.build_parser().parse_args(argv)
     profile = {"max_steps": 8, "max_step_tokens": 256, "not_a_setting": 1}
-    context = run.single_context(args, profile)
+    context = flags.single_context(args, profile)
     assert context == Context(
         scale_cost_factor=2.5,
         bias_correction=True,
@@ -134,54 +142,64 @@ def test_flags_reach_the_context_and_sweeps_take_lists() -> None:
         seed=7,
     )
     sweep = ["--strategy=critic", "--dataset=math500", "--gate=mur,never", "--gamma=0.5,0.9"]
-    args = run.build_parser().parse_args([*sweep, "--budget-tokens=300,600"])
-    assert run.gates(args) == ["mur", "never"] and run.gammas(args) == [0.5, 0.9]
-    assert run.budget_settings(args) == [("budget_tokens", 300), ("budget_tokens", 600)]
-    plan = run.benchmark_plan(args, [], run.Connection(None, None, profile, ""), "cmd")
+    args = solve_command.build_parser().parse_args([*sweep, "--budget-tokens=300,600"])
+    assert flags.gates(args) == ["mur", "never"] and flags.gammas(args) == [0.5, 0.9]
+    assert flags.budget_settings(args) == [("budget_tokens", 300), ("budget_tokens", 600)]
+    plan = benchmark.benchmark_plan(args, [], Connection(None, None, profile, ""), "cmd")
     assert plan.gates == ("mur", "never") and plan.gammas == (0.5, 0.9)
     assert plan.settings == {"max_steps": 8, "max_step_tokens": 256}
     assert plan.command == "cmd"
 
 
 def test_a_gate_label_brings_its_settings_to_a_single_solve() -> None:
-    args = run.build_parser().parse_args(["--strategy=critic", "--gate=mur+bc"])
-    run.validate(args)
-    assert run.single_context(args, {}) == Context(gate="mur", bias_correction=True)
-    args = run.build_parser().parse_args(["--strategy=critic", "--gate=random@0.2"])
-    assert run.single_context(args, {}) == Context(gate="random", random_rate=0.2)
+    args = solve_command.build_parser().parse_args(["--strategy=critic", "--gate=mur+bc"])
+    validation.validate(args)
+    assert flags.single_context(args, {}) == Context(gate="mur", bias_correction=True)
+    args = solve_command.build_parser().parse_args(["--strategy=critic", "--gate=random@0.2"])
+    assert flags.single_context(args, {}) == Context(gate="random", random_rate=0.2)
 
 
 def test_the_recorded_command_is_the_one_typed() -> None:
-    command = run.command_line(["--strategy", "critic", "--question", "a b"])
+    command = benchmark.command_line(["--strategy", "critic", "--question", "a b"], "run.py")
     assert command.endswith("run.py --strategy critic --question 'a b'")
 
 
 def test_the_mur_command_is_recorded_as_typed(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The console script (pyproject [project.scripts]): no interpreter in front of it."""
-    monkeypatch.setattr(sys, "argv", ["/opt/env/bin/mur", "--strategy", "critic", "--gate", "a b"])
-    assert run.command_line(None) == "/opt/env/bin/mur --strategy critic --gate 'a b'"
+    """The console script (pyproject [project.scripts]): no interpreter in front of it; `python
+    -m mur` with its interpreter; run.py as the script it is."""
+    argv = ["--strategy", "critic", "--gate", "a b"]
+    monkeypatch.setattr(sys, "argv", ["/opt/env/bin/mur", "solve", *argv])
+    recorded = benchmark.command_line(argv, "mur solve")
+    assert recorded == "/opt/env/bin/mur solve --strategy critic --gate 'a b'"
+    monkeypatch.setattr(sys, "argv", ["/src/mur/__main__.py", "solve", *argv])
+    recorded = benchmark.command_line(argv, "mur solve")
+    assert recorded.endswith(" -m mur solve --strategy critic --gate 'a b'")
     monkeypatch.setattr(sys, "argv", ["run.py", "--strategy", "critic"])
-    assert run.command_line(None).endswith(" run.py --strategy critic")
+    assert benchmark.command_line(None, "run.py").endswith(" run.py --strategy critic")
 
 
-def test_mur_is_run_py_installed_as_a_command() -> None:
-    project = tomllib.loads((Path(run.__file__).parent / "pyproject.toml").read_text())
-    assert project["project"]["scripts"] == {"mur": "run:main"}
-    assert "run" in project["tool"]["setuptools"]["py-modules"]
+def test_mur_is_the_one_command_and_run_py_its_solve() -> None:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert project["project"]["scripts"] == {"mur": "mur.cli:main"}
+    assert MUR.find("solve").module == solve_command.__name__
+    assert runpy.run_path(str(ROOT / "run.py"))["main"] is solve_command.main
 
 
 def test_absent_gpqa_exits_2_saying_where_to_put_it(tmp_path, capsys, monkeypatch) -> None:
     monkeypatch.delenv(datasets.DATA_DIR_ENV, raising=False)
     monkeypatch.setattr(datasets, "_SHARED_DATA_DIR", tmp_path / "absent")
-    monkeypatch.setattr(run, "connect", lambda *a, **k: pytest.fail("no server for bad input"))
-    status = run.main(["--strategy", "critic", "--dataset", "gpqa_diamond", "--limit", "1"])
+    monkeypatch.setattr(
+        solve_command, "connect", lambda *a, **k: pytest.fail("no server for bad input")
+    )
+    argv = ["--strategy", "critic", "--dataset", "gpqa_diamond", "--limit", "1"]
+    status = solve_command.main(argv, prog="run.py")
     err = capsys.readouterr().err.strip().splitlines()
     assert status == 2 and len(err) == 1
     assert "not shipped" in err[0] and "MUR_DATA_DIR" in err[0] and "--data-dir" in err[0]
 
 
 def test_the_fallback_prints_as_text_without_markup_tags() -> None:
-    printer = run.Printer(enabled=True)
+    printer = Printer(enabled=True)
     printer.console = Console(file=io.StringIO(), highlight=False, width=200)
     usage = dict.fromkeys(
         ("backbone_tokens", "external_tokens", "backbone_prompt_tokens", "llm_calls"), 1
@@ -199,7 +217,38 @@ def test_the_fallback_prints_as_text_without_markup_tags() -> None:
     assert "fallback: so [b]the answer[/b] is 4." in shown and "[dim]" not in shown
 
 
-# ------------------------------------------------------------ every command line of the project
+# ------------------------------------------------------------------ solving on a scripted model
+
+
+def scripted_connection() -> Connection:
+    """The scripted fake model as the backbone (and judge): a step, then the answer 7."""
+    model = two_step_model()
+    return Connection(model, model, {}, None)
+
+
+@pytest.mark.parametrize("prog", ["mur solve", "run.py"])
+def test_solve_prints_each_step_then_the_answer(prog: str, capsys, monkeypatch) -> None:
+    monkeypatch.setattr(solve_command, "connect", lambda args, say: scripted_connection())
+    argv = ["--strategy", "critic", "--gate", "never", "--question", "What is 3 + 4?"]
+    if prog == "run.py":
+        assert solve_command.main(argv, prog=prog) == 0
+    else:
+        assert mur.cli.main(["solve", *argv]) == 0
+    out = capsys.readouterr().out
+    assert "Question: What is 3 + 4?" in out and "Step1" in out and "kept" in out
+    assert "Answer: 7" in out and "LLM calls" in out
+
+
+def test_solve_json_is_the_output_contract(capsys, monkeypatch) -> None:
+    monkeypatch.setattr(solve_command, "connect", lambda args, say: scripted_connection())
+    argv = ["solve", "--strategy", "critic", "--gate", "always", "--max-steps", "3", "--json"]
+    assert mur.cli.main(argv) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["answer"] == "7" and result["config"]["gate"] == "always"
+    assert result["steps"] and all(step["scaled"] for step in result["steps"])
+
+
+# ------------------------------------------------------------ every parser of the project
 
 
 def project_sources() -> list[Path]:
@@ -214,76 +263,6 @@ def project_sources() -> list[Path]:
         ]
         found += [Path(folder, name).relative_to(ROOT) for name in files if name.endswith(".py")]
     return sorted(found)
-
-
-def command_lines() -> dict[str, str]:
-    """Every command a user runs, found by its main guard (so a new or moved one is found
-    too): a module name for `python -m`, or a script path. Private helpers (`_name.py`) and
-    the tests' own scripts are not commands."""
-    commands = {}
-    for relative in project_sources():
-        path = ROOT / relative
-        if path.name.startswith("_") and path.name != "__main__.py":
-            continue
-        guarded = 'if __name__ == "__main__":' in path.read_text(encoding="utf-8")
-        if not guarded and path.name != "__main__.py":
-            continue
-        if len(relative.parts) == 1:
-            commands[relative.name] = str(relative)  # a script beside the packages: run.py
-        else:
-            module = ".".join(relative.with_suffix("").parts).removesuffix(".__main__")
-            commands[f"python -m {module}"] = module
-    return commands
-
-
-COMMANDS = command_lines()
-# Errors a subcommand's own parser finds: they are one line as well.
-SUBCOMMAND_ERRORS = {
-    "python -m servers up": ["up", "--profile", "no-such-profile"],
-    "python -m servers down": ["down", "--all", "--profile", "cpu-tiny"],
-    "python -m evals.harness.records drop": ["drop"],
-}
-
-
-def usage_error_of(command: str, argv: list[str], capsys, monkeypatch) -> tuple[object, list[str]]:
-    """Run `command` as `python -m`/`python SCRIPT` would, in this process: (its exit
-    status, its stderr lines)."""
-    target = COMMANDS[command]
-    monkeypatch.setattr(sys, "argv", [target, *argv])
-    with pytest.raises(SystemExit) as stopped:
-        if target.endswith(".py"):
-            runpy.run_path(str(ROOT / target), run_name="__main__")
-        else:
-            runpy.run_module(target, run_name="__main__", alter_sys=True)
-    return stopped.value.code, capsys.readouterr().err.splitlines()
-
-
-def test_every_command_line_is_found() -> None:
-    assert {"run.py", "python -m servers", "python -m endpoint"} <= set(COMMANDS)
-    assert any(c.startswith("python -m evals.") for c in COMMANDS)
-    assert any(c.startswith("python -m benchmarks.") for c in COMMANDS)
-
-
-# runpy warns that it runs a module already imported (by an earlier test): as `python -m` would.
-one_run = pytest.mark.filterwarnings("ignore:.*found in sys.modules:RuntimeWarning")
-
-
-@one_run
-@pytest.mark.parametrize("command", COMMANDS)
-def test_every_command_line_says_a_usage_error_in_one_line(command, capsys, monkeypatch) -> None:
-    status, err = usage_error_of(command, ["--no-such-flag"], capsys, monkeypatch)
-    assert status == 2
-    assert len(err) == 1, err
-    assert err[0].endswith("; see --help") and ": error: " in err[0]
-
-
-@one_run
-@pytest.mark.parametrize("subcommand", SUBCOMMAND_ERRORS)
-def test_a_subcommand_says_a_usage_error_in_one_line(subcommand, capsys, monkeypatch) -> None:
-    command = subcommand.rsplit(" ", 1)[0]
-    status, err = usage_error_of(command, SUBCOMMAND_ERRORS[subcommand], capsys, monkeypatch)
-    assert status == 2
-    assert err == [err[0]] and err[0].startswith(f"{subcommand}: error: "), err
 
 
 def test_every_parser_is_the_one_line_parser() -> None:

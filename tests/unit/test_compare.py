@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from test_report import record, write_records
 
-from evals.report.compare import compare, main, to_markdown
+from mur.evals.report.compare import compare, main, to_markdown
 
 
 def test_each_shared_setting_is_paired_on_common_questions_only() -> None:
@@ -45,5 +45,5 @@ def test_the_cli_prints_the_table_and_says_when_nothing_is_shared(tmp_path: Path
     c = write_records(tmp_path / "c", [record(2, "always", True)])
     assert main([str(a), str(c)]) == 1
     assert "share no setting" in capsys.readouterr().err
-    assert main([str(a), str(tmp_path / "missing")]) == 1
+    assert main([str(a), str(tmp_path / "missing")]) == 2
     assert "no records.jsonl" in capsys.readouterr().err

@@ -13,15 +13,21 @@ import openai
 import pytest
 
 from faulty_server import MODEL, faulty_server
-from servers import RequestTimeout, ServerError, ServerUnavailable, make_chat_model
-from servers import connect as connect_module
-from servers.connect import (
+from mur.servers import (
+    RequestTimeout,
+    ServerError,
+    ServerUnavailable,
+    clients_from_env,
+    make_chat_model,
+)
+from mur.servers import connect as connect_module
+from mur.servers.connect import (
     add_connection_arguments,
     connect,
     connection_argv,
     connection_options,
 )
-from servers.profiles import DEFAULT_PROFILE, get_profile
+from mur.servers.processes.profiles import DEFAULT_PROFILE, get_profile
 
 TINY = get_profile(DEFAULT_PROFILE)
 
@@ -58,7 +64,7 @@ def test_without_flags_or_env_the_embedded_server_is_used() -> None:
 
 def test_a_cpu_profile_pair_is_the_backbone_and_the_external_judge_here() -> None:
     """`--profile cpu-qwen-0.5b --verifier-profile cpu-qwen-1.5b`: the two local servers
-    (as `python -m servers up` with the same flags starts them), no URL written by hand."""
+    (as `mur servers up` with the same flags starts them), no URL written by hand."""
     small, judge = get_profile("cpu-qwen-0.5b"), get_profile("cpu-qwen-1.5b")
     connection = connect(profile=small.name, verifier_profile=judge.name, probe=False, env={})
     assert connection.embedded and connection.profile == small.name
@@ -93,6 +99,26 @@ def test_flags_win_over_env_and_the_verifier_follows_the_flags() -> None:
     connection = connect(base_url="http://other:9000/v1", model="b", probe=False, env=env)
     assert where(connection.backbone) == ("b", "http://other:9000/v1")
     assert connection.verifier is connection.backbone
+
+
+def test_the_clients_side_reads_the_same_environment_and_never_starts_a_server() -> None:
+    env = {"MUR_BASE_URL": "http://gpu:8000", "MUR_MODEL": "a", "MUR_VERIFIER_MODEL": "judge"}
+    backbone, verifier = clients_from_env(env)
+    assert (where(backbone), where(verifier)) == (
+        ("a", "http://gpu:8000/v1"),
+        ("judge", "http://gpu:8000/v1"),
+    )
+    connection = connect(probe=False, env=env)
+    assert (where(connection.backbone), where(connection.verifier)) == (
+        where(backbone),
+        where(verifier),
+    )
+    backbone, verifier = clients_from_env({"MUR_BASE_URL": "http://gpu:8000", "MUR_MODEL": "a"})
+    assert verifier is backbone
+    with pytest.raises(ServerError, match="MUR_BASE_URL is unset"):
+        clients_from_env({"MUR_MODEL": "a"})
+    with pytest.raises(ServerError, match="MUR_VERIFIER_URL takes one URL"):
+        clients_from_env({**env, "MUR_VERIFIER_URL": "http://a:1,http://b:2"})
 
 
 def test_verifier_model_alone_uses_the_backbones_server() -> None:
@@ -157,7 +183,7 @@ def test_an_unreachable_base_url_names_it_and_the_flag() -> None:
         connect(base_url=url, model="x", env={})
     message = str(info.value)
     assert message.startswith(f"no vLLM server at {url}") and "check --base-url" in message
-    assert "python -m servers" not in message
+    assert "mur servers" not in message
 
 
 def test_an_unreachable_verifier_url_names_it() -> None:
@@ -176,7 +202,7 @@ def test_a_server_that_never_answers_fails_after_the_probe_timeout() -> None:
 def test_the_embedded_server_hint_only_where_it_is_in_use(monkeypatch) -> None:
     gone = replace(TINY, port=free_port())
     monkeypatch.setattr(connect_module, "get_profile", lambda name: gone)
-    with pytest.raises(ServerUnavailable, match=r"python -m servers up"):
+    with pytest.raises(ServerUnavailable, match=r"mur servers up"):
         connect(env={})  # not started: only its address is probed
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from fakes import FakeLogprobChat, Scripted
-from graphs import Context, ContextError, build_graph
+from mur.graphs import Context, ContextError, build_graph
 
 BAD = {
     "gamma": [0, -1.0, float("inf"), float("nan")],

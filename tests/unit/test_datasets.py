@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-import run
-from evals.questions import (
+from mur.cli.solve import build_parser as solve_parser
+from mur.evals.questions import (
     DATASETS,
     PUBLIC_DATASETS,
     REGISTRY,
@@ -36,7 +36,7 @@ from evals.questions import (
     math_equal,
     resolve_data_dir,
 )
-from evals.questions import loading as ds
+from mur.evals.questions import loading as ds
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 AIME_SYSTEM = "You are a helpful math assistant."
@@ -539,8 +539,8 @@ def test_every_entry_is_whole_and_only_public_sets_ship() -> None:
         assert entry.public or entry.access  # a set that is not shipped says how to get it
 
 
-def test_run_py_names_every_dataset_in_its_help() -> None:
-    action = next(a for a in run.build_parser()._actions if a.dest == "dataset")
+def test_mur_solve_names_every_dataset_in_its_help() -> None:
+    action = next(a for a in solve_parser()._actions if a.dest == "dataset")
     assert all(f"{entry.name} ({entry.title})" in action.help for entry in REGISTRY.values())
 
 

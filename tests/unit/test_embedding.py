@@ -7,7 +7,7 @@ from typing import TypedDict
 from langgraph.graph import END, START, StateGraph
 
 from fakes import FakeLogprobChat, Scripted
-from graphs import Context, build_graph
+from mur import Context, build_graph
 
 
 class TutorState(TypedDict):

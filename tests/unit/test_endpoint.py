@@ -18,13 +18,13 @@ from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 from langchain_openai import ChatOpenAI
 
 from asgi_server import running
-from endpoint import MODELS, create_app, model_name
-from endpoint.replies import content_of
 from fakes import FakeLogprobChat, Scripted
 from faulty_server import MODEL, faulty_server
-from graphs import STRATEGIES
-from nodes.gates import GATES
-from servers.clients import make_chat_model
+from mur.endpoint import MODELS, create_app, model_name
+from mur.endpoint.replies import content_of
+from mur.graphs import STRATEGIES
+from mur.nodes.gates import GATES
+from mur.servers.clients.chat_models import make_chat_model
 
 DRAFT_M = {1: 1.0, 2: 1.3, 3: 0.15}  # step 3 states the answer
 REVISED_M = 0.1

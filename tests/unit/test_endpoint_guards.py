@@ -12,7 +12,7 @@ import sys
 import threading
 import time
 import typing
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
@@ -23,16 +23,17 @@ from langchain_core.messages import BaseMessage
 from pydantic import TypeAdapter, ValidationError
 
 from asgi_server import running
-from endpoint import cli as endpoint_cli
-from endpoint import create_app, guards
-from endpoint.cli import build_parser, is_loopback, main
-from endpoint.guards import ApiKey
 from fakes import FakeLogprobChat, Scripted
 from faulty_server import MODEL, faulty_server
-from graphs import Context
-from servers import connect as connect_module
-from servers.launcher import RunningServer
-from servers.profiles import DEFAULT_PROFILE, get_profile
+from mur.endpoint import cli as endpoint_cli
+from mur.endpoint import create_app, guards
+from mur.endpoint.cli import build_parser, is_loopback, main
+from mur.endpoint.guards import ApiKey
+from mur.graphs import Context
+from mur.servers import connect as connect_module
+from mur.servers.processes.launcher import RunningServer
+from mur.servers.processes.profiles import DEFAULT_PROFILE, get_profile
+from waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 QUESTION = [{"role": "user", "content": "What is 6 * 7?"}]
@@ -54,15 +55,6 @@ def one_step() -> FakeLogprobChat:
     return FakeLogprobChat(
         responder=lambda m, k: Scripted(" So the answer is 42.", [-0.2] * 5, stop_reason=None)
     )
-
-
-def wait_until(condition: Callable[[], bool], timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.02)
-    return condition()
 
 
 # ------------------------------------------------------------------------------- API key
@@ -293,8 +285,11 @@ def test_cli_defaults_to_loopback_and_rejects_bad_flags(capsys: pytest.CaptureFi
     with pytest.raises(SystemExit) as caught:
         main(["--max-runs", "0"])
     assert caught.value.code == 2 and "--max-runs: must be >= 1" in capsys.readouterr().err
-    assert main(["--model", "m"]) == 1
-    assert capsys.readouterr().err.strip() == "python -m endpoint: --model needs --base-url"
+    assert main(["--model", "m"]) == 2  # refused before any server is probed
+    assert (
+        capsys.readouterr().err.strip()
+        == "mur endpoint: error: --model needs --base-url; see --help"
+    )
     assert main(["--base-url", "http://127.0.0.1:9/v1"]) == 1
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "http://127.0.0.1:9/v1" in err
@@ -307,20 +302,28 @@ def free_port() -> int:
 
 
 def test_served_key_never_appears_in_the_logs() -> None:
-    """`python -m endpoint` with MUR_API_KEY at debug level: refused and accepted requests, a
+    """`mur endpoint` with MUR_API_KEY at debug level: refused and accepted requests, a
     failing run (the backbone answers 400, logged), then shutdown; the key is nowhere in what
     it printed."""
     port = free_port()
     env = {**os.environ, "MUR_API_KEY": KEY}
     with faulty_server(["400"]) as backbone:
-        command = [sys.executable, "-m", "endpoint", "--port", str(port), "--log-level", "debug"]
+        command = [
+            sys.executable,
+            "-m",
+            "mur.endpoint",
+            "--port",
+            str(port),
+            "--log-level",
+            "debug",
+        ]
         command += ["--base-url", backbone.base_url, "--model", MODEL]
         server = subprocess.Popen(
             command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
         )
         try:
             url = f"http://127.0.0.1:{port}/v1/chat/completions"
-            assert wait_until(lambda: _up(url), 60), "python -m endpoint did not start"
+            assert wait_until(lambda: _up(url), 60), "mur endpoint did not start"
             body = {"model": "mur-critic-never", "messages": QUESTION}
             assert httpx.post(url, json=body).status_code == 401
             wrong = {"Authorization": f"Bearer {KEY[::-1]}"}

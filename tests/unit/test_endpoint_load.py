@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import socket
 
-from benchmarks.endpoint_load import (
+from mur.benchmarks.endpoint_load import (
     Ask,
     Outcome,
     Report,
@@ -17,7 +17,7 @@ from benchmarks.endpoint_load import (
     run,
     summarize,
 )
-from benchmarks.fake_endpoint import expected_content
+from mur.benchmarks.fake_endpoint import expected_content
 
 
 def free_port() -> int:

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from faulty_server import MODEL, STEP_TOKENS, faulty_server
-from servers.profiles import DEFAULT_PROFILE
+from mur.servers.processes.profiles import DEFAULT_PROFILE
 
 ROOT = Path(__file__).resolve().parents[2]
 # A request may take 1 s + 1 ms per requested token before it counts as stalled: with
@@ -68,7 +68,7 @@ def test_no_server_at_base_url_names_it_and_what_to_do() -> None:
     line = one_line(done.stderr)
     assert done.returncode == 1
     assert line.startswith(f"run.py: no vLLM server at {url}") and "--base-url" in line
-    assert "python -m servers" not in line  # the embedded server is not in use
+    assert "mur servers" not in line  # the embedded server is not in use
 
 
 def test_no_server_at_verifier_url_names_it() -> None:
@@ -259,7 +259,7 @@ sys.exit(3)
 # use) and PYTHONPATH in its server's environment, so that its `python -m
 # vllm.entrypoints.openai.api_server` runs the stand-in. Nothing else of run.py is changed.
 RUN_PY_WITH_DYING_SERVER = """import dataclasses, importlib, runpy, sys
-profiles = importlib.import_module("servers.profiles")
+profiles = importlib.import_module("mur.servers.processes.profiles")
 port, fake_vllm, *args = sys.argv[1:]
 known = profiles.profiles
 

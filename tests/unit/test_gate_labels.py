@@ -6,11 +6,11 @@ from typing import get_args
 
 import pytest
 
-from evals.harness.plan import BenchmarkPlan
-from evals.questions import load_dataset
-from graphs import Context
-from graphs.state import ContextError, context_for
-from nodes.gate_labels import (
+from mur.evals.harness.plan import BenchmarkPlan
+from mur.evals.questions import load_dataset
+from mur.graphs import Context
+from mur.graphs.state import ContextError, context_for
+from mur.nodes.gate_labels import (
     PAPER_TABLE_LABELS,
     budget_label,
     gate_family,
@@ -19,7 +19,7 @@ from nodes.gate_labels import (
     random_rate,
     reads_gamma,
 )
-from nodes.gates import GAMMA_GATES, GATES, REGISTRY
+from mur.nodes.gates import GAMMA_GATES, GATES, REGISTRY
 
 
 @pytest.mark.parametrize(

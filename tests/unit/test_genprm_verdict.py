@@ -14,7 +14,7 @@ import re
 import pytest
 
 from fakes import FakeLogprobChat, Scripted
-from nodes.judge import (
+from mur.nodes.judge import (
     FORCED_VERDICT_MAX_TOKENS,
     JUDGEMENT_END,
     analysis_of,
@@ -22,9 +22,9 @@ from nodes.judge import (
     p_yes,
     parse_verdict,
 )
-from nodes.judge import verdict_token_index as verdict_at
-from nodes.llm import CONTINUE_FINAL_MESSAGE, Generation, TopLogprob
-from prompts.mur import FORCED_VERDICT
+from mur.nodes.judge import verdict_token_index as verdict_at
+from mur.nodes.llm import CONTINUE_FINAL_MESSAGE, Generation, TopLogprob
+from mur.prompts.mur import FORCED_VERDICT
 
 ANALYSIS = (
     "<analyze>\nLet's analyze the Paragraph 2 step by step: the paragraph adds 2 and 3 and "

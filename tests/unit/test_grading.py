@@ -23,23 +23,23 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import evals.questions.grading as grading
-import nodes.answer
-from evals.harness.stopping import StopSignals
-from evals.questions import (
+from mur.evals.harness.stopping import StopSignals
+from mur.evals.questions import (
     SHIPPED_DATA_DIR,
     DatasetError,
     Problem,
     dataset_file,
     grade,
+    grading,
     load_dataset,
 )
-from evals.questions.grading import (
+from mur.evals.questions.grading import (
     extract_answer,
     math_equal,
     parse_aime_int,
     parse_choice_letter,
 )
+from mur.nodes import answer as answer_module
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -100,8 +100,8 @@ def test_answer_is_wins_over_an_earlier_box() -> None:
 
 
 def test_one_implementation_shared_with_the_graph() -> None:
-    assert grading.extract_answer is nodes.answer.extract_answer
-    tree = ast.parse(Path(nodes.answer.__file__).read_text())
+    assert grading.extract_answer is answer_module.extract_answer
+    tree = ast.parse(Path(answer_module.__file__).read_text())
     imported = {
         alias.name.split(".")[0]
         for node in ast.walk(tree)
@@ -267,8 +267,8 @@ def test_grading_from_a_script_without_a_main_guard(tmp_path: Path) -> None:
     # Workers must not run the caller's main module again (spawn / fork-server workers do).
     script = tmp_path / "grade_it.py"
     script.write_text(
-        f"import sys\nsys.path.insert(0, {str(Path(grading.__file__).parents[2])!r})\n"
-        "from evals.questions.grading import math_equal\n"
+        f"import sys\nsys.path.insert(0, {str(Path(grading.__file__).resolve().parents[2])!r})\n"
+        "from mur.evals.questions.grading import math_equal\n"
         "print('verdict', math_equal('\\\\frac{1}{2}', '0.5'))\n"
     )
     # The previous test's timeout had its worker killed, and the pool forks a replacement from

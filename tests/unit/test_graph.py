@@ -10,10 +10,10 @@ import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
 from fakes import FakeLogprobChat, Scripted
-from graphs.mur import build_graph
-from graphs.solve import solve as solve_graph
-from graphs.state import OUTPUT_KEYS, Context
-from nodes.gates import question_seed, replay_decisions
+from mur.graphs.mur import build_graph
+from mur.graphs.solve import solve as solve_graph
+from mur.graphs.state import OUTPUT_KEYS, Context
+from mur.nodes.gates import question_seed, replay_decisions
 
 # Draft uncertainty per step (all tokens share one logprob); step 5 states the answer.
 DRAFT_M = {1: 1.0, 2: 1.3, 3: 0.2, 4: 2.5, 5: 0.15}
@@ -180,7 +180,7 @@ async def test_system_prompt_is_sent() -> None:
 async def test_missing_logprobs_is_a_clear_error() -> None:
     from langchain_core.language_models.fake_chat_models import FakeListChatModel
 
-    from nodes.llm import MissingLogprobsError
+    from mur.nodes.llm import MissingLogprobsError
 
     graph = build_graph(backbone=FakeListChatModel(responses=["Step text"]))
     with pytest.raises(MissingLogprobsError, match="logprobs"):

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from test_report import record, write_records
 
-from evals.report import hypotheses
-from evals.report.tables import main as report_main
+from mur.evals.report import hypotheses
+from mur.evals.report.tables import main as report_main
 
 
 def strategy_records(strategy: str, questions: int, correct: dict[str, set[int]]) -> list[dict]:

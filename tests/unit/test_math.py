@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nodes.gates import (
+from mur.nodes.gates import (
     GATES,
     GateHistory,
     GateParams,
@@ -17,7 +17,7 @@ from nodes.gates import (
     question_seed,
     replay_decisions,
 )
-from nodes.uncertainty import (
+from mur.nodes.uncertainty import (
     corrected_momentum,
     step_confidence,
     step_uncertainty,

@@ -1,10 +1,14 @@
 """One compiled graph holds every strategy: its drawing (Studio's, `get_graph(xray=True)`) shows
-the loop's nodes and each strategy's own, and langgraph.json serves that graph."""
+the loop's nodes and each strategy's own, and langgraph.json serves that graph. Without models
+the graph uses the servers the environment names, through the clients side of servers only."""
 
 from __future__ import annotations
 
+import ast
 import importlib
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -13,12 +17,13 @@ from langchain_core.messages import BaseMessage, HumanMessage
 from langgraph.checkpoint.memory import InMemorySaver
 
 from fakes import FakeLogprobChat, Scripted
-from graphs.loop import DEFAULT_CONTEXT
-from graphs.model_calls import ModelCalls
-from graphs.mur import build_graph
-from graphs.refine import REGISTRY, STRATEGIES, Kit
-from graphs.solve import solve
-from graphs.state import Context
+from mur.graphs.loop import DEFAULT_CONTEXT
+from mur.graphs.model_calls import ModelCalls
+from mur.graphs.mur import build_graph
+from mur.graphs.refine import REGISTRY, STRATEGIES, Kit
+from mur.graphs.solve import solve
+from mur.graphs.state import Context
+from mur.servers.clients.errors import ServerError
 
 ROOT = Path(__file__).resolve().parents[2]
 LOOP = {"draft_step", "score_uncertainty", "gamma_gate", "commit_step", "ask_answer", "finalize"}
@@ -64,14 +69,37 @@ def test_the_drawing_shows_the_traces_the_loop_and_every_strategys_own_nodes() -
     assert drawn == set(STRATEGIES)  # nothing else is mounted, nothing is missing
 
 
-def test_langgraph_json_serves_the_one_graph_of_graphs_studio() -> None:
+def test_langgraph_json_serves_the_one_graph_of_the_studio_module() -> None:
     config = json.loads((ROOT / "langgraph.json").read_text())
     assert list(config["graphs"]) == ["mur"]
     path, name = config["graphs"]["mur"].split(":")
-    module = importlib.import_module(Path(path).with_suffix("").as_posix().replace("/", "."))
+    dotted = Path(path).with_suffix("").as_posix().removeprefix("./").replace("/", ".")
+    module = importlib.import_module(f"mur.{dotted}")  # the room, by the name it is installed as
     graph = getattr(module, name)
     nodes = set(graph.get_graph(xray=True).nodes)
     assert all(any(n.startswith(f"trace:{s}:") for n in nodes) for s in STRATEGIES)
+
+
+def test_a_graph_without_models_uses_the_servers_the_environment_names(monkeypatch) -> None:
+    for name in ("MUR_BASE_URL", "MUR_MODEL", "MUR_VERIFIER_URL", "MUR_VERIFIER_MODEL"):
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(ServerError, match=r"MUR_BASE_URL is unset.*`mur servers up`"):
+        build_graph()
+    # Named by the environment, the clients are made without asking the server.
+    monkeypatch.setenv("MUR_BASE_URL", "http://127.0.0.1:9/v1")
+    monkeypatch.setenv("MUR_MODEL", "m")
+    assert {node.split(":")[0] for node in build_graph().get_graph(xray=True).nodes} >= {"trace"}
+
+
+def test_the_graph_loads_only_the_clients_side_of_servers() -> None:
+    # At run time too, not only in the import contracts: a fresh interpreter builds the graph.
+    code = (
+        "import sys; from mur.graphs.mur import build_graph; "
+        "print(sorted(m for m in sys.modules if m.startswith('mur.servers.')))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    loaded = ast.literal_eval(done.stdout)
+    assert loaded and all(m.startswith("mur.servers.clients") for m in loaded), loaded
 
 
 class Crash(Exception):

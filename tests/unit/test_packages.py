@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from servers import model
-from servers.errors import ModelError
-from servers.packages import PACKAGES, ChunkedGGUF, ModelPackage, get_package
+from mur.servers.clients.errors import ModelError
+from mur.servers.processes import model
+from mur.servers.processes.packages import PACKAGES, ChunkedGGUF, ModelPackage, get_package
 
 PARTS = [b"GGUF" + b"a" * 300, b"b" * 500, b"c" * 7]
 WHOLE = b"".join(PARTS)

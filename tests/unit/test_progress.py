@@ -8,14 +8,14 @@ import re
 
 import pytest
 
-from evals.harness.plan import BenchmarkPlan
-from evals.harness.progress import RunProgress, duration
-from evals.harness.records import RecordStore
-from evals.harness.run_record import total_tokens
-from evals.harness.runner import run_jobs
-from evals.questions import load_dataset
 from fakes import FakeLogprobChat, Scripted
-from graphs import build_graph
+from mur.evals.harness.plan import BenchmarkPlan
+from mur.evals.harness.progress import RunProgress, duration
+from mur.evals.harness.records import RecordStore
+from mur.evals.harness.run_record import total_tokens
+from mur.evals.harness.runner import run_jobs
+from mur.evals.questions import load_dataset
+from mur.graphs import build_graph
 
 
 @pytest.fixture(autouse=True)

@@ -12,11 +12,11 @@ from pathlib import Path
 import psutil
 import pytest
 
-from evals.harness.provenance import ServerMixError, record_servers
-from evals.harness.records import RecordStore
 from faulty_server import faulty_server
-from servers.facts import flag_value, token_differences
-from servers.throughput import StreamRate, choose
+from mur.evals.harness.provenance import ServerMixError, record_servers
+from mur.evals.harness.records import RecordStore
+from mur.servers.processes.facts import flag_value, token_differences
+from mur.servers.processes.throughput import StreamRate, choose
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 from langchain_core.messages import HumanMessage
 
 from fakes import FakeLogprobChat, Scripted
-from nodes.llm import Request, generate
-from nodes.thinking import think
-from servers.clients import make_chat_model
+from mur.nodes.llm import Request, generate
+from mur.nodes.thinking import think
+from mur.servers.clients.chat_models import make_chat_model
 
 
 def _response(message: dict) -> dict:

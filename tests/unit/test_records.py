@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from evals.harness import records as records_module
-from evals.harness.records import PACKED, RECORDS, RecordStore, has_records, load_records
-from evals.harness.run_record import JobKey, make_record
+from mur.evals.harness import records as records_module
+from mur.evals.harness.records import PACKED, RECORDS, RecordStore, has_records, load_records
+from mur.evals.harness.run_record import JobKey, make_record
 
 RESULTS = Path(__file__).resolve().parents[2] / "results"
 

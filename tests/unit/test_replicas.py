@@ -1,4 +1,5 @@
-"""servers.replicas and servers.sessions: replicas behind the real vllm-router, sticky sessions.
+"""servers.processes.replicas and servers.clients.sessions: replicas behind the real
+vllm-router, sticky sessions.
 
 The replicas are stand-ins (tests/fake_replica.py, one process each) behind the real
 vllm-router binary: what is checked is the router's routing, the launcher's records and the
@@ -22,12 +23,11 @@ import httpx
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage
 
-from servers import launcher, probes, replicas
-from servers.__main__ import main
-from servers.clients import make_chat_model
-from servers.errors import ServerError
-from servers.profiles import Profile, get_profile
-from servers.sessions import (
+from mur.servers.__main__ import main
+from mur.servers.clients import probes
+from mur.servers.clients.chat_models import make_chat_model
+from mur.servers.clients.errors import ServerError
+from mur.servers.clients.sessions import (
     SESSION_HEADER,
     clean_session_id,
     current_session_id,
@@ -35,6 +35,8 @@ from servers.sessions import (
     session,
     session_headers,
 )
+from mur.servers.processes import launcher, replicas
+from mur.servers.processes.profiles import Profile, get_profile
 
 FAKE_REPLICA = Path(__file__).resolve().parents[1] / "fake_replica.py"
 
@@ -279,7 +281,7 @@ def test_cli_replicas_checks(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_a_url_list_is_refused_with_a_pointer_to_the_router() -> None:
-    from servers.connect import connect
+    from mur.servers.connect import connect
 
     with pytest.raises(ServerError, match=r"--base-url takes one URL.*--replicas N"):
         connect(base_url="http://a:1/v1,http://b:2/v1", model="m", probe=False, env={})

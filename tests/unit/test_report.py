@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from evals.report import stats
-from evals.report.headlines import headlines
-from evals.report.markdown import to_markdown
-from evals.report.plots import accuracy_figure, accuracy_limits, gamma_figure
-from evals.report.tables import main, summarize, write_report
+from mur.evals.report import stats
+from mur.evals.report.headlines import headlines
+from mur.evals.report.markdown import to_markdown
+from mur.evals.report.plots import accuracy_figure, accuracy_limits, gamma_figure
+from mur.evals.report.tables import main, summarize, write_report
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

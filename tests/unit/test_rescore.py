@@ -11,12 +11,12 @@ from typing import Any
 import httpx
 import pytest
 
-from evals.harness.records import RecordStore
-from evals.questions import load_dataset
-from experiments.cli import float_list, publish
-from experiments.rescore import Scorer, agreement, main, recorded_traces, report
-from nodes.gates import replay_decisions
-from servers.errors import ServerError
+from mur.evals.harness.records import RecordStore
+from mur.evals.questions import load_dataset
+from mur.experiments.cli import float_list, publish
+from mur.experiments.rescore import Scorer, agreement, main, recorded_traces, report
+from mur.nodes.gates import replay_decisions
+from mur.servers.clients.errors import ServerError
 
 SETTINGS = {"step_format": "paragraph", "alpha": 0.9, "max_step_tokens": 8}
 
@@ -141,9 +141,9 @@ def test_agreement_counts_the_decisions_a_rescored_step_changes(problems) -> Non
 
 
 def test_cli_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main([str(tmp_path / "missing"), "--base-url", "http://127.0.0.1:9"]) == 1
+    assert main([str(tmp_path / "missing"), "--base-url", "http://127.0.0.1:9"]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("experiments.rescore: ") and "settings.json" in err and "\n" not in err
+    assert err.startswith("mur experiment rescore: ") and "settings.json" in err and "\n" not in err
     (tmp_path / "settings.json").write_text(json.dumps(SETTINGS))
     RecordStore(tmp_path).append(record("k", "mur", [("a", 0.1, 2, False)] * 2))
     with pytest.raises(SystemExit) as exc:
@@ -157,11 +157,9 @@ def test_publish_prints_and_writes_the_summary_with_its_command(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "summary.md"
-    publish("# table\n", out, "experiments.rescore", ["results/x", "--limit", "3"])
+    publish("# table\n", out, "mur experiment rescore", ["results/x", "--limit", "3"])
     assert capsys.readouterr().out == "# table\n\n"
-    assert (
-        out.read_text() == "# table\n\nCommand: python -m experiments.rescore results/x --limit 3\n"
-    )
+    assert out.read_text() == "# table\n\nCommand: mur experiment rescore results/x --limit 3\n"
     assert float_list("0.8,0.9") == (0.8, 0.9)
     with pytest.raises(argparse.ArgumentTypeError, match="not a list of numbers"):
         float_list("0.8,x")

@@ -12,15 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from evals.benchmark import record_command, run_benchmark
-from evals.harness.plan import BenchmarkPlan
-from evals.harness.records import RecordStore, load_records
-from evals.harness.runner import run_jobs
-from evals.questions import load_dataset
 from fakes import FakeLogprobChat, Scripted
 from faulty_server import faulty_server
-from graphs import Context, build_graph
-from servers import make_chat_model
+from mur.evals.benchmark import record_command, run_benchmark
+from mur.evals.harness.plan import BenchmarkPlan
+from mur.evals.harness.records import RecordStore, load_records
+from mur.evals.harness.runner import run_jobs
+from mur.evals.questions import load_dataset
+from mur.graphs import Context, build_graph
+from mur.servers import make_chat_model
 
 TEST_DATA = Path(__file__).resolve().parents[1] / "data"  # a math500.jsonl of the tests' own
 
@@ -242,7 +242,7 @@ async def test_a_context_overflow_is_a_record_not_an_error(tmp_path: Path) -> No
 
 async def test_every_request_of_a_job_carries_that_jobs_session(tmp_path: Path) -> None:
     """One session id per job (run id + job key) on every backbone and verifier request."""
-    from servers.sessions import current_session_id
+    from mur.servers.clients.sessions import current_session_id
 
     seen: list[tuple[str | None, str]] = []
 

@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from nodes.judge import analysis_of, p_yes, parse_verdict, verdict_token_index
-from nodes.llm import Generation, TopLogprob
-from nodes.select import (
+from mur.nodes.judge import analysis_of, p_yes, parse_verdict, verdict_token_index
+from mur.nodes.llm import Generation, TopLogprob
+from mur.nodes.select import (
     argmax_first,
     cluster_labels,
     foresight_weights,
@@ -18,7 +18,7 @@ from nodes.select import (
     sample_index,
     softmax,
 )
-from nodes.thinking import cap_thinking, think_block
+from mur.nodes.thinking import cap_thinking, think_block
 
 
 def judgement(tokens: list[str], logprobs: list[float], tops: dict[int, list[tuple[str, float]]]):

@@ -19,12 +19,13 @@ from pathlib import Path
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage
 
-from servers import clients, facts, launcher, probes, processes
-from servers.__main__ import main
-from servers.clients import SAMPLING_DEFAULTS, make_chat_model
-from servers.errors import ServerError, ServerUnavailable
-from servers.metrics import parse_counter
-from servers.profiles import (
+from mur.servers.__main__ import main
+from mur.servers.clients import chat_models, probes
+from mur.servers.clients.chat_models import SAMPLING_DEFAULTS, make_chat_model
+from mur.servers.clients.errors import ServerError, ServerUnavailable
+from mur.servers.clients.metrics import parse_counter
+from mur.servers.processes import facts, launcher, pids
+from mur.servers.processes.profiles import (
     CPU_DTYPE_ENV,
     EMBEDDED_MODEL,
     Profile,
@@ -213,7 +214,8 @@ def test_command_line_uses_module_entry_point(
     monkeypatch.setenv(CPU_DTYPE_ENV, "float32")
     plain = command_line(get_profile("cpu-tiny"), eager=True, python="/py")
     assert plain[plain.index("--dtype") + 1] == "float32"
-    assert argv[argv.index("--block-size") + 1] == "32"  # prefix-cache reuse, servers/profiles.py
+    # Prefix-cache reuse (servers/processes/profiles.py).
+    assert argv[argv.index("--block-size") + 1] == "32"
     assert argv[-1] == "--enforce-eager"
     assert "--enforce-eager" not in command_line(tiny, eager=False, python="/py")
     custom = command_line(tiny, eager=False, python="/py", model_path="/m")
@@ -236,7 +238,7 @@ def test_check_endpoint_on_closed_port_says_what_to_do() -> None:
     message = str(info.value)
     assert message == (
         f"no vLLM server at {url} ([Errno 111] Connection refused): start one with "
-        "`python -m servers up` or pass --base-url"
+        "`mur servers up` or pass --base-url"
     )
     assert "\n" not in message
 
@@ -301,7 +303,7 @@ def test_process_dying_at_start_reports_log_tail(mur_home: Path) -> None:
 
 def test_timeout_kills_the_process_and_reports(mur_home: Path) -> None:
     script = "import time; print('still loading', flush=True); time.sleep(60)"
-    before = set(processes.CHILDREN)  # a session server may be running in this process
+    before = set(pids.CHILDREN)  # a session server may be running in this process
     with pytest.raises(ServerError) as info:
         launcher.up(
             tiny_on(free_port()),
@@ -310,7 +312,7 @@ def test_timeout_kills_the_process_and_reports(mur_home: Path) -> None:
             command=[sys.executable, "-u", "-c", script],
         )
     assert "not healthy after 1.5 s" in str(info.value) and "still loading" in str(info.value)
-    assert launcher.status() == [] and set(processes.CHILDREN) == before
+    assert launcher.status() == [] and set(pids.CHILDREN) == before
 
 
 def test_start_record_status_and_down(mur_home: Path) -> None:
@@ -345,17 +347,17 @@ def test_start_record_status_and_down(mur_home: Path) -> None:
 
 def test_records_guard_against_pid_reuse_and_zombies() -> None:
     me = os.getpid()
-    record = {"pid": me, "create_time": processes.create_time(me)}
-    assert processes.record_alive(record)
+    record = {"pid": me, "create_time": pids.create_time(me)}
+    assert pids.record_alive(record)
     # The same PID, started at another time: some other process now has that number.
-    assert not processes.record_alive({**record, "create_time": record["create_time"] - 100})
-    assert processes.record_alive({"pid": me, "start_ticks": 1})  # an older version's record
-    assert processes.group_alive(os.getpgid(me))
+    assert not pids.record_alive({**record, "create_time": record["create_time"] - 100})
+    assert pids.record_alive({"pid": me, "start_ticks": 1})  # an older version's record
+    assert pids.group_alive(os.getpgid(me))
     exited = subprocess.Popen([sys.executable, "-c", "pass"], start_new_session=True)
     deadline = time.monotonic() + 60
-    while processes.alive(exited.pid) and time.monotonic() < deadline:
+    while pids.alive(exited.pid) and time.monotonic() < deadline:
         time.sleep(0.05)  # not reaped yet: a zombie, which counts as gone
-    assert not processes.alive(exited.pid) and not processes.group_alive(exited.pid)
+    assert not pids.alive(exited.pid) and not pids.group_alive(exited.pid)
     assert exited.wait(timeout=5) == 0
 
 
@@ -383,7 +385,7 @@ def test_cli_server_error_is_one_message_exit_1(
     def fail(*_: object, **__: object) -> None:
         raise ServerError("port 8011 is already taken by X: stop it")
 
-    monkeypatch.setattr("servers.__main__.up", fail)
+    monkeypatch.setattr("mur.servers.__main__.up", fail)
     assert main(["up"]) == 1
     err = capsys.readouterr().err
     assert err == "error: port 8011 is already taken by X: stop it\n"
@@ -401,7 +403,7 @@ def test_cli_bad_args_exit_2() -> None:
 # -------------------------------------------------------------------------------- clients
 
 
-def _payload(llm: clients.VLLMChatOpenAI, **kwargs: object) -> dict:
+def _payload(llm: chat_models.VLLMChatOpenAI, **kwargs: object) -> dict:
     return llm._get_request_payload([HumanMessage("q"), AIMessage("Step1:")], **kwargs)
 
 
@@ -501,7 +503,7 @@ def test_parse_counter_sums_label_sets_and_ignores_created() -> None:
 
 
 def test_generation_tokens_over_http() -> None:
-    from servers.metrics import generation_tokens, prompt_tokens
+    from mur.servers.clients.metrics import generation_tokens, prompt_tokens
 
     with FakeVLLM(["m"], METRICS) as fake:
         assert generation_tokens(fake.base_url) == 123
@@ -509,7 +511,7 @@ def test_generation_tokens_over_http() -> None:
 
 
 def test_generation_tokens_without_server() -> None:
-    from servers.metrics import generation_tokens
+    from mur.servers.clients.metrics import generation_tokens
 
     with pytest.raises(ServerUnavailable, match="metrics"):
         generation_tokens(f"http://127.0.0.1:{free_port()}/v1")
@@ -518,7 +520,7 @@ def test_generation_tokens_without_server() -> None:
 def test_a_pair_starts_backbone_then_verifier_on_shared_or_split_cores(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """`python -m servers up --profile A --verifier-profile B [--cores split]`: the backbone
+    """`mur servers up --profile A --verifier-profile B [--cores split]`: the backbone
     first (two compiles at once fight over the cores), each on the cores the way asks for."""
     monkeypatch.setattr(os, "sched_getaffinity", lambda _: {0, 1}, raising=False)
     started: list[tuple[str, str, str]] = []

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from servers import model
-from servers.errors import ModelError
-from servers.packages import SMOLLM2_135M, InstalledGGUF
+from mur.servers.clients.errors import ModelError
+from mur.servers.processes import model
+from mur.servers.processes.packages import SMOLLM2_135M, InstalledGGUF
 
 
 @pytest.fixture(autouse=True)

@@ -9,12 +9,12 @@ import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
 from fakes import FakeLogprobChat, Scripted
-from graphs.mur import build_graph
-from graphs.solve import solve
-from graphs.state import Context
-from nodes.answer import extract_answer, states_answer
-from nodes.draft import STEP_FORMATS, contains_answer, step_messages
-from prompts.mur import PARAGRAPH_INSTRUCTION, STEP_INSTRUCTION
+from mur.graphs.mur import build_graph
+from mur.graphs.solve import solve
+from mur.graphs.state import Context
+from mur.nodes.answer import extract_answer, states_answer
+from mur.nodes.draft import STEP_FORMATS, contains_answer, step_messages
+from mur.prompts.mur import PARAGRAPH_INSTRUCTION, STEP_INSTRUCTION
 
 MARKER, PARAGRAPH = STEP_FORMATS["marker"], STEP_FORMATS["paragraph"]
 

@@ -11,10 +11,10 @@ import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
 from fakes import FakeLogprobChat, Scripted
-from graphs.mur import build_graph
-from graphs.refine import REGISTRY, STRATEGIES, RefineRecord, check_strategy, summarise
-from graphs.refine.critic import CriticRecord
-from graphs.state import Context
+from mur.graphs.mur import build_graph
+from mur.graphs.refine import REGISTRY, STRATEGIES, RefineRecord, check_strategy, summarise
+from mur.graphs.refine.critic import CriticRecord
+from mur.graphs.state import Context
 
 YES_P = {"right": 0.9, "wrong": 0.2}
 

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from experiments.presets import DatasetRun
-from experiments.table1 import Table1Error, Table1Plan, main, mur_program, run_mur, run_table
-from nodes.gate_labels import PAPER_TABLE_LABELS as MAIN_GATES
+from mur.experiments.presets import DatasetRun
+from mur.experiments.table1 import Table1Error, Table1Plan, main, mur_program, run_mur, run_table
+from mur.nodes.gate_labels import PAPER_TABLE_LABELS as MAIN_GATES
 
 
 def plan(tmp_path: Path, **overrides) -> Table1Plan:
@@ -114,7 +114,7 @@ def test_run_table_runs_each_phase_and_resolves_the_rate_after_main(tmp_path: Pa
 
 def test_a_failed_phase_stops_the_table_and_says_how_to_go_on(tmp_path: Path) -> None:
     calls: list[Sequence[str]] = []
-    with pytest.raises(Table1Error, match=r"critic / main stopped \(mur exit 1\).*rerun"):
+    with pytest.raises(Table1Error, match=r"critic / main stopped \(mur solve exit 1\).*rerun"):
         run_table(plan(tmp_path), lambda argv: calls.append(argv) or 1)
     assert len(calls) == 1
 
@@ -126,7 +126,7 @@ def test_a_stopped_phase_stops_the_table_with_130_not_as_a_failure(tmp_path: Pat
     assert "critic / main stopped; its finished questions are saved" in capsys.readouterr().err
 
 
-# A stand-in for mur (run.py): ready once its handlers are set, exit 130 on the first stop signal.
+# A stand-in for `mur solve`: ready once its handlers are set, exit 130 on the first stop signal.
 CHILD = """
 import pathlib, signal, sys, time
 signal.signal(signal.SIGINT, lambda *_: sys.exit(130))
@@ -163,7 +163,7 @@ def test_cli_dry_run_and_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture
     assert "--concurrency" not in out  # mur measures it on the servers
     assert "--gamma 0.7,0.8,0.95 --max-steps 8 --out" in out
     pair = ["--gates", "never,always,mur", "--profile", "p", "--verifier-profile", "v"]
-    assert "# critic / main (0 of 600 runs recorded)\nmur --strategy critic" in out
+    assert "# critic / main (0 of 600 runs recorded)\nmur solve --strategy critic" in out
     assert "# critic / random (0 of 100 runs recorded): the random baseline needs MUR's" in out
     assert main([*args, *pair, "--concurrency", "4", "--sweep", ""]) == 0
     out = capsys.readouterr().out
@@ -171,7 +171,7 @@ def test_cli_dry_run_and_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture
     assert "--verifier-profile v --out" in out and "sweep" not in out
     assert main(["--strategies", "critic,beam", "--dry-run"]) == 2
     assert capsys.readouterr().err.strip() == (
-        "experiments.table1: unknown strategy beam: "
+        "mur experiment table1: unknown strategy beam: "
         "choose from critic, best_of_n, foresight, thinking"
     )
 
@@ -179,19 +179,19 @@ def test_cli_dry_run_and_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture
 def test_the_mur_command_is_the_one_beside_the_interpreter(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A virtualenv's own `mur`, whether or not the environment is activated."""
+    """A virtualenv's own `mur solve`, whether or not the environment is activated."""
     (tmp_path / "python").touch()
     monkeypatch.setattr(sys, "executable", str(tmp_path / "python"))
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     with pytest.raises(Table1Error, match=r"mur command is not installed beside .*make setup"):
         mur_program()
     (tmp_path / "mur").touch()
-    assert mur_program() == [str(tmp_path / "mur")]
+    assert mur_program() == [str(tmp_path / "mur"), "solve"]
 
 
 def test_the_dataset_comes_from_the_registry(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--dataset", "gsm8k", "--dry-run"]) == 2
     assert capsys.readouterr().err.strip() == (
-        "experiments.table1: unknown dataset 'gsm8k'; "
+        "mur experiment table1: unknown dataset 'gsm8k'; "
         "valid names: math500, aime24, aime25, gpqa_diamond"
     )

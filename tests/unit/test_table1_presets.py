@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from evals.questions import DataNotFoundError, load_dataset
-from experiments.presets import PAPER_GPU, PRESETS, DatasetRun, run_tokens
-from experiments.table1 import Table1Error, Table1Plan, main
+from mur.evals.questions import DataNotFoundError, load_dataset
+from mur.experiments.presets import PAPER_GPU, PRESETS, DatasetRun, run_tokens
+from mur.experiments.table1 import Table1Error, Table1Plan, main
 
 PAPER_ARGS = (
     "--profile qwen3-1.7b --verifier-profile genprm-1.5b --thinking-budget 2048 "
@@ -35,7 +35,7 @@ def test_the_dry_run_prints_every_command_with_its_dataset_settings_and_the_budg
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = dry_run(capsys, "--results", str(tmp_path), "--data-dir", str(tmp_path / "gpqa"))
-    commands = [line for line in out.splitlines() if line.startswith("mur ")]
+    commands = [line for line in out.splitlines() if line.startswith("mur solve ")]
     # 4 datasets x 4 strategies, main phases only: random waits for MUR's records, no sweep.
     assert len(commands) == 16
     for dataset, limit, gamma, samples in [("math500", 500, "0.9", ""),
@@ -45,7 +45,7 @@ def test_the_dry_run_prints_every_command_with_its_dataset_settings_and_the_budg
         for strategy in ("critic", "best_of_n", "foresight", "thinking"):
             data_dir = f" --data-dir {tmp_path / 'gpqa'}" * (dataset == "gpqa_diamond")
             assert (
-                f"mur --strategy {strategy} --dataset {dataset} --limit {limit} "
+                f"mur solve --strategy {strategy} --dataset {dataset} --limit {limit} "
                 f"--gate never,always,mur,mur+bc,average,smart --gamma {gamma}{samples}"
                 f"{data_dir} --base-url http://127.0.0.1:8000/v1 {PAPER_ARGS} "
                 f"--out {tmp_path / f'{dataset}-{strategy}-qwen3-1.7b'}"
@@ -77,7 +77,7 @@ def test_flags_narrow_the_preset_and_the_users_mur_flags_come_last(
     narrowed = ["--dataset", "aime25", "--limit", "2", "--strategies", "thinking"]
     server = ["--base-url", "http://gpu:9000/v1"]
     out = dry_run(capsys, *narrowed, *server, "--", "--thinking-style", "prefix")
-    (command,) = [line for line in out.splitlines() if line.startswith("mur ")]
+    (command,) = [line for line in out.splitlines() if line.startswith("mur solve ")]
     assert "--dataset aime25 --limit 2 " in command and "--gamma 0.8 --samples 16" in command
     assert "--base-url http://gpu:9000/v1 --profile qwen3-1.7b" in command
     assert "--thinking-style qwen3 --thinking-style prefix --out" in command  # last one wins
@@ -114,16 +114,16 @@ def test_the_random_baseline_waits_for_every_sample_of_mur(tmp_path: Path) -> No
 @pytest.mark.parametrize(
     ("args", "error"),
     [
-        (["--preset", "paper-cpu"], "python -m experiments.table1: error: argument --preset: "
+        (["--preset", "paper-cpu"], "mur experiment table1: error: argument --preset: "
          "unknown preset 'paper-cpu': choose from paper-gpu; see --help"),
-        (["--preset", "paper-gpu", "--gamma", "0.9"], "experiments.table1: --gamma 0.9: the "
+        (["--preset", "paper-gpu", "--gamma", "0.9"], "mur experiment table1: --gamma 0.9: the "
          "preset paper-gpu sets gamma by dataset (math500 0.9, aime24 0.8, aime25 0.8, "
          "gpqa_diamond 0.7); drop --gamma, or drop --preset"),
-        (["--preset", "paper-gpu", "--dataset", "aime24,gsm8k"], "experiments.table1: unknown "
+        (["--preset", "paper-gpu", "--dataset", "aime24,gsm8k"], "mur experiment table1: unknown "
          "dataset 'gsm8k'; valid names: math500, aime24, aime25, gpqa_diamond"),
-        (["--dataset", "aime24,aime25"], "experiments.table1: --dataset aime24,aime25: one "
+        (["--dataset", "aime24,aime25"], "mur experiment table1: --dataset aime24,aime25: one "
          "dataset (several: --preset)"),
-        (["--preset", "paper-gpu", "--limit", "0"], "experiments.table1: --limit and "
+        (["--preset", "paper-gpu", "--limit", "0"], "mur experiment table1: --limit and "
          "--concurrency must be positive"),
     ],
 )  # fmt: skip
@@ -147,7 +147,7 @@ def test_a_table_without_its_gpqa_file_stops_before_running_anything(
     results = tmp_path / "results"
     assert main(["--preset", "paper-gpu", "--data-dir", str(empty), "--results", str(results)]) == 2
     err = capsys.readouterr().err
-    assert err.startswith(f"experiments.table1: {empty / 'gpqa_diamond.jsonl.gz'} not found")
+    assert err.startswith(f"mur experiment table1: {empty / 'gpqa_diamond.jsonl.gz'} not found")
     assert err.count("\n") == 1 and "--data-dir DIR" in err
     assert not results.exists()
 

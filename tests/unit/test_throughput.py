@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from evals.harness.provenance import FALLBACK_CONCURRENCY, ROLES, choose_concurrency, same_host
 from faulty_server import in_thread
-from servers.facts import ServerFacts
-from servers.throughput import PROBE_TOKENS, STREAMS, measured_rates
+from mur.evals.harness.provenance import FALLBACK_CONCURRENCY, ROLES, choose_concurrency, same_host
+from mur.servers.processes.facts import ServerFacts
+from mur.servers.processes.throughput import PROBE_TOKENS, STREAMS, measured_rates
 
 METRIC = "vllm:generation_tokens_total"
 

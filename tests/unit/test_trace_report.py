@@ -11,13 +11,13 @@ from typing import Any
 import pytest
 from test_traces import QUESTION, Traces
 
-from evals.harness.records import RecordStore
-from evals.harness.run_record import JobKey, RunRecord, make_record
-from evals.report.tables import main, write_report
-from evals.report.traces import majority_at, question_traces, within_question_auroc
 from fakes import FakeLogprobChat
-from graphs.mur import build_graph
-from graphs.state import Context
+from mur.evals.harness.records import RecordStore
+from mur.evals.harness.run_record import JobKey, RunRecord, make_record
+from mur.evals.report.tables import main, write_report
+from mur.evals.report.traces import majority_at, question_traces, within_question_auroc
+from mur.graphs.mur import build_graph
+from mur.graphs.state import Context
 
 QUESTIONS = 12
 SAMPLES = 4
@@ -95,4 +95,4 @@ async def test_the_online_check_compares_a_live_run_with_the_replays(
     assert "## Online check against" in shown and "passes" in shown
     assert "Online check" in (live_folder / "report.md").read_text()
     assert main([str(live_folder), "--predicted-by", str(tmp_path / "nowhere")]) == 2
-    assert "evals.report:" in capsys.readouterr().err
+    assert "mur report:" in capsys.readouterr().err

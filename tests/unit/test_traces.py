@@ -11,13 +11,13 @@ from typing import Any
 import pytest
 from langchain_core.messages import BaseMessage
 
-from evals.harness.run_record import JobKey, make_record
-from evals.report.traces import mur_esc, question_traces, replay
 from fakes import FakeLogprobChat, Scripted
-from graphs.mur import build_graph
-from graphs.solve import solve
-from graphs.state import OUTPUT_KEYS, Context, ContextError
-from nodes.voting import TraceRules
+from mur.evals.harness.run_record import JobKey, make_record
+from mur.evals.report.traces import mur_esc, question_traces, replay
+from mur.graphs.mur import build_graph
+from mur.graphs.solve import solve
+from mur.graphs.state import OUTPUT_KEYS, Context, ContextError
+from mur.nodes.voting import TraceRules
 
 QUESTION = "What is 6 * 7?"
 

@@ -6,7 +6,8 @@ import math
 
 import pytest
 
-from experiments.verdicts import (
+from fakes import FakeLogprobChat, Scripted
+from mur.experiments.verdicts import (
     RecordedJudgement,
     analysis_share,
     plan,
@@ -14,8 +15,7 @@ from experiments.verdicts import (
     replay,
     report,
 )
-from fakes import FakeLogprobChat, Scripted
-from prompts.mur import FORCED_VERDICT
+from mur.prompts.mur import FORCED_VERDICT
 
 
 def critic_record(rounds: list[dict]) -> dict:

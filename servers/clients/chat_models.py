@@ -6,7 +6,8 @@ Why a subclass of ChatOpenAI:
 - a call-time `extra_body` is MERGED into the constructor's (stock langchain-openai replaces
   it, so e.g. `top_k` or `continue_final_message` vanish without a word);
 - every request of one question carries its session id (`X-Session-ID`, see
-  `servers.sessions`), so a vllm-router in front of replicas keeps the question on one replica;
+  `servers.clients.sessions`), so a vllm-router in front of replicas keeps the question on
+  one replica;
 - vLLM's `stop_reason` (the stop string or token id that ended a choice; None for EOS or
   length) is kept in `response_metadata` next to `finish_reason` (stock ChatOpenAI drops it);
 - text a reasoning parser (`--reasoning-parser qwen3`) moved out of `content` into vLLM's
@@ -35,9 +36,9 @@ from langchain_core.outputs import ChatGenerationChunk, ChatResult
 from langchain_openai import ChatOpenAI
 from pydantic import SecretStr
 
-from servers.errors import ServerError, ServerUnavailable
-from servers.probes import check_endpoint, normalize_base_url
-from servers.sessions import session_headers
+from mur.servers.clients.errors import ServerError, ServerUnavailable
+from mur.servers.clients.probes import check_endpoint, normalize_base_url
+from mur.servers.clients.sessions import session_headers
 
 SAMPLING_DEFAULTS: Mapping[str, float | int] = {
     "temperature": 0.6,
@@ -157,7 +158,7 @@ class VLLMChatOpenAI(ChatOpenAI):
         **kwargs: Any,
     ) -> dict:
         """Merge call-time `extra_body` over the constructor's instead of replacing it; add
-        the current session's `X-Session-ID` header (`servers.sessions`)."""
+        the current session's `X-Session-ID` header (`servers.clients.sessions`)."""
         call_extra = kwargs.pop("extra_body", None)
         payload = super()._get_request_payload(input_, stop=stop, **kwargs)
         if call_extra:
@@ -227,7 +228,7 @@ def resolve_model(base_url: str, timeout: float = 5) -> str:
     if not models:
         raise ServerUnavailable(
             f"the server at {normalize_base_url(base_url)} serves no model: restart it with "
-            "`python -m servers up`"
+            "`mur servers up`"
         )
     return models[0]
 

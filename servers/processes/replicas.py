@@ -1,13 +1,13 @@
 """Scale-out on one engine: N replicas of a profile behind vllm-router, one URL for clients.
 
-`python -m servers up --replicas N` starts N vLLM servers of one profile, each on its own port
+`mur servers up --replicas N` starts N vLLM servers of one profile, each on its own port
 and its own share of the machine (on CPU a slice of the cores and of the KV cache, on GPU one
 device each), then vllm-router (PyPI `vllm-router==0.1.17`, vllm-project/router, a Rust binary)
-in front of them on the profile's port. With the router's `consistent_hash` policy every
-request carrying the same `X-Session-ID` goes to the same replica; MUR's clients send one id
-per question (`servers.sessions`), so each step of a question finds the previous ones in that
-replica's prefix cache. A replica that dies is taken out by the router (its circuit opens after
-3 failed requests, health checks every 5 s) and its questions move to the others.
+in front of them on the profile's port. With the router's `consistent_hash` policy every request
+carrying the same `X-Session-ID` goes to the same replica; MUR's clients send one id per
+question (`servers.clients.sessions`), so each step of a question finds the previous ones in
+that replica's prefix cache. A replica that dies is taken out by the router (its circuit opens
+after 3 failed requests, health checks every 5 s) and its questions move to the others.
 
 Run records: `<profile>-r1` .. `<profile>-rN` for the replicas and `<profile>-router` for the
 router, so `status` lists them and `down --profile <profile>` stops them.
@@ -27,8 +27,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from types import MappingProxyType
 
-from servers.errors import ServerError
-from servers.launcher import (
+from mur.servers.clients.errors import ServerError
+from mur.servers.clients.probes import healthy
+from mur.servers.processes.launcher import (
     STOP_GRACE_S,
     RunningServer,
     _Progress,
@@ -36,11 +37,10 @@ from servers.launcher import (
     recorded_profiles,
     up,
 )
-from servers.model import ensure_model
-from servers.paths import logs_dir
-from servers.probes import healthy
-from servers.processes import read_record, record_alive
-from servers.profiles import Profile, cpu_list, format_cpus, get_profile
+from mur.servers.processes.model import ensure_model
+from mur.servers.processes.paths import logs_dir
+from mur.servers.processes.pids import read_record, record_alive
+from mur.servers.processes.profiles import Profile, cpu_list, format_cpus, get_profile
 
 ROUTER_DISTRIBUTION = "vllm-router"
 ROUTER_VERSION = "0.1.17"
@@ -250,7 +250,7 @@ def up_replicas(
     if replicas < 2:
         raise ServerError(
             f"--replicas must be at least 2, got {replicas}: one server needs no router "
-            "(`python -m servers up`)"
+            "(`mur servers up`)"
         )
     check_router_installed()
     if policy not in POLICIES:
@@ -292,13 +292,13 @@ def _check_router_port(front: Profile, base: Profile, detail: str) -> None:
             raise ServerError(
                 f"a router for {base.name} already runs on {front.base_url} "
                 f"({record.get('detail') or 'unknown setup'}): stop it with "
-                f"`python -m servers down --profile {base.name}` first"
+                f"`mur servers down --profile {base.name}` first"
             )
         return
     if healthy(front.root_url):
         raise ServerError(
             f"port {front.port} already serves something (a single {base.name} server?): stop "
-            f"it (`python -m servers down --profile {base.name}`) or give the router another "
+            f"it (`mur servers down --profile {base.name}`) or give the router another "
             "port with --port"
         )
 

@@ -1,8 +1,8 @@
-"""Start, reuse, inspect and stop vLLM servers described by `servers.profiles`.
+"""Start, reuse, inspect and stop vLLM servers described by `servers.processes.profiles`.
 
 A server started here runs in the background in its own process session (so stopping it takes
 vLLM's engine subprocesses along), logs to `<MUR_HOME>/logs/<profile>.log`, and is recorded in
-`<MUR_HOME>/run/<profile>.json` (servers.processes) so `down` and `status` work from any later
+`<MUR_HOME>/run/<profile>.json` (servers.processes.pids) so `down` and `status` work from any later
 process.
 """
 
@@ -21,11 +21,17 @@ from filelock import FileLock
 from rich.console import Console
 from rich.markup import escape
 
-from servers.errors import ServerError, ServerUnavailable
-from servers.model import ensure_model
-from servers.paths import logs_dir, run_dir
-from servers.probes import check_endpoint, healthy, normalize_base_url, port_open, root_url
-from servers.processes import (
+from mur.servers.clients.errors import ServerError, ServerUnavailable
+from mur.servers.clients.probes import (
+    check_endpoint,
+    healthy,
+    normalize_base_url,
+    port_open,
+    root_url,
+)
+from mur.servers.processes.model import ensure_model
+from mur.servers.processes.paths import logs_dir, run_dir
+from mur.servers.processes.pids import (
     CHILDREN,
     STOP_GRACE_S,
     alive,
@@ -36,7 +42,7 @@ from servers.processes import (
     terminate,
     write_record,
 )
-from servers.profiles import (
+from mur.servers.processes.profiles import (
     Profile,
     command_line,
     get_profile,
@@ -157,7 +163,7 @@ def _reuse(p: Profile) -> RunningServer:
     if p.served_model_name not in models:
         raise ServerError(
             f"port {p.port} is already taken by a server serving {models or 'no model'}, not "
-            f"{p.served_model_name!r} (profile {p.name}): stop it (`python -m servers down "
+            f"{p.served_model_name!r} (profile {p.name}): stop it (`mur servers down "
             f"--all` if it was started here, else kill it) or point clients at it with "
             f"--base-url {p.base_url}"
         )

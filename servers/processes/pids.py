@@ -16,7 +16,7 @@ from typing import Any
 
 import psutil
 
-from servers.paths import run_dir
+from mur.servers.processes.paths import run_dir
 
 STOP_GRACE_S = 30.0
 CHILDREN: dict[int, subprocess.Popen[bytes]] = {}

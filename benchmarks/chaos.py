@@ -1,0 +1,328 @@
+"""`mur bench chaos`: do endpoint replicas on one PostgreSQL lose or garble anything while
+replicas die? The same load runs twice, side by side: once undisturbed (the baseline), once
+with one replica SIGKILLed every 30-60 s and restarted.
+
+    mur bench chaos [--seconds 300] [--clients 64] [--kill-every 30:60] [--call-delay 0.5]
+        [--lease-seconds 10] [--stream-share 0.25] [--port 8061] [--seed 0]
+
+Each phase starts fresh: a database of its own in one throwaway PostgreSQL (the launcher,
+servers/processes/postgres.py), two replicas of the endpoint over the scripted backbone
+(benchmarks/fake_endpoint.py, each model call `--call-delay` s) sharing it, vllm-router in
+front (the supervisor of `mur endpoint --replicas`, endpoint/supervisor.py, which also
+restarts a killed replica). `--clients` clients (benchmarks/chaos_load.py) ask questions with
+idempotency keys for `--seconds`, retrying as a client should, then finish what they hold.
+
+Reported per phase: requests finished; lost (never answered: must be 0); answered twice with
+different answers (the same key asked again after its answer: must be 0); wrong answers;
+runs resumed (ledger rows claimed more than once: taken over from a killed replica, or asked
+again after a cut reply) and model calls recomputed (the backbone's call log against one
+run's calls per question); retries; p50/p95 latency from the first ask to the answer. Exit
+status 1 when anything was lost, answered differently or wrong.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import math
+import random
+import socket
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import psycopg
+
+from mur.benchmarks.chaos_load import Outcome, load
+from mur.endpoint.replicas import REPLICA_HOST, child_env, router_argv
+from mur.endpoint.supervisor import Child, Supervisor
+from mur.servers.cli import OneLineParser
+from mur.servers.clients.errors import ServerError
+from mur.servers.processes.facts import cpu_model
+from mur.servers.processes.postgres import PostgresServer
+from mur.servers.processes.replicas import check_router_installed
+
+PROG = "mur bench chaos"
+REPLICAS = 2
+CALLS_PER_RUN = {"mur-critic": 5, "mur-critic-never": 3}
+"""Backbone calls of one uninterrupted run of the scripted backbone: three steps, the second
+judged and revised under the gamma-gate (benchmarks/fake_endpoint.py)."""
+STOP_GRACE_S = 30.0
+LOG_TAIL = 30
+
+
+@dataclass
+class Phase:
+    """One phase's settings and what it measured."""
+
+    name: str
+    kills: list[str] = field(default_factory=list)
+    outcomes: list[Outcome] = field(default_factory=list)
+    calls: Counter[int] = field(default_factory=Counter)
+    resumed: int = 0
+    seconds: float = 0.0
+
+    @property
+    def answered(self) -> list[Outcome]:
+        return [o for o in self.outcomes if o.answered]
+
+    @property
+    def lost(self) -> list[Outcome]:
+        return [o for o in self.outcomes if not o.answered]
+
+    @property
+    def differing(self) -> list[Outcome]:
+        return [o for o in self.answered if not o.replayed_same]
+
+    @property
+    def wrong(self) -> list[Outcome]:
+        return [o for o in self.answered if o.content != o.ask.expected]
+
+    @property
+    def recomputed(self) -> int:
+        return sum(self.calls[o.ask.number] - CALLS_PER_RUN[o.ask.model] for o in self.answered)
+
+    def latency(self, q: float) -> float:
+        values = [o.latency for o in self.answered]
+        return float(np.percentile(values, q)) if values else math.nan
+
+    def retries(self, reason: str) -> int:
+        return sum(o.retries[reason] for o in self.outcomes)
+
+    def retry_reasons(self) -> set[str]:
+        return {reason for o in self.outcomes for reason in o.retries}
+
+
+class Monkey(threading.Thread):
+    """Keeps the supervisor restarting dead replicas and, when `kill_every` is set, SIGKILLs
+    a random replica every so often until `until` (monotonic time), only while all are up."""
+
+    def __init__(
+        self,
+        supervisor: Supervisor,
+        kill_every: tuple[float, float] | None,
+        rng: random.Random,
+        until: float,
+    ) -> None:
+        super().__init__(name="chaos-monkey", daemon=True)
+        self.supervisor, self.kill_every, self.rng = supervisor, kill_every, rng
+        self.until = until
+        self.done = threading.Event()
+        self.kills: list[str] = []
+        self.failure: BaseException | None = None
+
+    def run(self) -> None:
+        start = time.monotonic()
+        next_kill = start + self.rng.uniform(*self.kill_every) if self.kill_every else math.inf
+        try:
+            while not self.done.is_set():
+                self.supervisor.check()
+                up = [c for c in self.supervisor.replicas if c.alive() and c.ready]
+                now = time.monotonic()
+                if next_kill <= now < self.until and len(up) == REPLICAS:
+                    index = self.rng.randrange(REPLICAS)
+                    pid = self.supervisor.kill(index)
+                    at = time.monotonic() - start
+                    self.kills.append(f"{at:.0f}s r{index + 1} (pid {pid})")
+                    self.supervisor.say(f"chaos: SIGKILL r{index + 1} (pid {pid}) at {at:.0f} s")
+                    assert self.kill_every is not None
+                    next_kill = time.monotonic() + self.rng.uniform(*self.kill_every)
+                self.done.wait(0.25)
+        except BaseException as exc:  # the router died: the phase reports it
+            self.failure = exc
+
+
+def replicas_of(args: argparse.Namespace, calls_log: Path) -> list[Child]:
+    children = []
+    for index in range(REPLICAS):
+        port = args.port + 1 + index
+        command = [sys.executable, "-m", "mur.benchmarks.fake_endpoint", "--port", str(port)]
+        command += ["--max-runs", str(max(64, args.clients)), "--call-delay", str(args.call_delay)]
+        command += ["--lease-seconds", str(args.lease_seconds), "--calls-log", str(calls_log)]
+        children.append(Child(f"r{index + 1}", command, f"http://{REPLICA_HOST}:{port}"))
+    return children
+
+
+def run_phase(
+    name: str, args: argparse.Namespace, database: PostgresServer, folder: Path, kills: bool
+) -> Phase:
+    """Start a phase's replicas and router over a fresh database, load them, stop them."""
+    phase = Phase(name)
+    url = database.create_database(f"chaos_{name}")
+    calls_log = folder / f"{name}-calls.log"
+    ports = [args.port + 1 + i for i in range(REPLICAS)]
+    router = Child("router", router_argv(ports, REPLICA_HOST, args.port), root_of(args.port))
+    with open(folder / f"{name}.log", "w") as log:
+        supervisor = Supervisor(
+            replicas_of(args, calls_log), router, env=child_env(url, None), out=log, prog=PROG
+        )
+        try:
+            supervisor.start()
+            rng = random.Random(f"{args.seed}-{name}")
+            start = time.monotonic()
+            every = args.kill_every if kills else None
+            monkey = Monkey(supervisor, every, rng, until=start + args.seconds)
+            monkey.start()
+            phase.outcomes = asyncio.run(
+                load(f"{root_of(args.port)}/v1", args.clients, args.seconds,
+                     args.stream_share, name, drain=max(120.0, 6 * args.lease_seconds))
+            )  # fmt: skip
+            phase.seconds = time.monotonic() - start
+            monkey.done.set()
+            monkey.join()
+            if monkey.failure is not None:
+                raise ServerError(str(monkey.failure))
+            phase.kills = monkey.kills
+            supervisor.drain(STOP_GRACE_S, lambda: 1)
+        except ServerError as exc:
+            tail = "\n".join((folder / f"{name}.log").read_text().splitlines()[-LOG_TAIL:])
+            raise ServerError(f"{name}: {exc}; the end of its log:\n{tail}") from None
+        finally:
+            supervisor.close()
+    phase.calls = Counter(int(line.split()[0]) for line in calls_log.read_text().splitlines())
+    with psycopg.connect(url) as conn:
+        row = conn.execute("SELECT COUNT(*) FROM mur_runs WHERE claims > 1").fetchone()
+    phase.resumed = int(row[0]) if row else 0
+    return phase
+
+
+def root_of(port: int) -> str:
+    return f"http://{REPLICA_HOST}:{port}"
+
+
+HEADER = (
+    "| phase | replicas killed | requests finished | lost | answered twice, differently "
+    "| wrong answers | runs resumed | model calls recomputed | retries 409 / 503 / other "
+    "| p50 s | p95 s | finished/s |"
+)
+
+
+def table_row(phase: Phase) -> str:
+    other = sum(phase.retries(r) for r in phase.retry_reasons() if r not in ("409", "503"))
+    retries = f"{phase.retries('409')} / {phase.retries('503')} / {other}"
+    cells = [
+        phase.name, len(phase.kills), len(phase.answered), len(phase.lost),
+        len(phase.differing), len(phase.wrong), phase.resumed, phase.recomputed, retries,
+        f"{phase.latency(50):.2f}", f"{phase.latency(95):.2f}",
+        f"{len(phase.answered) / max(phase.seconds, 1e-9):.1f}",
+    ]  # fmt: skip
+    return "| " + " | ".join(str(cell) for cell in cells) + " |"
+
+
+def problems(phase: Phase) -> list[str]:
+    found = [f"{phase.name}: lost {o.ask.key}: {o.error}" for o in phase.lost]
+    found += [f"{phase.name}: {o.ask.key} answered differently" for o in phase.differing]
+    found += [f"{phase.name}: {o.ask.key} wrong: {o.content[:80]!r}" for o in phase.wrong]
+    return found
+
+
+def kill_every(text: str) -> tuple[float, float]:
+    low, _, high = text.partition(":")
+    try:
+        bounds = (float(low), float(high or low))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not MIN:MAX seconds") from None
+    if not 0 < bounds[0] <= bounds[1]:
+        raise argparse.ArgumentTypeError(f"need 0 < MIN <= MAX, got {text}")
+    return bounds
+
+
+def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
+    parser = OneLineParser(
+        prog=prog,
+        description="Kill endpoint replicas on one PostgreSQL under load: nothing lost?",
+    )
+    parser.add_argument("--seconds", type=float, default=300.0, help="each phase's load (300)")
+    parser.add_argument("--clients", type=int, default=64, help="concurrent clients (64)")
+    parser.add_argument(
+        "--kill-every",
+        type=kill_every,
+        default=(30.0, 60.0),
+        metavar="MIN:MAX",
+        help="seconds between two kills, drawn uniformly (30:60)",
+    )
+    parser.add_argument(
+        "--call-delay", type=float, default=0.5, help="seconds per model call (0.5)"
+    )
+    parser.add_argument(
+        "--lease-seconds", type=float, default=10.0, help="the replicas' run lease (10)"
+    )
+    parser.add_argument(
+        "--stream-share", type=float, default=0.25, help="share of streamed requests (0.25)"
+    )
+    parser.add_argument(
+        "--port", type=int, default=8061, help="the router's port; replicas take the next (8061)"
+    )
+    parser.add_argument("--seed", type=int, default=0, help="of the kill schedule (0)")
+    return parser
+
+
+def check_args(args: argparse.Namespace) -> str | None:
+    if args.seconds <= 0 or args.clients < 1 or args.call_delay < 0 or args.lease_seconds <= 0:
+        return "--seconds, --clients and --lease-seconds must be > 0, --call-delay >= 0"
+    if not 0 <= args.stream_share <= 1:
+        return f"--stream-share lies in [0, 1], got {args.stream_share}"
+    ports = range(args.port, args.port + REPLICAS + 1)
+    busy = [port for port in ports if not port_free(port)]
+    if busy:
+        return (
+            f"port {busy[0]} is in use (the router takes --port, its replicas the next "
+            f"{REPLICAS}): pass another --port"
+        )
+    return None
+
+
+def port_free(port: int) -> bool:
+    """Nothing listens on `port` of the loopback interface (a bind would succeed)."""
+    with socket.socket() as sock:
+        try:
+            sock.bind((REPLICA_HOST, port))
+        except OSError:
+            return False
+    return True
+
+
+def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
+    """Both phases, the table; 0 only when nothing was lost, garbled or wrong."""
+    parser = build_parser(prog)
+    args = parser.parse_args(argv)
+    problem = check_args(args)
+    if problem:
+        parser.error(problem)
+    phases: list[Phase] = []
+    try:
+        check_router_installed()
+        with (
+            tempfile.TemporaryDirectory(prefix="mur-chaos-") as folder,
+            PostgresServer.start() as database,
+        ):
+            for name, kills in (("baseline", False), ("kills", True)):
+                print(f"{prog}: {name}: {args.seconds:.0f} s, {args.clients} clients", flush=True)
+                phases.append(run_phase(name, args, database, Path(folder), kills))
+    except ServerError as exc:
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return 1
+    print(f"CPU: {cpu_model()}; {REPLICAS} replicas behind vllm-router, one PostgreSQL; "
+          f"{args.clients} clients, {args.seconds:.0f} s per phase, model calls of "
+          f"{args.call_delay} s, lease {args.lease_seconds:.0f} s")  # fmt: skip
+    print(HEADER)
+    print("|" + "---|" * (HEADER.count("|") - 1))
+    for phase in phases:
+        print(table_row(phase))
+    for phase in phases:
+        if phase.kills:
+            print(f"{phase.name}: killed {', '.join(phase.kills)}")
+    found = [line for phase in phases for line in problems(phase)]
+    for line in found[:40]:
+        print(f"  {line}")
+    return 1 if found else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

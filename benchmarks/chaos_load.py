@@ -1,0 +1,193 @@
+"""The clients of the chaos benchmark (benchmarks/chaos.py): each sends one question at a time
+with an idempotency key of its own and retries it, as a client should, until it is answered.
+
+A retry honours Retry-After (409 while the run's lease lives on a dead replica, 503 while a
+replica drains or the database is away or no replica is up, 429, and the other statuses the
+OpenAI SDK retries); a connection that dies, or a stream cut before `[DONE]`, is retried
+after a second. Once answered, the same key is asked once more:
+the recorded reply must come back, the same id and content ("answered twice with different
+answers" counts the ones that do not). Every answer's content is checked against the one the
+scripted backbone gives that question (benchmarks/fake_endpoint.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from mur.benchmarks.fake_endpoint import expected_content
+
+RETRY_STATUSES = {408, 409, 429, 500, 502, 503, 504}
+"""Retried after Retry-After (1 s without), as the OpenAI SDK retries: vllm-router answers 500
+when it could not reach a replica at all."""
+CONNECTION = "connection"
+"""The retry reason of a request that got no complete reply (a dead replica's)."""
+REPLAY_S = 120.0
+"""How long the second ask of an answered key may take (it may meet a kill too)."""
+
+
+@dataclass(frozen=True)
+class Ask:
+    """One question: its number, model (gamma-gate or never), whether it streams, its key."""
+
+    number: int
+    model: str
+    stream: bool
+    key: str
+
+    @property
+    def body(self) -> dict[str, Any]:
+        question = f"Load request {self.number}: what is {self.number} + {self.number}?"
+        return {
+            "model": self.model,
+            "messages": [{"role": "user", "content": question}],
+            "stream": self.stream,
+        }
+
+    @property
+    def expected(self) -> str:
+        return expected_content(self.number, scaled=self.model == "mur-critic")
+
+
+@dataclass
+class Outcome:
+    ask: Ask
+    answered: bool = False
+    latency: float = 0.0
+    content: str = ""
+    cid: str = ""
+    retries: Counter[str] = field(default_factory=Counter)
+    replayed_same: bool | None = None
+    error: str = ""
+
+
+class Incomplete(Exception):
+    """A reply that ended before it was whole (a stream without `[DONE]`, an error event)."""
+
+
+def plan(number: int, stream_share: float, phase: str) -> Ask:
+    """Question `number`: every other one on the gamma-gate, a share of them streamed."""
+    every = round(1 / stream_share) if stream_share > 0 else 0
+    stream = every > 0 and number % every == 0
+    model = "mur-critic" if number % 2 == 0 else "mur-critic-never"
+    return Ask(number, model, stream, f"chaos-{phase}-{number}")
+
+
+@dataclass(frozen=True)
+class Reply:
+    """What one attempt got: its status, Retry-After, and a 200's content and id."""
+
+    status: int
+    retry_after: float = 1.0
+    text: str = ""
+    content: str = ""
+    cid: str = ""
+
+
+async def send(client: httpx.AsyncClient, url: str, ask: Ask, stream: bool) -> Reply:
+    """One attempt, read whole; Incomplete when a 200 did not arrive whole."""
+    body = {**ask.body, "stream": stream}
+    headers = {"Idempotency-Key": ask.key}
+    async with client.stream(
+        "POST", f"{url}/chat/completions", json=body, headers=headers
+    ) as reply:
+        if reply.status_code != 200:
+            text = (await reply.aread()).decode(errors="replace")
+            retry_after = float(reply.headers.get("retry-after", "1"))
+            return Reply(reply.status_code, retry_after, text)
+        if stream:
+            content, cid = await read_stream(reply)
+        else:
+            data = json.loads(await reply.aread())
+            content, cid = data["choices"][0]["message"]["content"], data["id"]
+    return Reply(200, content=content, cid=cid)
+
+
+async def read_stream(reply: httpx.Response) -> tuple[str, str]:
+    content, cid, done = "", "", False
+    async for line in reply.aiter_lines():
+        if not line.startswith("data: "):
+            continue
+        data = line.removeprefix("data: ")
+        if data == "[DONE]":
+            done = True
+            continue
+        event = json.loads(data)
+        if "error" in event:
+            raise Incomplete(event["error"].get("message", "an error event"))
+        cid = event.get("id") or cid
+        for choice in event.get("choices") or ():
+            content += choice["delta"].get("content") or ""
+    if not done:
+        raise Incomplete("the stream ended without [DONE]")
+    return content, cid
+
+
+async def until_answered(
+    client: httpx.AsyncClient, url: str, ask: Ask, stream: bool, give_up_at: float
+) -> tuple[Reply | None, Counter[str], str]:
+    """Retry until a 200 arrives whole; (the reply or None, the retries by reason, the last
+    error)."""
+    retries: Counter[str] = Counter()
+    error = ""
+    while time.monotonic() < give_up_at:
+        try:
+            reply = await send(client, url, ask, stream)
+        except (httpx.HTTPError, Incomplete, ValueError, KeyError) as exc:
+            retries[CONNECTION] += 1
+            error = f"{type(exc).__name__}: {exc}"
+            await asyncio.sleep(1)
+            continue
+        if reply.status == 200:
+            return reply, retries, error
+        error = f"HTTP {reply.status}: {reply.text[:200]}"
+        if reply.status not in RETRY_STATUSES:
+            return None, retries, error
+        retries[str(reply.status)] += 1
+        await asyncio.sleep(reply.retry_after)
+    return None, retries, f"not answered before the end: {error}"
+
+
+async def solve_one(client: httpx.AsyncClient, url: str, ask: Ask, give_up_at: float) -> Outcome:
+    """Ask until answered, check the answer, then ask the same key again and compare."""
+    outcome = Outcome(ask)
+    start = time.monotonic()
+    reply, outcome.retries, outcome.error = await until_answered(
+        client, url, ask, ask.stream, give_up_at
+    )
+    if reply is None:
+        return outcome
+    outcome.answered, outcome.latency = True, time.monotonic() - start
+    outcome.content, outcome.cid = reply.content, reply.cid
+    again, _, _ = await until_answered(client, url, ask, False, time.monotonic() + REPLAY_S)
+    outcome.replayed_same = (
+        again is not None and again.cid == reply.cid and again.content == reply.content
+    )
+    return outcome
+
+
+async def load(
+    url: str, clients: int, seconds: float, stream_share: float, phase: str, drain: float
+) -> list[Outcome]:
+    """`clients` clients asking new questions for `seconds`; then each finishes the one it
+    holds, giving up `drain` seconds after the end (what is still unanswered then is lost)."""
+    numbers = iter(range(10**9))
+    outcomes: list[Outcome] = []
+    end = time.monotonic() + seconds
+    limits = httpx.Limits(max_connections=2 * clients, max_keepalive_connections=2 * clients)
+    timeout = httpx.Timeout(300, connect=10)
+    async with httpx.AsyncClient(timeout=timeout, limits=limits) as client:
+
+        async def worker() -> None:
+            while time.monotonic() < end:
+                ask = plan(next(numbers), stream_share, phase)
+                outcomes.append(await solve_one(client, url, ask, end + drain))
+
+        await asyncio.gather(*(worker() for _ in range(clients)))
+    return outcomes

@@ -1,0 +1,124 @@
+"""Every subcommand of `mur`, in one place: its name, the module whose `main` runs it, and its
+line in `mur --help`.
+
+Each main is `main(argv, prog=...) -> int` over its own parser, so `mur report --help` and its
+errors name `mur report` and no parser is written twice. A module is imported only when its
+subcommand runs, so `mur --help` does not pay for LangGraph, vLLM's clients or matplotlib.
+Adding a command is one entry here (tests/unit/test_commands.py finds a module with a main
+that no entry reaches).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Command:
+    """A subcommand: `module`'s main runs it, or, for a group, one of `commands` does."""
+
+    name: str
+    help: str
+    module: str = ""
+    commands: tuple[Command, ...] = ()
+
+    def find(self, name: str) -> Command | None:
+        """The subcommand of this group called `name`, if any."""
+        return next((command for command in self.commands if command.name == name), None)
+
+    def leaves(self, prefix: str = "") -> list[tuple[str, Command]]:
+        """Every runnable command under this one with its words after `mur` ("bench scaleout")."""
+        words = f"{prefix} {self.name}".strip()
+        if not self.commands:
+            return [(words, self)]
+        return [leaf for command in self.commands for leaf in command.leaves(words)]
+
+
+EXPERIMENTS = Command(
+    "experiment",
+    "The paper's experiments, and checks of recorded results on another server",
+    commands=(
+        Command(
+            "table1",
+            "the paper's Table 1 in miniature: every gate and baseline, resumable",
+            "mur.experiments.table1",
+        ),
+        Command(
+            "rescore",
+            "re-score a folder's recorded steps on another server: the same experiment?",
+            "mur.experiments.rescore",
+        ),
+        Command(
+            "verdicts",
+            "replay a folder's critic judgements with forced verdicts",
+            "mur.experiments.verdicts",
+        ),
+    ),
+)
+
+BENCHMARKS = Command(
+    "bench",
+    "Performance suites (BENCHMARKS.md)",
+    commands=(
+        Command(
+            "bench",
+            "token economy and orchestration speed on one server",
+            "mur.benchmarks.bench",
+        ),
+        Command(
+            "chaos",
+            "endpoint replicas on one PostgreSQL, one SIGKILLed every 30-60 s: nothing lost?",
+            "mur.benchmarks.chaos",
+        ),
+        Command(
+            "endpoint_load",
+            "load-test the OpenAI-compatible endpoint and check every reply",
+            "mur.benchmarks.endpoint_load",
+        ),
+        Command(
+            "pair_cores",
+            "a backbone and a verifier server on one machine: shared or split cores",
+            "mur.benchmarks.pair_cores",
+        ),
+        Command(
+            "scaleout",
+            "replicas behind vllm-router, with and without session affinity",
+            "mur.benchmarks.scaleout",
+        ),
+    ),
+)
+
+MUR = Command(
+    "mur",
+    "MUR: momentum-uncertainty-guided reasoning over vLLM servers",
+    commands=(
+        Command(
+            "solve",
+            "solve one question step by step, or run a benchmark (as `python run.py`)",
+            "mur.cli.solve",
+        ),
+        Command(
+            "servers",
+            "start, stop and inspect vLLM servers: up, down, status, profiles, model",
+            "mur.servers.__main__",
+        ),
+        Command("endpoint", "serve MUR as an OpenAI-compatible API", "mur.endpoint.cli"),
+        Command(
+            "report",
+            "a run folder's tables and plots, again from its records",
+            "mur.evals.report.tables",
+        ),
+        Command(
+            "compare",
+            "two results folders side by side, paired on their common questions",
+            "mur.evals.report.compare",
+        ),
+        Command(
+            "records",
+            "maintain a run folder's records (drop one gate's runs)",
+            "mur.evals.harness.records",
+        ),
+        EXPERIMENTS,
+        BENCHMARKS,
+    ),
+)

@@ -1,0 +1,50 @@
+"""Every bad value of the solve command, refused before any server is touched.
+
+A wrong setting costs a user minutes when it is found only after the embedded server has
+started; here each one is a UsageError (one line, exit status 2) naming the flag and the value.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from mur.cli.flags import budget_labels, budget_settings, flag_settings, gammas, gates
+from mur.graphs.checkpointers import CheckpointerError, parse_target
+from mur.graphs.state import context_for
+from mur.nodes.draft import check_question
+from mur.servers.clients.errors import ServerError
+from mur.servers.connect import check_connection_flags
+
+
+class UsageError(Exception):
+    """Bad command-line input: reported in one line with exit status 2."""
+
+
+def validate(args: argparse.Namespace) -> None:
+    """Raise UsageError (or Context's ValueError, naming the field) for the first bad value."""
+    settings = flag_settings(args)
+    for label in [*gates(args), *budget_labels(args)]:
+        for gamma in gammas(args):
+            context_for(label, settings, gamma=gamma)
+    if args.limit is not None and args.limit <= 0:
+        raise UsageError(f"--limit must be > 0, got {args.limit}")
+    if args.samples <= 0:
+        raise UsageError(f"--samples must be > 0, got {args.samples}")
+    if not args.dataset:
+        if len(gates(args)) > 1 or len(gammas(args)) > 1 or len(budget_settings(args)) > 1:
+            raise UsageError("lists of gates, gammas or budgets need --dataset")
+        if args.question is not None:
+            check_question(args.question)
+    elif args.question or args.checkpoint:
+        raise UsageError("--question and --checkpoint solve one question: drop --dataset")
+    if args.thread_id and not args.checkpoint:
+        raise UsageError("--thread-id needs --checkpoint")
+    if args.checkpoint:
+        try:
+            parse_target(args.checkpoint)
+        except CheckpointerError as exc:  # names the target, its password as ***
+            raise UsageError(f"--checkpoint: {exc}") from None
+    try:
+        check_connection_flags(args)
+    except ServerError as exc:
+        raise UsageError(str(exc)) from None

@@ -1,0 +1,222 @@
+"""Endpoint replicas and the vllm-router in front of them, as child processes of one foreground
+process: started in order, watched, restarted when one dies, drained on a signal.
+
+Each child runs in a process group of its own, so a Ctrl-C in the terminal reaches only the
+supervisor, which then sends each replica exactly one SIGTERM (a second one would cut its drain
+short). Their output comes through here, each line prefixed with the child's name. A replica
+that dies (a crash, an OOM kill, SIGKILL) is started again on its port, after a pause that
+doubles while it keeps failing; its runs are taken over by the others once their leases expire.
+The router dying, or a replica dying before it ever answered at the first start, stops it all.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import IO, TextIO
+
+from mur.servers.clients.errors import ServerError
+from mur.servers.clients.probes import healthy
+
+START_TIMEOUT_S = 300.0
+"""The first replica may start (or wait for) the embedded model server."""
+RESTART_PAUSE_S = 1.0
+RESTART_PAUSE_MAX_S = 60.0
+ROUTER_STOP_S = 10.0
+POLL_S = 0.25
+
+
+@dataclass
+class Child:
+    """One process the supervisor runs: its name (the prefix of its lines), argv and the root
+    URL whose /health says it is ready."""
+
+    name: str
+    command: list[str]
+    root: str
+    process: subprocess.Popen[str] | None = None
+    ready: bool = False
+    restarts: int = 0
+    pause: float = RESTART_PAUSE_S
+    start_after: float = 0.0
+    exit_codes: list[int] = field(default_factory=list)
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process else None
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+
+class Supervisor:
+    """Replicas behind a router: `start`, then `check` periodically until told to stop, then
+    `drain`; `close` kills whatever is left (on any error path)."""
+
+    def __init__(
+        self,
+        replicas: Sequence[Child],
+        router: Child,
+        *,
+        env: Mapping[str, str],
+        out: TextIO,
+        prog: str,
+    ) -> None:
+        self.replicas, self.router = list(replicas), router
+        self.env, self.out, self.prog = dict(env), out, prog
+        self.stopping = threading.Event()
+        self._lock = threading.Lock()
+
+    def say(self, text: str, name: str | None = None) -> None:
+        with self._lock:
+            print(f"[{name or self.prog}] {text}", file=self.out, flush=True)
+
+    def _spawn(self, child: Child) -> None:
+        child.process = subprocess.Popen(
+            child.command,
+            env=self.env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            bufsize=1,
+            process_group=0,  # a terminal's Ctrl-C reaches the supervisor alone
+        )
+        child.ready = False
+        stream = child.process.stdout
+        assert stream is not None
+        threading.Thread(
+            target=self._pump, args=(stream, child.name), name=f"log-{child.name}", daemon=True
+        ).start()
+
+    def _pump(self, stream: IO[str], name: str) -> None:
+        with contextlib.suppress(ValueError, OSError):  # closed when the child goes
+            for line in stream:
+                self.say(line.rstrip("\n"), name)
+
+    def start(self, *, first_alone: bool = False, timeout: float = START_TIMEOUT_S) -> None:
+        """The replicas, then the router, each answering /health (else ServerError). With
+        `first_alone` the first replica starts before the others: it may start the embedded
+        model server, which they then reuse instead of racing to start it too."""
+        deadline = time.monotonic() + timeout
+        first, *rest = self.replicas
+        self._spawn(first)
+        if first_alone:
+            self._wait_ready([first], deadline)
+        for child in rest:
+            self._spawn(child)
+        self._wait_ready(self.replicas, deadline)
+        self._spawn(self.router)
+        self._wait_ready([self.router], deadline)
+
+    def _wait_ready(self, children: Sequence[Child], deadline: float) -> None:
+        waiting = list(children)
+        while waiting:
+            for child in list(waiting):
+                assert child.process is not None
+                code = child.process.poll()
+                if code is not None:
+                    raise ServerError(
+                        f"{child.name} exited with status {code} before it answered at "
+                        f"{child.root}: see its lines above"
+                    )
+                if healthy(child.root):
+                    child.ready = True
+                    waiting.remove(child)
+            if self.stopping.is_set():
+                raise ServerError("stopped before every replica had started")
+            if waiting and time.monotonic() > deadline:
+                names = ", ".join(child.name for child in waiting)
+                raise ServerError(f"{names} did not answer /health in time: see the lines above")
+            if waiting:
+                time.sleep(POLL_S)
+
+    def check(self) -> None:
+        """Restart replicas that died (after their pause); ServerError if the router died."""
+        code = self.router.process.poll() if self.router.process else None
+        if code is not None:
+            raise ServerError(f"vllm-router exited with status {code}: see its lines above")
+        now = time.monotonic()
+        for child in self.replicas:
+            if child.alive():
+                if not child.ready and healthy(child.root):
+                    child.ready, child.pause = True, RESTART_PAUSE_S
+                    self.say(f"{child.name} answers again at {child.root}")
+                continue
+            if child.start_after == 0.0:  # just found dead: schedule its restart
+                assert child.process is not None
+                child.exit_codes.append(child.process.returncode)
+                child.start_after = now + child.pause
+                self.say(
+                    f"{child.name} (pid {child.pid}) exited with status "
+                    f"{child.process.returncode}: restarting it in {child.pause:.0f} s"
+                )
+                if not child.ready:  # it died starting: wait longer next time
+                    child.pause = min(child.pause * 2, RESTART_PAUSE_MAX_S)
+            elif now >= child.start_after and not self.stopping.is_set():
+                child.start_after, child.restarts = 0.0, child.restarts + 1
+                self._spawn(child)
+
+    def kill(self, index: int, sig: int = signal.SIGKILL) -> int:
+        """Send `sig` to replica `index` (a fault to inject); its pid."""
+        child = self.replicas[index]
+        if child.process is None or not child.alive():
+            raise ServerError(f"{child.name} is not running")
+        child.process.send_signal(sig)
+        return child.process.pid
+
+    def signal_replicas(self, sig: int) -> None:
+        for child in self.replicas:
+            if child.alive():
+                assert child.process is not None
+                with contextlib.suppress(ProcessLookupError):
+                    child.process.send_signal(sig)
+
+    def drain(self, grace: float, signals: Callable[[], int]) -> int:
+        """SIGTERM to every replica (each drains its runs), a second SIGTERM when a second
+        signal arrives (`signals()` counts them), SIGKILL after `grace`; then the router goes.
+        0 when every replica exited 0 of its own accord."""
+        self.stopping.set()
+        self.say(f"stopping: the replicas drain (at most {grace:.0f} s), then the router stops")
+        self.signal_replicas(signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        forced = False
+        while any(child.alive() for child in self.replicas):
+            if signals() > 1 and not forced:
+                self.say("second signal: the replicas exit now")
+                self.signal_replicas(signal.SIGTERM)
+                forced = True
+            if time.monotonic() > deadline:
+                self.say("the replicas did not exit in time: killing them")
+                self.signal_replicas(signal.SIGKILL)
+                forced = True
+            time.sleep(POLL_S)
+        self.stop_router()
+        codes = [child.process.returncode for child in self.replicas if child.process]
+        return 0 if not forced and all(code == 0 for code in codes) else 1
+
+    def stop_router(self) -> None:
+        process = self.router.process
+        if process is None or process.poll() is not None:
+            return
+        process.terminate()
+        try:
+            process.wait(ROUTER_STOP_S)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+    def close(self) -> None:
+        """Kill every child still running and reap them (error paths, tests)."""
+        self.stopping.set()
+        for child in [*self.replicas, self.router]:
+            if child.process is not None and child.process.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(child.process.pid, signal.SIGKILL)
+                child.process.wait()

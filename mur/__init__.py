@@ -1,0 +1,31 @@
+"""MUR: Momentum Uncertainty guided Reasoning as a LangGraph workflow over vLLM servers.
+
+The public API for an app that embeds the method:
+
+    from mur import Context, build_graph
+
+The repository keeps its rooms at its root (graphs/, nodes/, prompts/, servers/, ...); this
+package names them `mur.graphs`, `mur.nodes`, ... through symbolic links, so the installed
+program, the type checker, the import contracts and the tests all see the same names.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from mur.graphs.mur import build_graph
+    from mur.graphs.state import Context
+
+__all__ = ["Context", "build_graph"]
+
+# Where each public name lives: imported on first use, so `mur servers status` or `mur --help`
+# does not pay for LangGraph.
+_PUBLIC = {"Context": "mur.graphs.state", "build_graph": "mur.graphs.mur"}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _PUBLIC:
+        raise AttributeError(f"module 'mur' has no attribute {name!r}")
+    return getattr(import_module(_PUBLIC[name]), name)

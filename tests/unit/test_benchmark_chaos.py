@@ -1,0 +1,54 @@
+"""`mur bench chaos` in miniature: both phases, 8 clients for a few seconds each, replicas
+SIGKILLed every 5-8 s with a 2 s lease, over the tests' scripted backbone and a PostgreSQL the
+benchmark starts itself. Nothing may be lost, answered twice differently or wrong, and the
+table must show the kills and what they cost.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+import pytest
+
+from mur.benchmarks.chaos import HEADER, REPLICAS, main, port_free
+from mur.servers.processes.postgres import PostgresMissing, binaries
+from postgres import free_port
+
+
+def free_ports() -> int:
+    """A port with the next REPLICAS free as well (the router's and its replicas')."""
+    while True:
+        port = free_port()
+        if all(port_free(port + i) for i in range(1, REPLICAS + 1)):
+            return port
+
+
+def table_rows(out: str) -> dict[str, dict[str, str]]:
+    """The markdown table's rows by phase, each cell by its column's title."""
+    titles = [cell.strip() for cell in HEADER.strip("|").split("|")]
+    rows = {}
+    for line in out.splitlines():
+        if re.match(r"\| (baseline|kills) \|", line):
+            cells = [cell.strip() for cell in line.strip("|").split("|")]
+            rows[cells[0]] = dict(zip(titles, cells, strict=True))
+    return rows
+
+
+def test_a_short_chaos_run_loses_nothing(capsys: pytest.CaptureFixture[str]) -> None:
+    try:
+        binaries()
+    except PostgresMissing as exc:  # as the `postgres` fixture does (tests/conftest.py)
+        if os.environ.get("MUR_TEST_REQUIRE_POSTGRES", "") == "1":
+            pytest.fail(str(exc), pytrace=False)
+        pytest.skip(str(exc))
+    argv = ["--seconds", "12", "--clients", "8", "--kill-every", "4:6", "--lease-seconds", "2"]
+    assert main([*argv, "--port", str(free_ports())]) == 0, capsys.readouterr().out
+    rows = table_rows(capsys.readouterr().out)
+    baseline, kills = rows["baseline"], rows["kills"]
+    for row in (baseline, kills):
+        assert row["lost"] == row["answered twice, differently"] == row["wrong answers"] == "0"
+        assert int(row["requests finished"]) > 0
+    # One run's calls per question (CALLS_PER_RUN) hold: undisturbed, nothing is recomputed.
+    assert baseline["replicas killed"] == baseline["model calls recomputed"] == "0"
+    assert int(kills["replicas killed"]) >= 1 and int(kills["runs resumed"]) >= 1

@@ -1,0 +1,427 @@
+"""Durable endpoint runs over SQLite: every run checkpointed, idempotency keys, leases, pruning.
+
+Real uvicorn, the scripted fake as backbone (model `mur-critic-never`: drafts at steps 1 and 2,
+the answer at step 3), the checkpointer an SQLite file of the test's own, read by the test
+with the standard library to see what the endpoint left in it. Computation is counted by the
+fake's calls: a replay makes none, a resumed run asks only for the steps it had not kept.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from langchain_core.messages import BaseMessage
+
+from asgi_server import running
+from fakes import FakeLogprobChat, Scripted
+from mur.endpoint import create_app
+from mur.endpoint.checkpointing import checkpointer_target
+from mur.endpoint.cli import PROG, build_parser, main
+from waiting import wait_until
+
+MODEL = "mur-critic-never"
+QUESTION = [{"role": "user", "content": "What is 6 * 7?"}]
+CONTENT = "Step1: draft step 1\nStep2: draft step 2\nStep3: So the answer is 42.\n"
+ALICE, BOB = "alice-key-0001", "bob-key-0002"
+
+
+class Backbone:
+    """The scripted backbone: step `fail_at` raises while `failing` is set, step `hold_at`
+    waits for `release`; `asked()` lists the step of every call, in order."""
+
+    def __init__(self, fail_at: int | None = None, hold_at: int | None = None) -> None:
+        self.fail_at, self.hold_at = fail_at, hold_at
+        self.failing, self.release = threading.Event(), threading.Event()
+        self.failing.set()
+        self.fake = FakeLogprobChat(responder=self.respond)
+
+    @staticmethod
+    def step_of(messages: list[BaseMessage]) -> int:
+        found = re.findall(r"Step(\d+):$", str(messages[-1].content))
+        return int(found[-1]) if found else 0
+
+    def respond(self, messages: list[BaseMessage], kwargs: dict[str, Any]) -> Scripted:
+        index = self.step_of(messages)
+        if index == self.fail_at and self.failing.is_set():
+            raise RuntimeError(f"scripted failure at step {index}")
+        if index == self.hold_at:
+            self.release.wait(timeout=30)
+        if index >= 3:
+            return Scripted(" So the answer is 42.", [-0.2] * 6, stop_reason=None)
+        return Scripted(f" draft step {index}", [-0.5] * 4)
+
+    def asked(self) -> list[int]:
+        return [self.step_of(call["messages"]) for call in self.fake.calls]
+
+
+def ask(
+    url: str,
+    key: str | None = None,
+    *,
+    api_key: str | None = None,
+    timeout: float = 30,
+    **body: Any,
+) -> httpx.Response:
+    headers = {"Idempotency-Key": key} if key is not None else {}
+    if api_key is not None:
+        headers["Authorization"] = f"Bearer {api_key}"
+    payload = {"model": MODEL, "messages": QUESTION, **body}
+    return httpx.post(f"{url}/chat/completions", json=payload, headers=headers, timeout=timeout)
+
+
+def rows(database: Path, sql: str, *params: Any) -> list[tuple[Any, ...]]:
+    with sqlite3.connect(database) as conn:
+        return conn.execute(sql, params).fetchall()
+
+
+@pytest.fixture
+def database(tmp_path: Path) -> Path:
+    return tmp_path / "runs.sqlite"
+
+
+@pytest.fixture
+def serve(database: Path) -> Iterator[Callable[..., tuple[str, Any]]]:
+    """serve(backbone, **create_app options) -> (base URL, app), over the test's database."""
+    with_servers: list[Any] = []
+
+    def start(backbone: Backbone, **options: Any) -> tuple[str, Any]:
+        app = create_app(backbone.fake, checkpointer=str(database), **options)
+        server = running(app)
+        with_servers.append(server)
+        return server.__enter__(), app
+
+    yield start
+    for server in reversed(with_servers):
+        server.__exit__(None, None, None)
+
+
+# ------------------------------------------------------------------ one key, one run
+
+
+def test_the_same_key_twice_is_one_computation(serve: Callable[..., tuple[str, Any]]) -> None:
+    backbone = Backbone()
+    url, _ = serve(backbone)
+    first = ask(url, "order-1")
+    assert first.status_code == 200 and backbone.asked() == [1, 2, 3]
+    again = ask(url, "order-1")
+    in_field = ask(url, mur={"idempotency_key": "order-1"})
+    assert backbone.asked() == [1, 2, 3], "a retry of a finished run computed again"
+    reply, replay = first.json(), again.json()
+    assert replay["id"] == reply["id"] and replay["created"] == reply["created"]
+    assert (
+        replay["choices"] == reply["choices"]
+        and reply["choices"][0]["message"]["content"] == CONTENT
+    )
+    assert in_field.json()["id"] == reply["id"]
+    # usage: this request's tokens; mur.usage_total: the whole run's, counted once.
+    assert (
+        reply["usage"] == reply["mur"]["usage_total"] and reply["usage"]["completion_tokens"] == 14
+    )
+    assert replay["usage"]["completion_tokens"] == 0 and replay["usage"]["total_tokens"] == 0
+    assert replay["mur"]["usage_total"] == reply["mur"]["usage_total"]
+    assert (reply["mur"]["run"], replay["mur"]["run"]) == (
+        {"outcome": "new", "idempotency_key": "order-1"},
+        {"outcome": "replayed", "idempotency_key": "order-1"},
+    )
+    other = ask(url, "order-2")
+    assert other.json()["id"] != reply["id"] and backbone.asked() == [1, 2, 3] * 2
+
+
+def test_a_retry_streams_the_recorded_reply(serve: Callable[..., tuple[str, Any]]) -> None:
+    backbone = Backbone()
+    url, _ = serve(backbone)
+    reply = ask(url, "stream-me").json()
+    body = {"model": MODEL, "messages": QUESTION, "stream": True}
+    body["stream_options"] = {"include_usage": True}
+    with httpx.stream(
+        "POST", f"{url}/chat/completions", json=body, headers={"Idempotency-Key": "stream-me"}
+    ) as streamed:
+        chunks = [line.removeprefix("data: ") for line in streamed.iter_lines() if line]
+    assert chunks[-1] == "[DONE]"
+    parsed = [json.loads(c) for c in chunks[:-1]]
+    text = "".join(c["choices"][0]["delta"].get("content") or "" for c in parsed if c["choices"])
+    assert text == CONTENT and {c["id"] for c in parsed} == {reply["id"]}
+    assert all(c["mur_step"]["restored"] for c in parsed[:3])
+    assert parsed[-2]["mur"]["run"]["outcome"] == "replayed"
+    assert parsed[-1]["usage"]["completion_tokens"] == 0
+    assert backbone.asked() == [1, 2, 3]
+
+
+def test_a_key_reused_for_another_request_is_422(serve: Callable[..., tuple[str, Any]]) -> None:
+    """Neither a stopped run (free to resume) nor a finished one is given to another body."""
+    backbone = Backbone(fail_at=3)
+    url, _ = serve(backbone)
+    assert ask(url, "k-422").status_code == 502  # stopped after step 2
+    backbone.failing.clear()
+    other_question = ask(url, "k-422", messages=[{"role": "user", "content": "And 6 * 8?"}])
+    assert ask(url, "k-422").json()["mur"]["run"]["outcome"] == "resumed"
+    other_settings = ask(url, "k-422", mur={"max_steps": 5})
+    for refused in (other_question, other_settings):
+        assert refused.status_code == 422
+        error = refused.json()["error"]
+        assert error["code"] == "idempotency_key_reused" and "'k-422'" in error["message"]
+    assert ask(url, "k-422", stream=True).status_code == 200  # streaming is no other request
+    assert backbone.asked() == [1, 2, 3, 3]
+
+
+@pytest.mark.parametrize(
+    ("headers", "mur", "param"),
+    [
+        ({"Idempotency-Key": "x" * 256}, None, "Idempotency-Key"),
+        ({"Idempotency-Key": "clé".encode("latin-1")}, None, "Idempotency-Key"),
+        ({}, {"idempotency_key": "  "}, "mur.idempotency_key"),
+        ({}, {"idempotency_key": 7}, "mur.idempotency_key"),
+        ({"Idempotency-Key": "a"}, {"idempotency_key": "b"}, "mur.idempotency_key"),
+    ],
+    ids=["too long", "not ascii", "blank", "not a string", "header and field differ"],
+)
+def test_a_bad_idempotency_key_is_400(
+    serve: Callable[..., tuple[str, Any]], headers: dict[str, Any], mur: Any, param: str
+) -> None:
+    url, _ = serve(Backbone())
+    body: dict[str, Any] = {"model": MODEL, "messages": QUESTION, "mur": mur}
+    reply = httpx.post(f"{url}/chat/completions", json=body, headers=headers)
+    assert reply.status_code == 400 and reply.json()["error"]["param"] == param
+
+
+# ------------------------------------------------------------------------- callers
+
+
+def test_keys_are_scoped_to_the_callers_api_key(serve: Callable[..., tuple[str, Any]]) -> None:
+    """Bob sending Alice's idempotency key gets a run of his own: he neither reads her reply
+    nor resumes her stopped run; Alice then resumes hers."""
+    backbone = Backbone(fail_at=3)
+    url, _ = serve(backbone, api_key=[ALICE, BOB])
+    assert ask(url, "shared", api_key=ALICE).status_code == 502  # stopped at step 3
+    assert backbone.asked() == [1, 2, 3]
+    backbone.failing.clear()
+    bob = ask(url, "shared", api_key=BOB).json()
+    assert bob["mur"]["run"]["outcome"] == "new"
+    assert backbone.asked()[3:] == [1, 2, 3], "Bob resumed Alice's run"
+    alice = ask(url, "shared", api_key=ALICE).json()
+    assert alice["mur"]["run"]["outcome"] == "resumed" and backbone.asked()[6:] == [3]
+    assert ask(url, "shared", api_key=BOB).json()["id"] == bob["id"] != alice["id"]
+    assert ask(url, "shared", api_key=ALICE).json()["id"] == alice["id"]
+    assert ask(url, "shared", api_key="carol").status_code == 401
+
+
+# -------------------------------------------------------------------------- resume
+
+
+def test_a_stopped_run_resumes_after_its_last_finished_node(
+    serve: Callable[..., tuple[str, Any]],
+) -> None:
+    backbone = Backbone(fail_at=3)
+    url, _ = serve(backbone)
+    failed = ask(url, "resume-me")
+    assert failed.status_code == 502 and "scripted failure" in failed.json()["error"]["message"]
+    backbone.failing.clear()
+    resumed = ask(url, "resume-me").json()
+    assert backbone.asked() == [1, 2, 3, 3], "steps 1 and 2 were computed again"
+    assert resumed["choices"][0]["message"]["content"] == CONTENT
+    assert resumed["mur"]["run"]["outcome"] == "resumed"
+    # This request generated step 3 (6 tokens); the run, all three steps, each counted once.
+    assert resumed["usage"]["completion_tokens"] == 6
+    assert resumed["mur"]["usage_total"]["completion_tokens"] == 14
+    assert ask(url, "resume-me").json()["id"] == resumed["id"]
+
+
+def test_a_resumed_stream_sends_the_kept_steps_then_the_new_ones(
+    serve: Callable[..., tuple[str, Any]],
+) -> None:
+    backbone = Backbone(fail_at=3)
+    url, _ = serve(backbone)
+    assert ask(url, "stream-resume").status_code == 502
+    backbone.failing.clear()
+    body = {"model": MODEL, "messages": QUESTION, "stream": True}
+    with httpx.stream(
+        "POST", f"{url}/chat/completions", json=body, headers={"Idempotency-Key": "stream-resume"}
+    ) as streamed:
+        chunks = [line.removeprefix("data: ") for line in streamed.iter_lines() if line]
+    parsed = [json.loads(c) for c in chunks[:-1]]
+    steps = [c["mur_step"] for c in parsed if "mur_step" in c]
+    assert [(s["index"], s.get("restored", False)) for s in steps] == [
+        (1, True),
+        (2, True),
+        (3, False),
+    ]
+    assert "".join(c["choices"][0]["delta"].get("content") or "" for c in parsed) == CONTENT
+    assert parsed[-1]["mur"]["run"]["outcome"] == "resumed"
+    assert backbone.asked() == [1, 2, 3, 3]
+
+
+def test_a_run_its_client_left_is_freed_and_its_retry_resumes_at_once(
+    serve: Callable[..., tuple[str, Any]], database: Path
+) -> None:
+    """The client gives up during step 2: the run is cancelled, its claim freed (no 409, no
+    lease to wait for), and the retry recomputes only the node that was in flight."""
+    backbone = Backbone(hold_at=2)
+    url, app = serve(backbone, lease_seconds=30)
+    with pytest.raises(httpx.ReadTimeout):
+        ask(url, "impatient", timeout=0.5)
+    assert wait_until(lambda: app.state.service.in_flight == 0, 5)
+    assert rows(database, "SELECT status FROM mur_runs") == [("failed",)]
+    backbone.release.set()
+    retry = ask(url, "impatient")
+    assert retry.status_code == 200 and retry.json()["mur"]["run"]["outcome"] == "resumed"
+    assert backbone.asked() == [1, 2, 2, 3]
+    assert retry.json()["choices"][0]["message"]["content"] == CONTENT
+
+
+def test_a_draining_replica_takes_no_new_run(serve: Callable[..., tuple[str, Any]]) -> None:
+    url, app = serve(Backbone())
+    app.state.service.stop_taking_runs()
+    refused = ask(url, "late")
+    assert refused.status_code == 503 and refused.json()["error"]["code"] == "draining"
+    assert refused.headers["retry-after"] == "1"
+
+
+# -------------------------------------------------------------------------- leases
+
+
+def test_a_key_whose_run_is_still_running_gets_409_with_retry_after(
+    serve: Callable[..., tuple[str, Any]],
+) -> None:
+    backbone = Backbone(hold_at=2)
+    url, app = serve(backbone, lease_seconds=3)
+    first: list[httpx.Response] = []
+    holder = threading.Thread(target=lambda: first.append(ask(url, "busy")))
+    holder.start()
+    try:
+        assert wait_until(lambda: app.state.service.in_flight == 1, 5)
+        refused = ask(url, "busy")
+    finally:
+        backbone.release.set()
+        holder.join(30)
+    assert refused.status_code == 409 and refused.json()["error"]["code"] == "run_in_progress"
+    assert 1 <= int(refused.headers["retry-after"]) <= 3 and "'busy'" in refused.text
+    assert first[0].status_code == 200
+    assert ask(url, "busy").json()["id"] == first[0].json()["id"]
+    assert backbone.asked() == [1, 2, 3]
+
+
+def test_a_dead_replicas_run_is_taken_over_once_its_lease_expires(
+    serve: Callable[..., tuple[str, Any]], database: Path
+) -> None:
+    """The run stopped at step 3; the ledger then says another replica holds it with a lease
+    it no longer renews (it died). Until the lease ends: 409; then this replica resumes it."""
+    backbone = Backbone(fail_at=3)
+    url, _ = serve(backbone, replica_id="replica-b")
+    assert ask(url, "orphan").status_code == 502
+    backbone.failing.clear()
+    rows(
+        database,
+        "UPDATE mur_runs SET status = 'running', owner = 'replica-a', "
+        "lease_expires = (julianday('now') - 2440587.5) * 86400.0 + 1.5",
+    )
+    refused = ask(url, "orphan")
+    assert refused.status_code == 409 and int(refused.headers["retry-after"]) in (1, 2)
+    time.sleep(1.6)
+    taken = ask(url, "orphan").json()
+    assert taken["mur"]["run"]["outcome"] == "resumed" and backbone.asked() == [1, 2, 3, 3]
+    assert rows(database, "SELECT owner, status, claims FROM mur_runs") == [
+        ("replica-b", "finished", 2)
+    ]
+
+
+def test_a_run_whose_lease_was_taken_over_stops_and_answers_409(
+    serve: Callable[..., tuple[str, Any]], database: Path
+) -> None:
+    """This replica stalled past its lease and another took the run: the lease renewal finds
+    it lost and cancels the run, so only the new owner's reply is ever recorded."""
+    backbone = Backbone(hold_at=2)
+    url, app = serve(backbone, lease_seconds=0.6)
+    answers: list[httpx.Response] = []
+    holder = threading.Thread(target=lambda: answers.append(ask(url, "stolen")))
+    holder.start()
+    try:
+        assert wait_until(lambda: app.state.service.in_flight == 1, 5)
+        rows(database, "UPDATE mur_runs SET owner = 'replica-z'")
+        holder.join(10)
+    finally:
+        backbone.release.set()
+        holder.join(30)
+    assert answers and answers[0].status_code == 409
+    assert answers[0].json()["error"]["code"] == "run_taken_over"
+    assert rows(database, "SELECT owner, status FROM mur_runs") == [("replica-z", "running")]
+
+
+# ------------------------------------------------------------- checkpoints, pruning
+
+
+def test_a_run_without_a_key_is_checkpointed_then_deleted(
+    serve: Callable[..., tuple[str, Any]], database: Path
+) -> None:
+    backbone = Backbone(hold_at=2)
+    url, _ = serve(backbone)
+    answers: list[httpx.Response] = []
+    holder = threading.Thread(target=lambda: answers.append(ask(url)))
+    holder.start()
+    try:  # held at step 2: step 1's checkpoints are written
+        assert wait_until(lambda: bool(rows(database, "SELECT * FROM checkpoints")), 5)
+        threads = rows(database, "SELECT DISTINCT thread_id FROM checkpoints")
+        assert len(threads) == 1 and threads[0][0].startswith("once-")
+        assert rows(database, "SELECT status FROM mur_runs") == [("running",)]
+    finally:
+        backbone.release.set()
+        holder.join(30)
+    assert answers[0].status_code == 200 and answers[0].json()["mur"]["run"]["outcome"] == "new"
+    assert rows(database, "SELECT COUNT(*) FROM checkpoints") == [(0,)]
+    assert rows(database, "SELECT COUNT(*) FROM mur_runs") == [(0,)]
+
+
+def test_finished_runs_are_pruned_after_keep_finished(
+    serve: Callable[..., tuple[str, Any]], database: Path
+) -> None:
+    backbone = Backbone()
+    url, _ = serve(backbone, keep_finished=0.5)
+    first = ask(url, "short-lived").json()
+    started = time.monotonic()
+    assert rows(database, "SELECT status FROM mur_runs") == [("finished",)]
+    assert rows(database, "SELECT COUNT(*) FROM checkpoints")[0][0] > 0
+    assert wait_until(lambda: not rows(database, "SELECT * FROM mur_runs"), 10)
+    assert time.monotonic() - started >= 0.4, "pruned before keep_finished"
+    assert rows(database, "SELECT COUNT(*) FROM checkpoints") == [(0,)]
+    assert rows(database, "SELECT COUNT(*) FROM writes") == [(0,)]
+    again = ask(url, "short-lived").json()  # the key is free again: a new run
+    assert again["mur"]["run"]["outcome"] == "new" and again["id"] != first["id"]
+    assert backbone.asked() == [1, 2, 3] * 2
+
+
+# ----------------------------------------------------------------------- the command
+
+
+def test_the_checkpointer_comes_from_the_flag_the_variable_or_mur_home(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("MUR_HOME", str(tmp_path))
+    monkeypatch.delenv("MUR_CHECKPOINTER", raising=False)
+    parse = build_parser().parse_args
+    assert checkpointer_target(parse([])) == str(tmp_path / "endpoint" / "checkpoints.sqlite")
+    monkeypatch.setenv("MUR_CHECKPOINTER", "postgresql://u@db/mur")
+    assert checkpointer_target(parse([])) == "postgresql://u@db/mur"
+    assert checkpointer_target(parse(["--checkpointer", "x.sqlite"])) == "x.sqlite"
+
+
+@pytest.mark.parametrize(
+    "target",
+    ["mysql://mur:s3cret-pw@db/mur", "postgresql://mur:s3cret-pw@127.0.0.1:notaport/mur"],
+    ids=["unknown kind", "bad port"],
+)
+def test_a_bad_checkpointer_stops_the_endpoint_with_one_line(
+    target: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["--checkpointer", target]) == 1
+    captured = capsys.readouterr()
+    err = captured.err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith(f"{PROG}: ")
+    assert "mur:***@" in err and "s3cret-pw" not in captured.out + captured.err
