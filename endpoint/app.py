@@ -127,6 +127,23 @@ async def answer(
     return Response(dump(reply), media_type="application/json")
 
 
+def health_reply(service: RunService, key: ApiKey | None, request: Request) -> Response:
+    """GET /health: 200, or 503 while draining so a load balancer's health check takes this
+    replica out; which servers it talks to and its runs only for a caller with the key."""
+    status = "ok" if service.accepting else "draining"
+    code, headers = (200, None) if service.accepting else (503, {"Retry-After": "1"})
+    if key is not None and not key.admits(Headers(scope=request.scope)):
+        return JSONResponse({"status": status}, code, headers)
+    details = {
+        "status": status,
+        "backbone": describe_model(service.backbone),
+        "verifier": describe_model(service.verifier),
+        "runs_in_flight": service.in_flight,
+        "max_runs": service.max_runs,
+    }
+    return JSONResponse(details, code, headers)
+
+
 def create_app(
     backbone: BaseChatModel,
     verifier: BaseChatModel | None = None,
@@ -180,22 +197,7 @@ def create_app(
 
     @app.get("/health")
     async def health(request: Request) -> Response:
-        # 503 while draining, so a load balancer's health check takes this replica out.
-        status = "ok" if service.accepting else "draining"
-        code, headers = (200, None) if service.accepting else (503, {"Retry-After": "1"})
-        if key is not None and not key.admits(Headers(scope=request.scope)):
-            return JSONResponse({"status": status}, code, headers)
-        return JSONResponse(
-            {
-                "status": status,
-                "backbone": describe_model(service.backbone),
-                "verifier": describe_model(service.verifier),
-                "runs_in_flight": service.in_flight,
-                "max_runs": service.max_runs,
-            },
-            code,
-            headers,
-        )
+        return health_reply(service, key, request)
 
     @app.post(
         "/v1/chat/completions",

@@ -34,15 +34,23 @@ TEST_DATA = Path(__file__).resolve().parent / "data"
 """A small benchmark file of the tests' own (math500 format): see tests/data/README.md."""
 
 
+# Tests too long for `make test`'s 20 minutes, run when the -m expression names their marker.
+OPT_IN = {
+    "all_strategies": "all four strategies: -m all_strategies",
+    "chaos": "the chaos benchmark in miniature: -m chaos",
+}
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Integration tests without a time limit of their own get INTEGRATION_TIMEOUT_S; tests
-    marked `all_strategies` run only when the -m expression names that marker."""
-    asked = "all_strategies" in (config.getoption("markexpr") or "")
+    with an OPT_IN marker run only when the -m expression names that marker."""
+    expression = config.getoption("markexpr") or ""
     for item in items:
         if item.get_closest_marker("integration") and not item.get_closest_marker("timeout"):
             item.add_marker(pytest.mark.timeout(INTEGRATION_TIMEOUT_S))
-        if item.get_closest_marker("all_strategies") and not asked:
-            item.add_marker(pytest.mark.skip(reason="all four strategies: -m all_strategies"))
+        for marker, reason in OPT_IN.items():
+            if item.get_closest_marker(marker) and marker not in expression:
+                item.add_marker(pytest.mark.skip(reason=reason))
 
 
 @pytest.fixture

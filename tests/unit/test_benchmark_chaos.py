@@ -35,6 +35,8 @@ def table_rows(out: str) -> dict[str, dict[str, str]]:
     return rows
 
 
+@pytest.mark.chaos
+@pytest.mark.timeout(180)
 def test_a_short_chaos_run_loses_nothing(capsys: pytest.CaptureFixture[str]) -> None:
     try:
         binaries()
