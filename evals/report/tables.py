@@ -50,7 +50,7 @@ from mur.evals.report.pairing import (
 from mur.evals.report.plots import plot_accuracy_vs_tokens, plot_gamma_sweep
 from mur.evals.report.rows import Row, RunTime
 from mur.evals.report.trace_report import online_check, online_markdown, trace_section
-from mur.servers.cli import OneLineParser
+from mur.servers.cli import OneLineParser, positive_float, positive_int
 
 
 @dataclass(frozen=True)
@@ -265,20 +265,6 @@ def _finite(value: Any) -> Any:
     return value
 
 
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    value = float(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
-    return value
-
-
 PROG = "mur report"
 
 
@@ -298,12 +284,12 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--headline-gamma",
-        type=_positive_float,
+        type=positive_float,
         default=HEADLINE_GAMMA,
         help="the MUR gamma the headline compares with always (default 0.9, the paper's)",
     )
     parser.add_argument(
-        "--resamples", type=_positive_int, default=stats.RESAMPLES, help="bootstrap resamples"
+        "--resamples", type=positive_int, default=stats.RESAMPLES, help="bootstrap resamples"
     )
     parser.add_argument("--seed", type=int, default=stats.SEED, help="bootstrap seed")
     parser.add_argument(

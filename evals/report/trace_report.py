@@ -87,12 +87,13 @@ def analyse(
         at_k=[sum(majority_at(q, j) for q in questions) / len(questions) for j in range(1, k + 1)],
         aurocs=aurocs,
         rules=list(rules.values()),
-        decisions=_decide(questions, majority, weighted, esc, aurocs, resamples, seed),
+        decisions=_decide(questions, k, majority, weighted, esc, aurocs, resamples, seed),
     )
 
 
 def _decide(
     questions: Sequence[Question],
+    k: int,
     majority: RuleResult,
     weighted: RuleResult,
     esc: RuleResult,
@@ -111,7 +112,7 @@ def _decide(
     return [
         Decision(
             "H4",
-            "parallel scaling pays: majority@k - single-trace accuracy > 0",
+            f"parallel scaling pays: majority@{k} - single-trace accuracy > 0",
             sum(gains) / len(gains),
             h4,
             bool(h4 is not None and h4.low > 0),
@@ -126,7 +127,7 @@ def _decide(
         ),
         Decision(
             "H6",
-            "economy: mur-esc - majority@k, lower bound > -2 points, at <= 0.5x the tokens",
+            f"economy: mur-esc - majority@{k}, lower bound > -2 points, at <= 0.5x the tokens",
             esc_diff,
             esc_interval,
             bool(
@@ -139,7 +140,7 @@ def _decide(
         ),
         Decision(
             "H7",
-            "weighting: momentum-weighted vote - majority@k > 0",
+            f"weighting: momentum-weighted vote - majority@{k} > 0",
             h7_diff,
             h7_interval,
             bool(h7_interval is not None and h7_interval.low > 0),

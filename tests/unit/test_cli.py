@@ -23,6 +23,7 @@ from mur.cli.printer import Printer
 from mur.cli.registry import MUR
 from mur.evals.questions import loading as datasets
 from mur.graphs import Context
+from mur.servers.cli import OneLineParser, positive_float, positive_int
 from mur.servers.connect import Connection
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -286,3 +287,26 @@ def test_the_usage_error_is_one_line_through_the_shell() -> None:
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.startswith("run.py: error: argument --strategy: invalid choice: 'beam'")
     assert done.stderr.endswith("; see --help\n") and done.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["--runs", "0"], "argument --runs: must be >= 1, got 0"),
+        (["--runs", "two"], "argument --runs: 'two' is not an integer"),
+        (["--share", "-0.5"], "argument --share: must be > 0, got -0.5"),
+        (["--share", "inf"], "argument --share: must be > 0, got inf"),
+        (["--share", "half"], "argument --share: 'half' is not a number"),
+    ],
+)
+def test_positive_flags_refuse_bad_values_in_one_line(
+    argv: list[str], says: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    parser = OneLineParser(prog="mur demo")
+    parser.add_argument("--runs", type=positive_int)
+    parser.add_argument("--share", type=positive_float)
+    assert vars(parser.parse_args(["--runs", "3", "--share", "0.5"])) == {"runs": 3, "share": 0.5}
+    with pytest.raises(SystemExit) as exit_:
+        parser.parse_args(argv)
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err == f"mur demo: error: {says}; see --help\n"
