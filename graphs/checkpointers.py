@@ -15,6 +15,7 @@ database's clock, so replicas share one clock). A target that cannot be used rai
 
 from __future__ import annotations
 
+import asyncio
 import re
 import sqlite3
 from collections.abc import AsyncIterator, Sequence
@@ -35,7 +36,16 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 MEMORY = ":memory:"
 FORMS = "a file path, sqlite:///PATH or postgresql://USER:PASSWORD@HOST:PORT/DATABASE"
-SETUP_LOCK = 0x6D75725F7365  # pg_advisory_lock key: replicas starting at once set up in turn
+SETUP_LOCK = 0x6D75725F7365  # advisory lock key: replicas starting at once set up in turn
+SETUP_LOCK_POLL_S = 0.1
+"""How often a replica asks again for the setup lock another one holds. It asks
+(pg_try_advisory_lock) instead of waiting in pg_advisory_lock: a session waiting in a
+statement holds a snapshot, and the holder's setup runs LangGraph's migrations, among them
+CREATE INDEX CONCURRENTLY, which waits until every older snapshot in the database is gone.
+The build (on one connection of the holder's pool) then waited for the waiting replica's
+snapshot, that replica for the lock, and the lock (held on another connection of that pool)
+for the build to end: a deadlock PostgreSQL cannot see (nothing tells it that two sessions
+are one process). Both replicas hung at start (the chaos benchmark, BENCHMARKS.md)."""
 POOL_WAIT_S = 5.0
 """How long a statement waits for a pooled connection before the database counts as down
 (PoolTimeout: the endpoint's 503 naming it). LangGraph's Postgres saver writes under one lock,
@@ -278,7 +288,7 @@ async def _postgres(
         try:
             await pool.open(wait=True, timeout=connect_timeout)
             async with pool.connection() as conn:
-                await conn.execute("SELECT pg_advisory_lock(%s)", (SETUP_LOCK,))
+                await _take_setup_lock(conn)
                 try:
                     await saver.setup()
                     for statement in schema:
@@ -294,6 +304,17 @@ async def _postgres(
         yield CheckpointStore(saver, database, target)
     finally:
         await pool.close()
+
+
+async def _take_setup_lock(conn: psycopg.AsyncConnection[DictRow]) -> None:
+    """The setup lock for this session, once no other holds it; between two asks the session
+    is idle, holding no snapshot a concurrent index build would wait for (SETUP_LOCK_POLL_S)."""
+    while True:
+        cursor = await conn.execute("SELECT pg_try_advisory_lock(%s) AS taken", (SETUP_LOCK,))
+        row = await cursor.fetchone()
+        if row is not None and row["taken"]:
+            return
+        await asyncio.sleep(SETUP_LOCK_POLL_S)
 
 
 async def _probe(target: CheckpointTarget, timeout: float) -> None:

@@ -45,8 +45,10 @@ def test_a_short_chaos_run_loses_nothing(capsys: pytest.CaptureFixture[str]) -> 
             pytest.fail(str(exc), pytrace=False)
         pytest.skip(str(exc))
     argv = ["--seconds", "12", "--clients", "8", "--kill-every", "4:6", "--lease-seconds", "2"]
-    assert main([*argv, "--port", str(free_ports())]) == 0, capsys.readouterr().out
-    rows = table_rows(capsys.readouterr().out)
+    status = main([*argv, "--port", str(free_ports())])
+    said = capsys.readouterr()
+    assert status == 0, said.out + said.err  # why it failed is on stderr
+    rows = table_rows(said.out)
     baseline, kills = rows["baseline"], rows["kills"]
     for row in (baseline, kills):
         assert row["lost"] == row["answered twice, differently"] == row["wrong answers"] == "0"

@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 from langchain_core.messages import BaseMessage
 
@@ -27,6 +28,7 @@ from mur.endpoint.cli import PROG, main
 from mur.endpoint.ledger import SCHEMA, RunLedger
 from mur.graphs import Context, build_graph
 from mur.graphs.checkpointers import (
+    SETUP_LOCK,
     CheckpointerError,
     CheckpointStore,
     open_checkpointer,
@@ -179,6 +181,42 @@ async def test_the_ledger_gives_a_run_to_exactly_one_of_two_racing_replicas(
         )
         assert sum(count for _, count in holders) == 20
         assert await a.claim("run-0", "another body", True, "replica-a", 30) is None
+
+
+async def test_two_replicas_setting_up_a_fresh_database_at_once_both_start(pg_url: str) -> None:
+    """One replica sets up (LangGraph's migrations build indexes CONCURRENTLY: each waits for
+    every older snapshot in the database) while the other waits for the setup lock. Waiting in
+    pg_advisory_lock held a snapshot, so the build waited for the waiter and the waiter for the
+    lock: both hung for good (the chaos miniature's replicas never answered /health). The lock
+    is held here until both replicas wait for it, so that they meet this way every time."""
+    other_sessions = """SELECT COUNT(*) FROM pg_stat_activity WHERE datname = current_database()
+        AND pid <> pg_backend_pid() AND query LIKE %s"""
+
+    async def replica() -> list[tuple[Any, ...]]:
+        async with open_checkpointer(pg_url, schema=SCHEMA) as store:
+            return await store.database.execute("SELECT COUNT(*) FROM mur_runs")
+
+    async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as holder:
+        await holder.execute("SELECT pg_advisory_lock(%s)", (SETUP_LOCK,))
+        replicas = [asyncio.create_task(replica()) for _ in range(2)]
+        waiting = 0
+        for _ in range(600):  # both asked for the lock (at most 60 s on a busy machine)
+            row = await (await holder.execute(other_sessions, ("%advisory_lock%",))).fetchone()
+            waiting = row[0] if row else 0
+            if waiting == 2 or any(task.done() for task in replicas):
+                break
+            await asyncio.sleep(0.1)
+        await holder.execute("SELECT pg_advisory_unlock(%s)", (SETUP_LOCK,))
+        _, hung = await asyncio.wait(replicas, timeout=60)
+        if hung:  # end the deadlock, so the test fails instead of hanging
+            await holder.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+            await asyncio.gather(*hung, return_exceptions=True)
+            pytest.fail(f"{len(hung)} of 2 replicas still setting up after 60 s: a deadlock")
+        assert [task.result() for task in replicas] == [[(0,)], [(0,)]]
+        assert waiting == 2, "the replicas did not both wait for the setup lock"
 
 
 async def test_the_endpoint_over_postgres_resumes_on_another_replica(pg_url: str) -> None:
