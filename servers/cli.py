@@ -10,10 +10,13 @@ entry point may import.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
-from typing import Any, NoReturn
+from collections.abc import Callable
+from typing import Any, NoReturn, TypeVar
 
 USAGE_EXIT = 2  # argparse's own status for a usage error
+Number = TypeVar("Number", int, float)
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -43,21 +46,19 @@ def usage_error(prog: str, message: str) -> int:
 
 def positive_int(text: str) -> int:
     """argparse type: an integer >= 1 (a bad value is the parser's one-line error)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
+    return _positive(text, int, "an integer")
 
 
 def positive_float(text: str) -> float:
     """argparse type: a finite number > 0."""
+    return _positive(text, float, "a number")
+
+
+def _positive(text: str, kind: Callable[[str], Number], noun: str) -> Number:
     try:
-        value = float(text)
+        value = kind(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not {noun}") from None
+    if not 0 < value < math.inf:
         raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
     return value

@@ -292,7 +292,7 @@ def test_the_usage_error_is_one_line_through_the_shell() -> None:
 @pytest.mark.parametrize(
     ("argv", "says"),
     [
-        (["--runs", "0"], "argument --runs: must be >= 1, got 0"),
+        (["--runs", "0"], "argument --runs: must be > 0, got 0"),
         (["--runs", "two"], "argument --runs: 'two' is not an integer"),
         (["--share", "-0.5"], "argument --share: must be > 0, got -0.5"),
         (["--share", "inf"], "argument --share: must be > 0, got inf"),

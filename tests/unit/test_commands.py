@@ -34,7 +34,7 @@ NAMES = [words.removeprefix("mur ") for words in SUBCOMMANDS]
 BAD_INPUT = {
     "solve": (["--strategy", "beam"], "argument --strategy: invalid choice: 'beam'"),
     "servers": (["up", "--profile", "no-such-profile"], "invalid choice: 'no-such-profile'"),
-    "endpoint": (["--max-runs", "0"], "--max-runs: must be >= 1, got 0"),
+    "endpoint": (["--max-runs", "0"], "--max-runs: must be > 0, got 0"),
     "report": (["/nonexistent/run"], "/nonexistent/run"),
     "compare": (["/nonexistent/a", "/nonexistent/b"], "/nonexistent/a"),
     "records": (["drop", "/nonexistent/run", "--gate", "mur"], "no records.jsonl"),

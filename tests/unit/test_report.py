@@ -393,7 +393,7 @@ def test_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_info:
         main([str(folder), "--resamples", "0"])
     assert exit_info.value.code == 2
-    assert "--resamples: must be >= 1, got 0" in capsys.readouterr().err
+    assert "--resamples: must be > 0, got 0" in capsys.readouterr().err
 
 
 def test_percentile_and_mean_of_nothing_are_nan() -> None:
