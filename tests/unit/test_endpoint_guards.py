@@ -284,7 +284,7 @@ def test_cli_defaults_to_loopback_and_rejects_bad_flags(capsys: pytest.CaptureFi
     assert not is_loopback("0.0.0.0") and not is_loopback("example.org")
     with pytest.raises(SystemExit) as caught:
         main(["--max-runs", "0"])
-    assert caught.value.code == 2 and "--max-runs: must be >= 1" in capsys.readouterr().err
+    assert caught.value.code == 2 and "--max-runs: must be > 0" in capsys.readouterr().err
     assert main(["--model", "m"]) == 2  # refused before any server is probed
     assert (
         capsys.readouterr().err.strip()
