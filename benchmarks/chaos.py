@@ -129,7 +129,7 @@ class Monkey(threading.Thread):
                 up = [c for c in self.supervisor.replicas if c.alive() and c.ready]
                 now = time.monotonic()
                 due = next_kill <= now < self.until and len(up) == REPLICAS
-                busy = [i for i, c in enumerate(up) if runs_in_flight(c)] if due else []
+                busy = [i for i, c in enumerate(up) if runs_in_flight(c.root)] if due else []
                 if busy:
                     index = self.rng.choice(busy)
                     pid = self.supervisor.kill(index)
@@ -143,10 +143,11 @@ class Monkey(threading.Thread):
             self.failure = exc
 
 
-def runs_in_flight(replica: Child) -> int:
-    """The runs a replica says it executes (its /health), 0 if it does not answer."""
+def runs_in_flight(root: str) -> int:
+    """The runs the endpoint at `root` says it executes (its /health, draining or not), 0 if
+    it does not answer."""
     try:
-        reply = httpx.get(f"{replica.root}/health", timeout=1.0)
+        reply = httpx.get(f"{root}/health", timeout=1.0)
         return int(reply.json().get("runs_in_flight", 0))
     except (httpx.HTTPError, ValueError):
         return 0

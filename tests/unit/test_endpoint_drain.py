@@ -20,6 +20,7 @@ from typing import Any
 import httpx
 
 from faulty_server import MODEL, faulty_server
+from mur.benchmarks.chaos import runs_in_flight
 from postgres import free_port
 from waiting import wait_until
 
@@ -74,11 +75,6 @@ def ask(url: str, replies: list[httpx.Response], key: str | None = None) -> thre
     return thread
 
 
-def in_flight(url: str) -> int:
-    reply = health(url)
-    return int(reply.json().get("runs_in_flight", 0)) if reply is not None else 0
-
-
 def test_sigterm_refuses_new_runs_and_lets_the_run_in_flight_finish(tmp_path: Path) -> None:
     with (
         faulty_server(["slowstep:1.5", "slowstep:1.5", "ok"]) as backbone,
@@ -89,7 +85,7 @@ def test_sigterm_refuses_new_runs_and_lets_the_run_in_flight_finish(tmp_path: Pa
     ):
         replies: list[httpx.Response] = []
         first = ask(url, replies, key="first")
-        assert wait_until(lambda: in_flight(url) == 1, 30)
+        assert wait_until(lambda: runs_in_flight(url) == 1, 30)
         process.send_signal(signal.SIGTERM)
         assert wait_until(lambda: (health(url) or httpx.Response(0)).status_code == 503, 10)
         refused = httpx.post(
@@ -143,7 +139,7 @@ def test_a_second_signal_exits_at_once(tmp_path: Path) -> None:
     ):
         replies: list[httpx.Response] = []
         ask(url, replies, key="stuck")
-        assert wait_until(lambda: in_flight(url) == 1, 30)
+        assert wait_until(lambda: runs_in_flight(url) == 1, 30)
         process.send_signal(signal.SIGTERM)
         time.sleep(0.5)
         started = time.monotonic()
