@@ -4,9 +4,13 @@ A crash can only ever cut the last line short; reopening the store drops such a 
 rerun with the same folder skips exactly what is done and never counts anything twice.
 
 Full traces make about 8 KB a run, so a table of a thousand runs would be 8 MB of text in the
-repository. Once records.jsonl passes PACK_AT bytes its records move into records.jsonl.gz
-(about 7x smaller), rewritten whole beside itself and swapped in atomically; the plain file
-then starts empty again. Readers take both files, so a folder is read the same at any moment.
+repository. Once records.jsonl passes PACK_AT bytes its records move into the packed volumes
+(gzip, about 7x smaller): records.jsonl.gz, then records.2.jsonl.gz, records.3.jsonl.gz, ...
+A pack rewrites only the last volume, beside itself, and swaps it in atomically; once a volume
+passes VOLUME_AT bytes the next one starts, so no file of a long experiment outgrows what a
+repository should hold and a pack's work stays small. The plain file then starts empty again.
+Readers take every file, a record found twice counting once, so a folder is read the same at
+any moment.
 
 Several `mur solve` processes may write into one folder at once (e.g. the random baseline started
 while the main phase's last questions finish): every change to a folder's files happens under
@@ -17,6 +21,7 @@ between another's append and its own reading of it.
 from __future__ import annotations
 
 import gzip
+import io
 import json
 import os
 import sys
@@ -32,6 +37,8 @@ from mur.servers.cli import OneLineParser
 RECORDS = "records.jsonl"
 PACKED = "records.jsonl.gz"
 PACK_AT = 1 << 20  # bytes of plain records before they are packed
+VOLUME_AT = 1_500_000  # bytes of a packed volume before the next one starts
+VOLUME_MAX = 2_000_000  # bytes no volume should pass: a repository's limit for one file
 ERRORS = "errors.jsonl"
 SETTINGS = "settings.json"
 LOCK = ".records.lock"
@@ -67,12 +74,28 @@ def _packed_lines(path: Path) -> Iterator[RunRecord]:
                 yield json.loads(raw)
 
 
+def _volume(folder: Path, number: int) -> Path:
+    """Packed volume ``number`` (from 1): records.jsonl.gz, records.2.jsonl.gz, ..."""
+    return folder / (PACKED if number == 1 else f"records.{number}.jsonl.gz")
+
+
+def _volumes(folder: Path) -> list[int]:
+    """The numbers of a folder's packed volumes, in order."""
+    numbers = [1] if (folder / PACKED).exists() else []
+    for path in folder.glob("records.*.jsonl.gz"):
+        middle = path.name[len("records.") : -len(".jsonl.gz")]
+        if middle.isdigit() and int(middle) >= 2:
+            numbers.append(int(middle))
+    return sorted(numbers)
+
+
 def _folder_records(folder: Path) -> list[RunRecord]:
-    """Packed records, then plain ones; a record in both (a pack stopped between swapping
-    the packed file in and emptying the plain one) counts once."""
+    """Packed records, volume by volume, then plain ones; a record in two files (a pack
+    stopped between swapping a volume in and emptying the plain file) counts once."""
     seen: set[str] = set()
     records = []
-    for record in (*_packed_lines(folder / PACKED), *_complete_lines(folder / RECORDS)):
+    packed = (_packed_lines(_volume(folder, number)) for number in _volumes(folder))
+    for record in (*(r for volume in packed for r in volume), *_complete_lines(folder / RECORDS)):
         if record["key"] not in seen:
             seen.add(record["key"])
             records.append(record)
@@ -81,7 +104,28 @@ def _folder_records(folder: Path) -> list[RunRecord]:
 
 def has_records(folder: str | os.PathLike[str]) -> bool:
     """Whether a benchmark has written into this folder (plain or packed records)."""
-    return (Path(folder) / RECORDS).exists() or (Path(folder) / PACKED).exists()
+    return (Path(folder) / RECORDS).exists() or bool(_volumes(Path(folder)))
+
+
+def _compressed(records: Sequence[RunRecord], limit: int) -> list[bytes]:
+    """``records`` as gzip volumes in order, each started anew once the one before passes
+    ``limit`` bytes (at least one volume, empty for no records). Level 9, mtime 0 and no file
+    name: the same records give the same bytes, so git sees no change where there is none."""
+    volumes: list[bytes] = []
+    buffer = io.BytesIO()
+    gz = gzip.GzipFile(filename="", mode="wb", compresslevel=9, fileobj=buffer, mtime=0)
+    for record in records:
+        # What the compressor has let out so far: it holds back up to about 20 KB, which
+        # VOLUME_MAX leaves room for.
+        if buffer.tell() >= limit:
+            gz.close()
+            volumes.append(buffer.getvalue())
+            buffer = io.BytesIO()
+            gz = gzip.GzipFile(filename="", mode="wb", compresslevel=9, fileobj=buffer, mtime=0)
+        gz.write((json.dumps(record, ensure_ascii=False) + "\n").encode())
+    gz.close()
+    volumes.append(buffer.getvalue())
+    return volumes
 
 
 def _drop_partial_tail(path: Path) -> int:
@@ -107,7 +151,6 @@ class RecordStore:
         self.folder.mkdir(parents=True, exist_ok=True)
         self.path = self.folder / RECORDS
         self.errors_path = self.folder / ERRORS
-        self.packed_path = self.folder / PACKED
         self.lock = FileLock(self.folder / LOCK)
         with self.lock:
             self.path.touch(exist_ok=True)
@@ -119,40 +162,93 @@ class RecordStore:
             return _folder_records(self.folder)
 
     def pack(self) -> None:
-        """Move every plain record into the packed file."""
+        """Move every plain record into the packed volumes: into the last one while it is
+        under VOLUME_AT, else into a new one. Volumes left out of shape (one over VOLUME_MAX,
+        packed whole before volumes existed; one repeating records of an earlier one, after
+        a pack a crash cut short) are rewritten from the first of them on.
+
+        Each file changes by one atomic swap, in an order that keeps every record in at
+        least one file at every moment: the new volumes first, then the first rewritten
+        one, then the removal of the volumes it replaced, then the emptying of the plain
+        file. load() counts a record found twice once. Volume numbers only order the
+        volumes: a gap left by a rewrite is harmless."""
         with self.lock:
-            self._rewrite(self.load())
+            numbers = _volumes(self.folder)
+            first, seen = self._first_to_rewrite(numbers)
+            replaced = [number for number in numbers if number >= first]
+            records = []  # the replaced volumes' records, then the plain ones, each once
+            replaced_lines = (_packed_lines(_volume(self.folder, n)) for n in replaced)
+            for record in (
+                *(r for lines in replaced_lines for r in lines),
+                *_complete_lines(self.path),
+            ):
+                if record["key"] not in seen:
+                    seen.add(record["key"])
+                    records.append(record)
+            chunks = _compressed(records, VOLUME_AT)
+            after = max([first, *numbers])
+            for offset, chunk in enumerate(chunks[1:], start=1):
+                self._swap_in(_volume(self.folder, after + offset), chunk)
+            self._swap_in(_volume(self.folder, first), chunks[0])
+            for number in reversed(replaced[1:]):  # from the end: what stays keeps its order
+                _volume(self.folder, number).unlink()
+            self._sync_folder()
+            self._empty_plain_file()
+
+    def _first_to_rewrite(self, numbers: list[int]) -> tuple[int, set[str]]:
+        """The first volume a pack rewrites (a new number when the last one is full), and
+        the keys of the volumes before it, which stay as they are."""
+        seen: set[str] = set()
+        for number in numbers:
+            path = _volume(self.folder, number)
+            keys = [record["key"] for record in _packed_lines(path)]
+            if path.stat().st_size > VOLUME_MAX or not seen.isdisjoint(keys):
+                return number, seen
+            if number == numbers[-1] and path.stat().st_size < VOLUME_AT:
+                return number, seen
+            seen.update(keys)
+        return (numbers[-1] if numbers else 0) + 1, seen
 
     def drop(self, gate: str) -> int:
         """Remove every run of one gate label (e.g. runs a since-fixed bug made), so that the
         next run of the folder's command records them again; returns how many were removed.
-        A crash part-way can leave some of them in place: drop again."""
+        Each volume is rewritten on its own: a crash part-way can leave some of them in
+        place: drop again."""
         with self.lock:
-            records = self.load()
-            kept = [record for record in records if record["gate"] != gate]
-            if len(kept) < len(records):
-                self._rewrite(kept)
-        return len(records) - len(kept)
+            self.pack()
+            dropped = 0
+            for number in _volumes(self.folder):
+                path = _volume(self.folder, number)
+                records = list(_packed_lines(path))
+                kept = [record for record in records if record["gate"] != gate]
+                if len(kept) < len(records):
+                    self._swap_in(path, b"".join(_compressed(kept, limit=1 << 62)))
+                    dropped += len(records) - len(kept)
+        return dropped
 
-    def _rewrite(self, records: list[RunRecord]) -> None:
-        """Make ``records`` the folder's records, all packed. The new packed file is written
-        and synced beside the old one, then renamed over it; only then is the plain file
-        emptied. A crash at any point leaves each record in at least one file, and load()
-        counts a record found in both once."""
-        partial = self.packed_path.with_name(PACKED + ".partial")
+    def _swap_in(self, path: Path, content: bytes) -> None:
+        """Make ``content`` the file at ``path``: written and synced beside it, renamed over
+        it, and the rename itself synced, so a crash leaves the old file or the new one."""
+        if path.exists() and path.read_bytes() == content:
+            return  # a full volume packed again: nothing to write
+        partial = path.with_name(path.name + ".partial")
         with partial.open("wb") as raw:
-            # mtime=0 and no file name: the same records give the same bytes.
-            with gzip.GzipFile(filename="", mode="wb", compresslevel=9, fileobj=raw, mtime=0) as gz:
-                for record in records:
-                    gz.write((json.dumps(record, ensure_ascii=False) + "\n").encode())
+            raw.write(content)
             raw.flush()
             os.fsync(raw.fileno())
-        os.replace(partial, self.packed_path)
-        folder = os.open(self.folder, os.O_RDONLY)  # the rename itself on disk, then the truncate
+        os.replace(partial, path)
+        self._sync_folder()
+
+    def _sync_folder(self) -> None:
+        """Put the folder's renames and removals on disk before what depends on them."""
+        folder = os.open(self.folder, os.O_RDONLY)
         try:
             os.fsync(folder)
         finally:
             os.close(folder)
+
+    def _empty_plain_file(self) -> None:
+        """After its records are in a volume on disk; load() counts one found in both once."""
         with self.path.open("r+b") as handle:
             handle.truncate(0)
             os.fsync(handle.fileno())
@@ -213,22 +309,34 @@ def records_so_far(folder: str | os.PathLike[str]) -> list[RunRecord]:
 
 
 def main(argv: Sequence[str] | None = None, prog: str = "mur records") -> int:
-    """`mur records drop DIR --gate LABEL`: remove one gate's runs from a folder."""
+    """`mur records drop DIR --gate LABEL` and `mur records pack DIR`."""
     parser = OneLineParser(
         prog=prog,
         description="Maintain a run folder's records. drop: remove every run of one gate label "
         "(runs a since-fixed bug made), so that rerunning the folder's command.txt records "
-        "them again.",
+        "them again. pack: move its plain records into the packed volumes now.",
     )
     commands = parser.add_subparsers(dest="command", required=True)
     drop = commands.add_parser("drop", help="remove every run of one gate label")
     drop.add_argument("folder", type=Path)
     drop.add_argument("--gate", required=True, help="the label as recorded, e.g. random@0.218")
+    pack = commands.add_parser(
+        "pack",
+        help=f"move plain records into records*.jsonl.gz now, each volume under about "
+        f"{VOLUME_AT / 1e6:.1f} MB (a folder packed before volumes existed is split)",
+    )
+    pack.add_argument("folder", type=Path)
     args = parser.parse_args(argv)
     if not has_records(args.folder):
         print(f"{prog}: error: no {RECORDS} in {args.folder}: not a run folder", file=sys.stderr)
         return 2
     store = RecordStore(args.folder)
+    if args.command == "pack":
+        store.pack()
+        sizes = [_volume(store.folder, n).stat().st_size for n in _volumes(store.folder)]
+        print(f"{args.folder}: {len(store.load())} records in {len(sizes)} volumes of "
+              f"{', '.join(f'{size / 1e6:.2f}' for size in sizes)} MB")  # fmt: skip
+        return 0
     dropped = store.drop(args.gate)
     if not dropped:
         gates = sorted({record["gate"] for record in store.load()})

@@ -1,11 +1,15 @@
-"""The record store packs old records into records.jsonl.gz; readers see one folder."""
+"""The record store packs old records into gzip volumes (records.jsonl.gz, records.2.jsonl.gz,
+...); readers see one folder."""
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import multiprocessing
 import os
+import random
+import shutil
 from datetime import datetime
 from pathlib import Path
 
@@ -149,6 +153,122 @@ def test_drop_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert "has no runs of gate 'mur' (its gates: never)" in capsys.readouterr().err
     assert records_module.main(["drop", str(tmp_path / "none"), "--gate", "mur"]) == 2
     assert "not a run folder" in capsys.readouterr().err
+
+
+def noisy(n: int) -> dict:
+    """A record that compresses to about 1 KB (gzip barely shrinks random hex by half)."""
+    return {"key": f"math500/{n}/critic/never/-/0", "gate": "never", "n": n,
+            "trace": random.Random(n).randbytes(1000).hex()}  # fmt: skip
+
+
+@pytest.fixture
+def small_volumes(monkeypatch: pytest.MonkeyPatch) -> int:
+    """Volumes of about 25 KB (10 KB, and the compressor's lag of about 15 KB; at most 40 KB)
+    instead of 1.5 MB (2 MB); packs every 8 KB."""
+    monkeypatch.setattr(records_module, "PACK_AT", 8_000)
+    monkeypatch.setattr(records_module, "VOLUME_AT", 10_000)
+    monkeypatch.setattr(records_module, "VOLUME_MAX", 40_000)
+    return 40_000
+
+
+def volume_files(folder: Path) -> list[Path]:
+    return [records_module._volume(folder, n) for n in records_module._volumes(folder)]
+
+
+def packed_count(folder: Path) -> int:
+    """Records on disk in the volumes, a record in two volumes counting twice."""
+    return sum(len(gzip.open(path).read().splitlines()) for path in volume_files(folder))
+
+
+def test_a_long_experiment_fills_volumes_one_after_another(tmp_path: Path, small_volumes) -> None:
+    store = RecordStore(tmp_path)
+    for n in range(60):
+        store.append(noisy(n))
+    full = {path: path.read_bytes() for path in volume_files(tmp_path)[:-1]}
+    assert full
+    for n in range(60, 100):
+        store.append(noisy(n))
+    store.pack()
+    paths = volume_files(tmp_path)
+    assert [p.name for p in paths[:3]] == [PACKED, "records.2.jsonl.gz", "records.3.jsonl.gz"]
+    assert len(paths) >= 4 and all(p.stat().st_size <= small_volumes for p in paths)
+    assert all(path.read_bytes() == content for path, content in full.items())  # left alone
+    assert [r["n"] for r in load_records(tmp_path)] == list(range(100))
+    assert packed_count(tmp_path) == 100 and store.path.stat().st_size == 0
+    assert RecordStore(tmp_path).done_keys() == {noisy(n)["key"] for n in range(100)}
+
+
+def test_a_volume_packed_whole_is_split(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A folder packed before volumes existed (one records.jsonl.gz over the limit)."""
+    store = RecordStore(tmp_path)
+    for n in range(60):
+        store.append(noisy(n))
+    store.pack()
+    assert len(volume_files(tmp_path)) == 1
+    monkeypatch.setattr(records_module, "VOLUME_AT", 10_000)
+    monkeypatch.setattr(records_module, "VOLUME_MAX", 40_000)
+    assert records_module.main(["pack", str(tmp_path)]) == 0
+    paths = volume_files(tmp_path)
+    assert f"{tmp_path}: 60 records in {len(paths)} volumes of " in capsys.readouterr().out
+    assert len(paths) >= 3 and all(p.stat().st_size <= 40_000 for p in paths)
+    assert [r["n"] for r in load_records(tmp_path)] == list(range(60))
+    assert packed_count(tmp_path) == 60
+
+
+class Crash(Exception):
+    pass
+
+
+def crash_at(monkeypatch: pytest.MonkeyPatch, step: int) -> None:
+    """Stop the process (raise Crash) before its ``step``-th change to the folder on disk: a
+    rename, a removal or the emptying of the plain file."""
+    steps = iter(range(1_000_000))
+
+    def before(change):
+        def changed(*args, **kwargs):
+            if next(steps) == step:
+                raise Crash
+            return change(*args, **kwargs)
+
+        return changed
+
+    monkeypatch.setattr(os, "replace", before(os.replace))
+    monkeypatch.setattr(os, "unlink", before(os.unlink))
+    empty = RecordStore._empty_plain_file
+    monkeypatch.setattr(RecordStore, "_empty_plain_file", lambda self: before(empty)(self))
+
+
+def test_a_split_cut_short_at_any_step_loses_nothing_and_heals(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Crash the split of an oversized volume before each of its disk changes, then crash the
+    pack that follows before each of its own: every record is read exactly once at every
+    point, and a last pack leaves every volume under the limit with no record twice."""
+    start = RecordStore(tmp_path / "start")
+    for n in range(60):
+        start.append(noisy(n))
+    start.pack()  # one volume of about 60 KB
+    start.append(noisy(60))  # and one plain record
+    for first_crash in range(8):
+        for second_crash in range(8):
+            folder = shutil.copytree(start.folder, tmp_path / f"{first_crash}-{second_crash}")
+            with monkeypatch.context() as patch:
+                patch.setattr(records_module, "VOLUME_AT", 10_000)
+                patch.setattr(records_module, "VOLUME_MAX", 40_000)
+                for crash in (first_crash, second_crash):
+                    with monkeypatch.context() as crashing:
+                        crash_at(crashing, crash)
+                        # The process dies at the crash; what it left is read below.
+                        with contextlib.suppress(Crash):
+                            RecordStore(folder).pack()
+                    read = [r["n"] for r in load_records(folder)]
+                    assert read == list(range(61)), (first_crash, second_crash)
+                RecordStore(folder).pack()
+                assert all(p.stat().st_size <= 40_000 for p in volume_files(folder))
+            assert [r["n"] for r in load_records(folder)] == list(range(61))
+            assert packed_count(folder) == 61, (first_crash, second_crash)
 
 
 @pytest.mark.parametrize("resumed", [False, True])
