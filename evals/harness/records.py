@@ -25,7 +25,7 @@ import io
 import json
 import os
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypedDict
 
@@ -89,17 +89,21 @@ def _volumes(folder: Path) -> list[int]:
     return sorted(numbers)
 
 
+def _each_key_once(records: Iterable[RunRecord], seen: set[str]) -> list[RunRecord]:
+    """The first record of each key not yet in ``seen`` (which it fills), in order."""
+    kept = []
+    for record in records:
+        if record["key"] not in seen:
+            seen.add(record["key"])
+            kept.append(record)
+    return kept
+
+
 def _folder_records(folder: Path) -> list[RunRecord]:
     """Packed records, volume by volume, then plain ones; a record in two files (a pack
     stopped between swapping a volume in and emptying the plain file) counts once."""
-    seen: set[str] = set()
-    records = []
-    packed = (_packed_lines(_volume(folder, number)) for number in _volumes(folder))
-    for record in (*(r for volume in packed for r in volume), *_complete_lines(folder / RECORDS)):
-        if record["key"] not in seen:
-            seen.add(record["key"])
-            records.append(record)
-    return records
+    packed = (r for number in _volumes(folder) for r in _packed_lines(_volume(folder, number)))
+    return _each_key_once((*packed, *_complete_lines(folder / RECORDS)), set())
 
 
 def has_records(folder: str | os.PathLike[str]) -> bool:
@@ -107,17 +111,18 @@ def has_records(folder: str | os.PathLike[str]) -> bool:
     return (Path(folder) / RECORDS).exists() or bool(_volumes(Path(folder)))
 
 
-def _compressed(records: Sequence[RunRecord], limit: int) -> list[bytes]:
+def _compressed(records: Sequence[RunRecord], limit: int | None = None) -> list[bytes]:
     """``records`` as gzip volumes in order, each started anew once the one before passes
-    ``limit`` bytes (at least one volume, empty for no records). Level 9, mtime 0 and no file
-    name: the same records give the same bytes, so git sees no change where there is none."""
+    ``limit`` bytes (at least one volume, empty for no records; one volume without a limit).
+    Level 9, mtime 0 and no file name: the same records give the same bytes, so git sees no
+    change where there is none."""
     volumes: list[bytes] = []
     buffer = io.BytesIO()
     gz = gzip.GzipFile(filename="", mode="wb", compresslevel=9, fileobj=buffer, mtime=0)
     for record in records:
         # What the compressor has let out so far: it holds back up to about 20 KB, which
         # VOLUME_MAX leaves room for.
-        if buffer.tell() >= limit:
+        if limit is not None and buffer.tell() >= limit:
             gz.close()
             volumes.append(buffer.getvalue())
             buffer = io.BytesIO()
@@ -173,20 +178,17 @@ class RecordStore:
         file. load() counts a record found twice once. Volume numbers only order the
         volumes: a gap left by a rewrite is harmless."""
         with self.lock:
-            numbers = _volumes(self.folder)
-            first, seen = self._first_to_rewrite(numbers)
-            replaced = [number for number in numbers if number >= first]
-            records = []  # the replaced volumes' records, then the plain ones, each once
-            replaced_lines = (_packed_lines(_volume(self.folder, n)) for n in replaced)
-            for record in (
-                *(r for lines in replaced_lines for r in lines),
-                *_complete_lines(self.path),
-            ):
-                if record["key"] not in seen:
-                    seen.add(record["key"])
-                    records.append(record)
+            volumes = {
+                n: list(_packed_lines(_volume(self.folder, n))) for n in _volumes(self.folder)
+            }
+            first = self._first_to_rewrite(volumes)
+            seen = {r["key"] for n, records in volumes.items() if n < first for r in records}
+            replaced = [number for number in volumes if number >= first]
+            records = _each_key_once(  # the replaced volumes' records, then the plain ones
+                (*(r for n in replaced for r in volumes[n]), *_complete_lines(self.path)), seen
+            )
             chunks = _compressed(records, VOLUME_AT)
-            after = max([first, *numbers])
+            after = max([first, *volumes])
             for offset, chunk in enumerate(chunks[1:], start=1):
                 self._swap_in(_volume(self.folder, after + offset), chunk)
             self._swap_in(_volume(self.folder, first), chunks[0])
@@ -195,19 +197,20 @@ class RecordStore:
             self._sync_folder()
             self._empty_plain_file()
 
-    def _first_to_rewrite(self, numbers: list[int]) -> tuple[int, set[str]]:
-        """The first volume a pack rewrites (a new number when the last one is full), and
-        the keys of the volumes before it, which stay as they are."""
+    def _first_to_rewrite(self, volumes: dict[int, list[RunRecord]]) -> int:
+        """The first volume a pack rewrites (a new number when the last one is full); the
+        volumes before it stay as they are."""
         seen: set[str] = set()
-        for number in numbers:
-            path = _volume(self.folder, number)
-            keys = [record["key"] for record in _packed_lines(path)]
-            if path.stat().st_size > VOLUME_MAX or not seen.isdisjoint(keys):
-                return number, seen
-            if number == numbers[-1] and path.stat().st_size < VOLUME_AT:
-                return number, seen
+        last = max(volumes, default=0)
+        for number, records in volumes.items():
+            size = _volume(self.folder, number).stat().st_size
+            keys = [record["key"] for record in records]
+            if size > VOLUME_MAX or not seen.isdisjoint(keys):
+                return number
+            if number == last and size < VOLUME_AT:
+                return number
             seen.update(keys)
-        return (numbers[-1] if numbers else 0) + 1, seen
+        return last + 1
 
     def drop(self, gate: str) -> int:
         """Remove every run of one gate label (e.g. runs a since-fixed bug made), so that the
@@ -222,7 +225,7 @@ class RecordStore:
                 records = list(_packed_lines(path))
                 kept = [record for record in records if record["gate"] != gate]
                 if len(kept) < len(records):
-                    self._swap_in(path, b"".join(_compressed(kept, limit=1 << 62)))
+                    self._swap_in(path, _compressed(kept)[0])
                     dropped += len(records) - len(kept)
         return dropped
 
