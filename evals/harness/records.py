@@ -337,7 +337,8 @@ def main(argv: Sequence[str] | None = None, prog: str = "mur records") -> int:
     if args.command == "pack":
         store.pack()
         sizes = [_volume(store.folder, n).stat().st_size for n in _volumes(store.folder)]
-        print(f"{args.folder}: {len(store.load())} records in {len(sizes)} volumes of "
+        volumes = f"{len(sizes)} volume{'s' if len(sizes) != 1 else ''}"
+        print(f"{args.folder}: {len(store.load())} records in {volumes} of "
               f"{', '.join(f'{size / 1e6:.2f}' for size in sizes)} MB")  # fmt: skip
         return 0
     dropped = store.drop(args.gate)

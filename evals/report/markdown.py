@@ -263,16 +263,18 @@ def to_markdown(
     ]
     if run_time is not None:
         lines += [run_time_sentence(run_time), ""]
-    lines += [
-        f"## Headline: MUR against always (gamma {headline_gamma:g})",
-        "",
-    ]
-    lines += [f"- {headline_sentence(h)}" for h in headlines]
-    lines += _missing_headline(rows, headline_gamma)
-    if not headlines and lines[-1] == "":
-        lines.append("- No MUR setting shares questions with always yet.")
+    # A folder without MUR runs (a baseline, or traces under gate never) has no headline to miss.
+    if any(r.gate.startswith("mur") for r in rows):
+        lines += [
+            f"## Headline: MUR against always (gamma {headline_gamma:g})",
+            "",
+        ]
+        lines += [f"- {headline_sentence(h)}" for h in headlines]
+        lines += _missing_headline(rows, headline_gamma)
+        if not headlines and lines[-1] == "":
+            lines.append("- No MUR setting shares questions with always yet.")
     if plots:
-        lines += [""] + [f"![{name}]({name})" for name in plots]
+        lines += ([""] if lines[-1] else []) + [f"![{name}]({name})" for name in plots]
     for (dataset, strategy), group in _sections(rows).items():
         paired = any(r.gate == "always" for r in group)
         questions = max(r.questions for r in group)

@@ -18,6 +18,7 @@ from mur.evals.report.traces import (
     PRIMARY_SIGNAL,
     SIGNALS,
     Auroc,
+    Prediction,
     Question,
     RuleResult,
     majority_at,
@@ -222,7 +223,7 @@ def plot(analysis: TraceAnalysis, path: Path, trace_tokens: float) -> Path:
         "o-",
         label="self-consistency, k = 1..K",
     )
-    for rule, marker in zip(analysis.rules[1:], "sD^vP*Xo", strict=False):
+    for rule, marker in zip(analysis.rules[1:], "sD^vP*Xohd<", strict=False):
         ax.scatter(rule.tokens_per_question, rule.accuracy * 100, label=rule.name, marker=marker)
     ax.set_xlabel("completion tokens a question")
     ax.set_ylabel("accuracy (%)")
@@ -257,19 +258,22 @@ def trace_section(
 
 @dataclass(frozen=True)
 class OnlineCheck:
-    """A live run of a trace rule against what replaying it on recorded traces predicts."""
+    """A live run of a trace rule against what replaying it on recorded traces predicts. It
+    passes on accuracy and tokens (the pre-registered check); traces drawn and stopped are
+    shown beside them."""
 
     questions: int
     accuracy: float
     tokens_per_question: float
-    predicted_accuracy: stats.Interval
-    predicted_tokens: stats.Interval
+    traces_per_question: float
+    stopped_per_question: float
+    predicted: Prediction
 
     @property
     def passes(self) -> bool:
         inside = lambda value, span: span.low <= value <= span.high  # noqa: E731
-        return inside(self.accuracy, self.predicted_accuracy) and inside(
-            self.tokens_per_question, self.predicted_tokens
+        return inside(self.accuracy, self.predicted.accuracy) and inside(
+            self.tokens_per_question, self.predicted.tokens
         )
 
 
@@ -289,24 +293,31 @@ def online_check(recorded: Sequence[RunRecord], live: Sequence[RunRecord]) -> On
     if missing:
         raise ValueError(f"no recorded traces for {len(missing)} live questions: {missing[:5]}")
     subset = [by_id[r["problem_id"]] for r in live]
-    accuracy, tokens = prediction_interval(subset, rules.trace_rules())
+    summaries = [r["trace"]["traces"] for r in live]
     return OnlineCheck(
         questions=len(live),
         accuracy=sum(r["correct"] for r in live) / len(live),
         tokens_per_question=sum(total_tokens(r) for r in live) / len(live),
-        predicted_accuracy=accuracy,
-        predicted_tokens=tokens,
+        traces_per_question=sum(len(s) for s in summaries) / len(live),
+        stopped_per_question=sum(t["stopped"] for s in summaries for t in s) / len(live),
+        predicted=prediction_interval(subset, rules.trace_rules()),
     )
 
 
 def online_markdown(check: OnlineCheck, recorded: str) -> str:
     verdict = "passes" if check.passes else "fails"
-    acc, tok = check.predicted_accuracy, check.predicted_tokens
+    p = check.predicted
+
+    def row(name: str, live: str, span: stats.Interval, fmt: str) -> str:
+        return f"| {name} | {live} | [{span.low:{fmt}}, {span.high:{fmt}}] |\n"
+
     return (
         f"## Online check against `{recorded}`: {verdict}\n\n"
+        "It passes when the live accuracy and tokens a question both fall inside the "
+        "predicted intervals; traces drawn and stopped are shown beside them.\n\n"
         "| | live | predicted (2.5-97.5th percentile of 2,000 replays) |\n|---|---|---|\n"
-        f"| accuracy ({check.questions} questions) | {check.accuracy:.1%} | "
-        f"[{acc.low:.1%}, {acc.high:.1%}] |\n"
-        f"| tokens / question | {check.tokens_per_question:,.0f} | "
-        f"[{tok.low:,.0f}, {tok.high:,.0f}] |\n"
+        + row(f"accuracy ({check.questions} questions)", f"{check.accuracy:.1%}", p.accuracy, ".1%")
+        + row("tokens / question", f"{check.tokens_per_question:,.0f}", p.tokens, ",.0f")
+        + row("traces / question", f"{check.traces_per_question:.2f}", p.traces, ".2f")
+        + row("stopped / question", f"{check.stopped_per_question:.2f}", p.stopped, ".2f")
     )

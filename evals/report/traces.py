@@ -296,6 +296,9 @@ def named_rules(traces: int) -> dict[str, TraceRules]:
             adaptive, vote="confidence", settle="consensus", stop="confidence", stop_keep=0.1
         ),
         "mur-esc": mur_esc(traces),
+        # mur-esc taken apart: how much of its saving is the settling, how much the stop.
+        "mur-esc's settling alone": replace(mur_esc(traces), stop="none"),
+        "mur-esc's momentum stop alone": replace(mur_esc(traces), settle="never"),
     }
 
 
@@ -305,21 +308,35 @@ def mur_esc(traces: int = 8) -> TraceRules:
     return TraceRules(traces=traces, batch=2, settle="agree", stop="momentum", stop_keep=1.0)
 
 
+@dataclass(frozen=True)
+class Prediction:
+    """Where a live run of a rule should land: the 2.5-97.5th percentiles, over replays, of
+    its accuracy and its tokens, traces drawn and traces stopped a question."""
+
+    accuracy: stats.Interval
+    tokens: stats.Interval
+    traces: stats.Interval
+    stopped: stats.Interval
+
+
 def prediction_interval(
     questions: Sequence[Question], rules: TraceRules, *, replays: int = 2000, seed: int = 0
-) -> tuple[stats.Interval, stats.Interval]:
-    """What a live run of `rules` on these questions should land in: the 2.5-97.5 percentiles
-    of accuracy and of tokens a question over `replays` random orders of each question's
-    recorded traces."""
+) -> Prediction:
+    """What a live run of `rules` on these questions should land in, over `replays` random
+    orders of each question's recorded traces."""
     rng = np.random.default_rng(seed)
-    accuracy, tokens = [], []
+    means: list[tuple[float, float, float, float]] = []
     for _ in range(replays):
         results = [
             replay(q, rules, order=rng.permutation(len(q.traces)).tolist()) for q in questions
         ]
-        accuracy.append(np.mean([r.correct for r in results]))
-        tokens.append(np.mean([r.tokens for r in results]))
-    return (
-        stats.Interval(*map(float, np.percentile(accuracy, [2.5, 97.5]))),
-        stats.Interval(*map(float, np.percentile(tokens, [2.5, 97.5]))),
-    )
+        means.append(
+            (
+                float(np.mean([r.correct for r in results])),
+                float(np.mean([r.tokens for r in results])),
+                float(np.mean([r.drawn for r in results])),
+                float(np.mean([r.stopped for r in results])),
+            )
+        )
+    low, high = np.percentile(np.array(means), [2.5, 97.5], axis=0)
+    return Prediction(*(stats.Interval(float(a), float(b)) for a, b in zip(low, high, strict=True)))

@@ -34,11 +34,12 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(3600)]
 ROOT = Path(__file__).resolve().parents[2]
 STRATEGY_ENV = "MUR_TEST_REASONING_STRATEGY"
 
-# Caps that keep four concurrent solutions to a few minutes on two cores (about 2,000 tokens).
+# Caps that keep four concurrent solutions to a few minutes on two cores (about 1,400 tokens);
+# one strategy alone takes 30-60 s (foresight, with its rollouts, the longest).
 SMALL = {
     "max_steps": 2,
-    "max_step_tokens": 96,
-    "judge_max_tokens": 64,
+    "max_step_tokens": 64,
+    "judge_max_tokens": 48,
     "thinking_budget": 64,
     "num_candidates": 2,
 }

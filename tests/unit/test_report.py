@@ -218,6 +218,14 @@ def test_report_without_always_says_so_and_drops_paired_columns(tmp_path: Path) 
     assert "| paired n |" not in report.markdown and "| vs always |" not in report.markdown
 
 
+def test_report_without_mur_runs_has_no_headline_section(tmp_path: Path) -> None:
+    """A baseline folder (here never and always) has no MUR to headline: no empty section."""
+    records = [record(q, gate, q == 0) for q in range(4) for gate in ("never", "always")]
+    report = write_report(write_records(tmp_path, records), resamples=200)
+    assert "## Headline" not in report.markdown
+    assert "## math500 / critic (up to 4 questions)" in report.markdown
+
+
 def test_busy_seconds_counts_overlaps_once_and_pauses_not_at_all() -> None:
     assert stats.busy_seconds([(0, 10), (5, 12), (20, 25)]) == 17
     assert stats.busy_seconds([(2, 3), (0, 10)]) == 10  # nested

@@ -93,6 +93,10 @@ async def test_the_online_check_compares_a_live_run_with_the_replays(
     assert main([str(live_folder), "--predicted-by", str(main_folder), "--resamples", "50"]) == 0
     shown = capsys.readouterr().out
     assert "## Online check against" in shown and "passes" in shown
+    # Settle-when-a-pair-agrees, no stop: the live run drew what every replay draws here.
+    traces = sum(len(record["trace"]["traces"]) for record in live) / len(live)
+    assert f"| traces / question | {traces:.2f} |" in shown
+    assert "| stopped / question | 0.00 | [0.00, 0.00] |" in shown
     assert "Online check" in (live_folder / "report.md").read_text()
     assert main([str(live_folder), "--predicted-by", str(tmp_path / "nowhere")]) == 2
     assert "mur report:" in capsys.readouterr().err
