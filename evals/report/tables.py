@@ -329,6 +329,13 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
             return 2
         section = online_markdown(check, str(args.predicted_by))
         report.markdown_path.write_text(f"{report.markdown}\n{section}")
+        document = json.loads(report.json_path.read_text())
+        document["online_check"] = {
+            "predicted_by": str(args.predicted_by),
+            "passes": check.passes,
+            **asdict(check),
+        }
+        report.json_path.write_text(json.dumps(document, indent=1) + "\n")
         print(section)
     print(report.markdown)
     written = [report.markdown_path, report.json_path, report.plot_path, report.sweep_path]

@@ -98,5 +98,8 @@ async def test_the_online_check_compares_a_live_run_with_the_replays(
     assert f"| traces / question | {traces:.2f} |" in shown
     assert "| stopped / question | 0.00 | [0.00, 0.00] |" in shown
     assert "Online check" in (live_folder / "report.md").read_text()
+    check = json.loads((live_folder / "report.json").read_text())["online_check"]
+    assert check["passes"] and check["traces_per_question"] == pytest.approx(traces)
+    assert check["predicted"]["stopped"] == {"low": 0.0, "high": 0.0}
     assert main([str(live_folder), "--predicted-by", str(tmp_path / "nowhere")]) == 2
     assert "mur report:" in capsys.readouterr().err
