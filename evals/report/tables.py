@@ -204,12 +204,14 @@ def write_report(
     resamples: int = stats.RESAMPLES,
     seed: int = stats.SEED,
     sources: Sequence[str | Path] = (),
+    predicted_by: str | Path | None = None,
 ) -> Report:
     """Recompute every table and plot of a run folder from its records (plain and packed).
 
     With `sources` (several run folders, e.g. one per strategy) the report combines their
     records into `folder`, and adds the pre-registered hypotheses per strategy and pooled
-    (`evals.report.hypotheses`)."""
+    (`evals.report.hypotheses`). With `predicted_by` (a folder of recorded traces) it adds
+    the online check of this folder's live trace rule against their replays."""
     folder = Path(folder)
     records = [r for source in sources for r in load_records(source)] or load_records(folder)
     folder.mkdir(parents=True, exist_ok=True)
@@ -238,6 +240,11 @@ def write_report(
     if has_traces(records):
         section, traces = trace_section(records, folder, resamples=resamples, seed=seed)
         markdown = f"{markdown}\n{section}"
+    online: dict[str, Any] = {}
+    if predicted_by is not None:
+        check = online_check(load_records(predicted_by), records)
+        markdown = f"{markdown}\n{online_markdown(check, str(predicted_by))}"
+        online = {"predicted_by": str(predicted_by), "passes": check.passes, **asdict(check)}
     markdown_path = folder / "report.md"
     json_path = folder / "report.json"
     markdown_path.write_text(markdown)
@@ -248,6 +255,7 @@ def write_report(
         "run_time": asdict(timing),
         **({"hypotheses": [asdict(t) for t in tests]} if sources else {}),
         **({"traces": traces} if traces else {}),
+        **({"online_check": online} if online else {}),
         "method": {"resamples": resamples, "seed": seed, "confidence": stats.CONFIDENCE},
     }
     json_path.write_text(json.dumps(_finite(document), indent=1, allow_nan=False) + "\n")
@@ -317,26 +325,11 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
             resamples=args.resamples,
             seed=args.seed,
             sources=args.run_dirs if combined else (),
+            predicted_by=args.predicted_by,
         )
     except (FileNotFoundError, ValueError) as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
         return 2
-    if args.predicted_by is not None:
-        try:
-            check = online_check(load_records(args.predicted_by), load_records(args.run_dirs[0]))
-        except (FileNotFoundError, ValueError) as exc:
-            print(f"{prog}: {exc}", file=sys.stderr)
-            return 2
-        section = online_markdown(check, str(args.predicted_by))
-        report.markdown_path.write_text(f"{report.markdown}\n{section}")
-        document = json.loads(report.json_path.read_text())
-        document["online_check"] = {
-            "predicted_by": str(args.predicted_by),
-            "passes": check.passes,
-            **asdict(check),
-        }
-        report.json_path.write_text(json.dumps(document, indent=1) + "\n")
-        print(section)
     print(report.markdown)
     written = [report.markdown_path, report.json_path, report.plot_path, report.sweep_path]
     print("written: " + ", ".join(str(p) for p in written if p), file=sys.stderr)

@@ -283,6 +283,7 @@ def named_rules(traces: int) -> dict[str, TraceRules]:
     """The rules the report replays (the pre-registration names them), by name."""
     full = TraceRules(traces=traces)
     adaptive = replace(full, batch=2)
+    esc = mur_esc(traces)
     return {
         "majority": full,
         "momentum vote (MUR)": replace(full, vote="momentum"),
@@ -295,10 +296,10 @@ def named_rules(traces: int) -> dict[str, TraceRules]:
         "DeepConf online, keep 10%": replace(
             adaptive, vote="confidence", settle="consensus", stop="confidence", stop_keep=0.1
         ),
-        "mur-esc": mur_esc(traces),
+        "mur-esc": esc,
         # mur-esc taken apart: how much of its saving is the settling, how much the stop.
-        "mur-esc's settling alone": replace(mur_esc(traces), stop="none"),
-        "mur-esc's momentum stop alone": replace(mur_esc(traces), settle="never"),
+        "mur-esc's settling alone": replace(esc, stop="none"),
+        "mur-esc's momentum stop alone": replace(esc, settle="never"),
     }
 
 
