@@ -44,8 +44,9 @@ def _relative(path: str) -> str:
 
 
 def load_problems(args: argparse.Namespace) -> list[Problem]:
-    """The --dataset's questions (the first --limit), read from --data-dir or the shipped set."""
-    return load_dataset(args.dataset, args.data_dir, limit=args.limit)
+    """The --dataset's questions (--limit of them after the first --offset), read from
+    --data-dir or the shipped set."""
+    return load_dataset(args.dataset, args.data_dir, limit=args.limit, offset=args.offset)
 
 
 def benchmark_plan(

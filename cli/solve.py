@@ -60,6 +60,13 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     parser.add_argument("--dataset", help=f"run a benchmark: {describe_datasets()}")
     parser.add_argument("--data-dir", help="benchmark data folder (or 'hf' for the hub)")
     parser.add_argument("--limit", type=int, help="first N questions of the dataset")
+    parser.add_argument(
+        "--offset",
+        type=int,
+        default=0,
+        help="skip the dataset's first N questions (file order): --offset 200 --limit 200 "
+        "runs questions 201-400",
+    )
     parser.add_argument("--samples", type=int, default=1, help="samples per question")
     parser.add_argument(
         "--concurrency",

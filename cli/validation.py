@@ -28,6 +28,10 @@ def validate(args: argparse.Namespace) -> None:
             context_for(label, settings, gamma=gamma)
     if args.limit is not None and args.limit <= 0:
         raise UsageError(f"--limit must be > 0, got {args.limit}")
+    if args.offset < 0:
+        raise UsageError(f"--offset must be >= 0, got {args.offset}")
+    if args.offset and not args.dataset:
+        raise UsageError("--offset picks benchmark questions: add --dataset")
     if args.samples <= 0:
         raise UsageError(f"--samples must be > 0, got {args.samples}")
     if not args.dataset:

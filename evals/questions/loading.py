@@ -124,18 +124,22 @@ def load_dataset(
     data_dir: str | os.PathLike[str] | None = None,
     *,
     limit: int | None = None,
+    offset: int = 0,
 ) -> list[Problem]:
     """Load benchmark ``name`` (a registry entry's name) as a list of ``Problem``, in file
     order.
 
-    ``data_dir``: see ``resolve_data_dir`` (``"hf"`` for the Hugging Face hub). ``limit``: keep
-    only the first ``limit`` problems. Raises ``ValueError`` for an unknown name,
+    ``data_dir``: see ``resolve_data_dir`` (``"hf"`` for the Hugging Face hub). ``offset``: skip
+    the first ``offset`` problems (questions 201-400 are offset 200, limit 200); ``limit``:
+    keep only the first ``limit`` problems after them. Raises ``ValueError`` for an unknown name,
     ``DataNotFoundError`` for a missing directory or file, ``MalformedRecordError`` (with file
     and line) for a bad record.
     """
     entry = check_dataset(name)
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
         raise ValueError(f"limit must be a non-negative integer or None, got {limit!r}")
+    if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+        raise ValueError(f"offset must be a non-negative integer, got {offset!r}")
     source = resolve_data_dir(data_dir, entry.name)
     records = (
         _hf_records(entry)
@@ -153,7 +157,8 @@ def load_dataset(
                 where, line, f"duplicate id {problem.id!r} (first on line {seen[problem.id]})"
             )
         seen[problem.id] = line
-        problems.append(problem)
+        if index >= offset:
+            problems.append(problem)
     return problems
 
 

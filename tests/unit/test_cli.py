@@ -56,6 +56,11 @@ BAD = {
         "target_scale_rate must be less than or equal to 1, got 1.5",
     ),
     "limit zero": (["--strategy", "critic", "--dataset", "math500", "--limit", "0"], "--limit"),
+    "negative offset": (
+        ["--strategy", "critic", "--dataset", "math500", "--offset", "-1"],
+        "--offset must be >= 0, got -1",
+    ),
+    "offset without dataset": (["--strategy", "critic", "--offset", "200"], "add --dataset"),
     "unknown dataset": (["--strategy", "critic", "--dataset", "mathx"], "unknown dataset"),
     "unreadable data dir": (
         ["--strategy", "critic", "--dataset", "math500", "--data-dir", "/nonexistent"],

@@ -345,6 +345,15 @@ def test_limit(data_dir: Path) -> None:
         load_dataset("math500", data_dir, limit=-1)
 
 
+def test_offset_skips_the_first_questions_in_file_order(data_dir: Path) -> None:
+    every = [p.id for p in load_dataset("math500", data_dir)]
+    assert [p.id for p in load_dataset("math500", data_dir, offset=200, limit=3)] == every[200:203]
+    assert [p.id for p in load_dataset("math500", data_dir, offset=498)] == every[498:]
+    assert load_dataset("math500", data_dir, offset=500) == []
+    with pytest.raises(ValueError, match="offset"):
+        load_dataset("math500", data_dir, offset=-1)
+
+
 def test_name_is_case_insensitive(data_dir: Path) -> None:
     assert len(load_dataset("AIME25", data_dir)) == 30
 
