@@ -16,6 +16,7 @@ from langgraph.runtime import Runtime
 from mur.graphs.refine.base import kept_texts, run_settings, write_step
 from mur.graphs.state import Context, GateRecord, State, StepRecord
 from mur.nodes.answer import extract_answer
+from mur.nodes.branching import REGISTRY as BRANCHES
 from mur.nodes.budget import budget_margin
 from mur.nodes.confidence import GroupWatch, token_confidence
 from mur.nodes.draft import (
@@ -23,6 +24,7 @@ from mur.nodes.draft import (
     answer_fallback,
     check_question,
     contains_answer,
+    entropy_spikes,
     sample_step_watched,
     step_messages,
 )
@@ -111,7 +113,10 @@ class Drafting:
         if index == 1:
             check_question(state["question"])
         fmt = ctx.step_style
-        messages = step_messages(state["question"], state.get("system_prompt"), kept, index, fmt)
+        partial = state.get("partial") or ""  # a branch that starts inside this step
+        messages = step_messages(
+            state["question"], state.get("system_prompt"), kept, index, fmt, partial
+        )
         watch = confidence_watch(state, ctx)
         if watch is None:
             draft, reply = await write_step(self.backbone, messages, index, ctx)
@@ -125,8 +130,15 @@ class Drafting:
                 top_logprobs=ctx.top_logprobs,
                 watch=watch,
             )
+        if partial:
+            draft = StepCandidate(**{**draft, "text": (partial + reply.choices[0].text).strip()})
+        if BRANCHES[ctx.branch].reads_entropy:
+            draft["entropy_spikes"] = entropy_spikes(
+                reply.choices[0], ctx.branch_entropy, before=partial
+            )
         return {
             "draft": draft,
+            "partial": None,
             "kept": None,
             "refine": None,
             "gate": None,
@@ -246,10 +258,14 @@ def commit_step(state: State, runtime: Runtime[Context]) -> Update:
     )
     if "confidences" in kept:
         record["confidences"] = kept["confidences"]
+    if "entropy_spikes" in kept:
+        record["entropy_spikes"] = kept["entropy_spikes"]
     runtime.stream_writer(
         {
             "event": "step",
             "trace": state.get("trace", 0),
+            "parent": state.get("parent"),
+            "branch_step": state.get("branch_step"),
             **record,
             "draft_uncertainty": gate["uncertainty"],
             "threshold": gate["threshold"],

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any, Literal, NotRequired, TypedDict
 
+from mur.nodes.draft import EntropySpike
+
 FinishReason = Literal[
     "answer", "end_of_sequence", "max_steps", "empty_step", "context_length", "stopped"
 ]
@@ -26,6 +28,8 @@ class StepRecord(TypedDict):
     refine: NotRequired[dict[str, Any] | None]
     confidences: NotRequired[list[float]]
     """DeepConf's confidence of each token (only when the run asked for top_logprobs)."""
+    entropy_spikes: NotRequired[list[EntropySpike]]
+    """EAGer's branch points inside the step (only when the run branches by entropy)."""
 
 
 class GateRecord(TypedDict):
@@ -59,3 +63,9 @@ class TraceSummary(TypedDict):
     """DeepConf's measures (lowest_group, bottom_10, tail, mean); None without top_logprobs."""
     weight: float
     """Its weight in the vote (0: it did not vote)."""
+    parent: NotRequired[int | None]
+    """A branch: the trace whose steps before `branch_step` it kept (None: it started afresh)."""
+    branch_step: NotRequired[int | None]
+    """A branch: the first step it drew itself."""
+    branch_token: NotRequired[int | None]
+    """A branch inside a step: the first token of `branch_step` it drew itself."""

@@ -10,6 +10,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from mur.graphs.records import Fallback, FinishReason, GateRecord, StepRecord, TraceSummary
 from mur.graphs.refine import StrategyName
+from mur.nodes.branching import REGISTRY as BRANCHES
+from mur.nodes.branching import BranchName, BranchParams
 from mur.nodes.budget import BudgetSettings
 from mur.nodes.draft import STEP_FORMATS, StepCandidate, StepFormat
 from mur.nodes.gate_labels import parse_gate_label
@@ -217,6 +219,21 @@ class Context(BaseModel):
         description="The stop threshold keeps about this fraction of traces like the warm-up's "
         "(DeepConf-high 0.9, -low 0.1).",
     )
+    branch: BranchName = Field(
+        "none",
+        description="Where a trace after the first batch starts: afresh (none), or as a branch "
+        "of a first-batch trace that keeps its steps before the branch point and draws the "
+        "rest: the step whose uncertainty most exceeds the gamma-gate's threshold (mur_max), "
+        "the first step the gate flags (mur_first), a random step (random), or the first "
+        "token whose top-k entropy exceeds branch_entropy (eager, EAGer's; needs top_logprobs).",
+    )
+    branch_entropy: float = Field(
+        2.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="EAGer's threshold: a token whose top-k entropy (nats) exceeds it is a "
+        "branch point (branch eager).",
+    )
 
     def __init__(self, **settings: Any) -> None:
         try:
@@ -252,13 +269,17 @@ class Context(BaseModel):
                 "vote_keep < 1 with the majority vote ranks traces by confidence: set "
                 "top_logprobs (e.g. 20)"
             )
+        if BRANCHES[self.branch].reads_entropy and self.top_logprobs == 0:
+            raise ValueError(
+                f"branch {self.branch} reads token entropies: set top_logprobs (e.g. 20)"
+            )
         batch = self.trace_batch
-        if (self.settle != "never" or self.trace_stop != "none") and (
+        if (self.settle != "never" or self.trace_stop != "none" or self.branch != "none") and (
             batch is None or batch >= self.traces
         ):
             raise ValueError(
-                f"settle and trace_stop act between batches: set trace_batch below traces "
-                f"({self.traces}), got {batch}"
+                f"settle, trace_stop and branch act between batches: set trace_batch below "
+                f"traces ({self.traces}), got {batch}"
             )
         return self
 
@@ -309,6 +330,10 @@ class Context(BaseModel):
             margin=margin,
         )
 
+    def branch_params(self, question: str) -> BranchParams:
+        """The branch rules' numbers for one question (the gate's, and its own seed)."""
+        return BranchParams(gate=self.gate_params(question))
+
     def as_dict(self) -> dict[str, Any]:
         return self.model_dump()
 
@@ -341,10 +366,18 @@ class InputState(TypedDict):
 
 class TraceInput(InputState):
     """What one trace starts from: the question, its index among the question's traces and
-    the stop threshold the warm-up set (None: it runs in full)."""
+    the stop threshold the warm-up set (None: it runs in full). A branch also starts from its
+    parent's steps before the branch step (`steps`, with the momentum after them), and, when
+    it branches inside that step, from the step's first characters (`partial`)."""
 
     trace: NotRequired[int]
     stop_threshold: NotRequired[float | None]
+    parent: NotRequired[int | None]
+    branch_step: NotRequired[int | None]
+    branch_token: NotRequired[int | None]
+    steps: NotRequired[list[StepRecord]]
+    momentum: NotRequired[float]
+    partial: NotRequired[str | None]
 
 
 class TraceOutput(TypedDict):
@@ -375,11 +408,12 @@ def output_of(state: dict[str, Any]) -> dict[str, Any]:
 
 
 class State(TraceInput, TraceOutput):
-    """Everything one trace carries; the momentum lives here."""
+    """Everything one trace carries; the momentum lives here. (A branch's input gives the
+    steps and momentum it starts from; the loop always has both, hence the narrowing.)"""
 
-    steps: Annotated[list[StepRecord], operator.add]
+    steps: Annotated[list[StepRecord], operator.add]  # type: ignore[misc]
     usage: Annotated[dict[str, int], add_usage]
-    momentum: float
+    momentum: float  # type: ignore[misc]
     draft: StepCandidate | None
     gate: GateRecord | None
     kept: StepCandidate | None

@@ -8,6 +8,10 @@ settle rule), and after the warm-up batch the threshold at which a later trace s
 rule, which commit_step checks after every step). One trace (the default) is the plain MUR
 loop: the vote over one trace is that trace.
 
+With a branch rule (nodes.branching) a trace after the warm-up is a branch: it starts with
+its parent's steps before the branch point (and their momentum), so it draws only the rest;
+its tokens are those it draws, its summary names its parent and branch step.
+
 A trace's summary (answer, tokens, momentum, DeepConf's confidences) is made by
 `summarize_trace` from its output, live and when replaying recorded traces alike.
 """
@@ -22,7 +26,8 @@ from langgraph.types import Send
 
 from mur.graphs.loop import settings_of, trace_confidences
 from mur.graphs.records import StepRecord, TraceSummary
-from mur.graphs.state import Context, QuestionState, TraceInput
+from mur.graphs.state import Context, QuestionState, TraceInput, TraceOutput
+from mur.nodes.branching import ParentStep, Spike, plan_branch
 from mur.nodes.confidence import TraceConfidence, trace_confidence
 from mur.nodes.voting import (
     TraceOutcome,
@@ -39,8 +44,11 @@ Update = dict[str, Any]
 # ---------------------------------------------------------------------------- summaries
 
 
-def summarize_trace(index: int, output: dict[str, Any], ctx: Context) -> TraceSummary:
-    """A trace's summary from its output contract (a live trace's, or a recorded run's)."""
+def summarize_trace(
+    index: int, output: dict[str, Any], ctx: Context, start: TraceInput | None = None
+) -> TraceSummary:
+    """A trace's summary from its output contract (a live trace's, or a recorded run's) and,
+    for a branch, what it started from."""
     steps: list[StepRecord] = output.get("steps") or []
     usage = output.get("usage") or {}
     confidences = trace_confidences(steps)
@@ -59,7 +67,71 @@ def summarize_trace(index: int, output: dict[str, Any], ctx: Context) -> TraceSu
         momentum=steps[-1]["momentum_after"] if steps else 0.0,
         confidence=measures,
         weight=0.0,
+        parent=start.get("parent") if start else None,
+        branch_step=start.get("branch_step") if start else None,
+        branch_token=start.get("branch_token") if start else None,
     )
+
+
+def parent_steps(steps: Sequence[StepRecord]) -> list[ParentStep]:
+    """What the branch rules read of a trace's kept steps."""
+    return [
+        ParentStep(
+            uncertainty=step["uncertainty"],
+            momentum_before=step["momentum_before"],
+            spikes=tuple(Spike(**spike) for spike in step.get("entropy_spikes", ())),
+        )
+        for step in steps
+    ]
+
+
+def trace_input(
+    state: QuestionState, index: int, threshold: float | None, ctx: Context
+) -> TraceInput:
+    """What trace `index` starts from: the question afresh, or, after the warm-up under a
+    branch rule, a branch of a warm-up trace at the point the rule picks."""
+    start = TraceInput(
+        question=state["question"],
+        system_prompt=state.get("system_prompt"),
+        trace=index,
+        stop_threshold=threshold,
+    )
+    first = ctx.trace_rules().first_batch
+    if ctx.branch == "none" or index < first:
+        return start
+    outputs = _by_index(state)
+    warmups = [outputs[i]["steps"] for i in range(first)]
+    point = plan_branch(
+        index - first,
+        [parent_steps(steps) for steps in warmups],
+        ctx.branch,
+        ctx.branch_params(state["question"]),
+    )
+    if point is None:
+        return start
+    kept = warmups[point.parent][: point.step - 1]
+    partial = (
+        warmups[point.parent][point.step - 1]["text"][: point.chars]
+        if point.token is not None
+        else None
+    )
+    return TraceInput(
+        **start,
+        parent=point.parent,
+        branch_step=point.step,
+        branch_token=point.token,
+        steps=list(kept),
+        momentum=kept[-1]["momentum_after"] if kept else 0.0,
+        partial=partial,
+    )
+
+
+def _by_index(state: QuestionState) -> dict[int, TraceOutput]:
+    """The finished traces' outputs by trace index (they arrive in finishing order)."""
+    return {
+        summary["index"]: output
+        for summary, output in zip(state.get("drawn", []), state.get("outputs", []), strict=True)
+    }
 
 
 def outcome_of(summary: TraceSummary) -> TraceOutcome:
@@ -94,22 +166,14 @@ def plan_traces(state: QuestionState, runtime: Runtime[Context]) -> Update:
 
 def route_traces(state: QuestionState, runtime: Runtime[Context]) -> list[Send] | str:
     """Start the next batch of traces, or vote when the question is settled."""
-    rules = settings_of(runtime).trace_rules()
+    ctx = settings_of(runtime)
     drawn = state.get("drawn", [])
-    count = next_batch([outcome_of(s) for s in drawn], rules)
+    count = next_batch([outcome_of(s) for s in drawn], ctx.trace_rules())
     if count == 0:
         return "vote"
     threshold = state.get("stop_threshold") if drawn else None
     return [
-        Send(
-            "trace",
-            TraceInput(
-                question=state["question"],
-                system_prompt=state.get("system_prompt"),
-                trace=index,
-                stop_threshold=threshold,
-            ),
-        )
+        Send("trace", trace_input(state, index, threshold, ctx))
         for index in range(len(drawn), len(drawn) + count)
     ]
 
@@ -127,7 +191,7 @@ def trace_node(loop: Any) -> TraceNode:
 
     async def trace(state: TraceInput, *, runtime: Runtime[Context]) -> Update:
         output = await loop.ainvoke(state, context=runtime.context)
-        summary = summarize_trace(state.get("trace", 0), output, settings_of(runtime))
+        summary = summarize_trace(state.get("trace", 0), output, settings_of(runtime), state)
         return {"drawn": [summary], "outputs": [output], "usage": output["usage"]}
 
     return trace
@@ -138,9 +202,7 @@ def vote(state: QuestionState, runtime: Runtime[Context]) -> Update:
     ctx = settings_of(runtime)
     rules = ctx.trace_rules()
     drawn = sorted(state.get("drawn", []), key=lambda s: s["index"])
-    outputs = {
-        summary["index"]: out for summary, out in zip(state["drawn"], state["outputs"], strict=True)
-    }
+    outputs = _by_index(state)
     outcomes = [outcome_of(s) for s in drawn]
     result = tally(outcomes, rules)
     weights = {

@@ -37,6 +37,21 @@ def token_confidence(top_logprobs: Sequence[float]) -> float:
     return round(-total / len(top_logprobs), CONFIDENCE_DECIMALS)
 
 
+def token_entropy(top_logprobs: Sequence[float]) -> float:
+    """EAGer's top-k entropy of one token, in nats: -sum p ln p over its k top probabilities,
+    renormalized (high: the model hesitates between several tokens); rounded like C_i."""
+    if not top_logprobs:
+        raise ValueError(
+            "a token without top logprobs has no entropy: ask the server for them "
+            "(top_logprobs >= 1)"
+        )
+    peak = max(top_logprobs)
+    weights = [math.exp(max(lp, LOGPROB_FLOOR) - peak) for lp in top_logprobs]
+    total = math.fsum(weights)
+    entropy = -math.fsum(w / total * math.log(w / total) for w in weights if w > 0)
+    return round(max(entropy, 0.0), CONFIDENCE_DECIMALS)
+
+
 def group_confidences(confidences: Sequence[float], window: int) -> list[float]:
     """The mean of every full window of `window` tokens, in order; a trace shorter than one
     window is one group (its mean); no tokens, no groups."""

@@ -20,7 +20,7 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
 from mur.nodes.answer import states_answer
-from mur.nodes.confidence import token_confidence
+from mur.nodes.confidence import token_confidence, token_entropy
 from mur.nodes.llm import Generation, Reply, Request, TokenWatch, generate, generate_watched
 from mur.prompts.mur import (
     FALLBACK_PREFIX,
@@ -45,6 +45,17 @@ class StepCandidate(TypedDict):
     finish_reason: str | None
     confidences: NotRequired[list[float]]
     """DeepConf's confidence of each token, when the request asked for top logprobs."""
+    entropy_spikes: NotRequired[list[EntropySpike]]
+    """EAGer's branch points inside the step, when the run branches by token entropy."""
+
+
+class EntropySpike(TypedDict):
+    """A generated token whose top-k entropy exceeded the run's threshold: its index among
+    the step's generated tokens, the characters of the step's text before it, its entropy."""
+
+    token: int
+    chars: int
+    entropy: float
 
 
 # Far beyond any benchmark question; the server's context length is the real limit.
@@ -103,12 +114,14 @@ class StepFormat:
         lines = "".join(self.line(k, text) for k, text in enumerate(kept_texts, start=1))
         return lines.removesuffix(self.separator)
 
-    def prefix(self, kept_texts: Sequence[str], index: int) -> str:
-        """The assistant text to continue for step `index`."""
+    def prefix(self, kept_texts: Sequence[str], index: int, partial: str = "") -> str:
+        """The assistant text to continue for step `index`; `partial`: the start of the step
+        already written (a branch that starts inside a parent's step)."""
         solution = self.solution(kept_texts)
         if self.name == "paragraph":
-            return f"{solution}{PARAGRAPH_SEPARATOR}" if solution else ""
-        return f"{solution}\n{marker(index)}" if solution else marker(index)
+            return f"{solution}{PARAGRAPH_SEPARATOR}{partial}" if solution else partial
+        start = f"{solution}\n{marker(index)}" if solution else marker(index)
+        return f"{start} {partial}" if partial else start
 
     def stops(self, index: int) -> list[str]:
         """Stop strings that end step `index`."""
@@ -160,10 +173,11 @@ def step_messages(
     kept_texts: Sequence[str],
     index: int,
     fmt: StepFormat = MARKER_FORMAT,
+    partial: str = "",
 ) -> list[BaseMessage]:
     return [
         *conversation(question, system_prompt, fmt),
-        AIMessage(fmt.prefix(kept_texts, index)),
+        AIMessage(fmt.prefix(kept_texts, index, partial)),
     ]
 
 
@@ -183,6 +197,30 @@ def to_candidate(choice: Generation) -> StepCandidate:
 def token_confidences(choice: Generation) -> list[float]:
     """Each generated token's confidence from its top logprobs (the request asked for them)."""
     return [token_confidence([top.logprob for top in tops]) for tops in choice.top_logprobs]
+
+
+def entropy_spikes(choice: Generation, threshold: float, before: str = "") -> list[EntropySpike]:
+    """The tokens of `choice` whose top-k entropy exceeds `threshold`, each with the
+    characters of the step's text before it: the step's text is `before` (text kept from a
+    parent) and the choice's, stripped as candidates are. Tokens of a stop string past the
+    text have no place in it; a reply whose tokens do not spell its text (byte tokens) has
+    no spikes."""
+    raw = before + choice.text
+    spelled = before + "".join(choice.tokens)
+    if not spelled.startswith(raw):
+        return []
+    lead = len(raw) - len(raw.lstrip())
+    text_length = len(raw.strip())
+    spikes: list[EntropySpike] = []
+    start = len(before)
+    for index, (token, tops) in enumerate(zip(choice.tokens, choice.top_logprobs, strict=True)):
+        chars = start - lead
+        if tops and 0 <= chars < text_length:
+            entropy = token_entropy([top.logprob for top in tops])
+            if entropy > threshold:
+                spikes.append(EntropySpike(token=index, chars=chars, entropy=entropy))
+        start += len(token)
+    return spikes
 
 
 def contains_answer(text: str) -> bool:

@@ -32,7 +32,8 @@ BAD = {
     "unknown strategy": (["--strategy", "beam"], "invalid choice"),
     "stop rule without batches": (
         ["--strategy", "critic", "--traces", "4", "--trace-stop", "momentum"],
-        "settle and trace_stop act between batches: set trace_batch below traces (4), got None",
+        "settle, trace_stop and branch act between batches: set trace_batch below traces (4), got "
+        "None",
     ),
     "confidence vote without top logprobs": (
         ["--strategy", "critic", "--traces", "4", "--vote", "confidence"],
