@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.text import Text
 
 from mur.graphs.refine import summarise
+from mur.graphs.traces import trace_label, traces_line
 
 
 class Printer:
@@ -17,6 +18,8 @@ class Printer:
     def __init__(self, enabled: bool) -> None:
         self.enabled = enabled
         self.console = Console(stderr=False, highlight=False)
+        self.several = False
+        """Several traces: each step is labelled with its trace (and a branch's parent)."""
 
     def say(self, text: str) -> None:
         """A progress line (the question, the server, a resumed thread), dimmed."""
@@ -38,7 +41,11 @@ class Printer:
             if event["scaled"]
             else "[green]kept[/green]"
         )
-        self.console.print(f"[bold]Step{event['index']}[/bold]  {numbers}  {mark}")
+        label = ""
+        if self.several:
+            trace = trace_label(event["trace"], event.get("parent"), event.get("branch_step"))
+            label = f"[cyan]{trace}[/cyan]  "
+        self.console.print(f"{label}[bold]Step{event['index']}[/bold]  {numbers}  {mark}")
         if event["scaled"]:
             self.console.print(f"   [dim]kept m={event['uncertainty']:.3f}[/dim]")
         self.console.print(f"   {event['text']}", markup=False)
@@ -51,6 +58,8 @@ class Printer:
         scaled = sum(step["scaled"] for step in result["steps"])
         if result.get("fallback"):
             self.console.print(Text.assemble(("fallback: ", "dim"), result["fallback"]["text"]))
+        if line := traces_line(result.get("traces") or []):
+            self.console.print(Text.assemble(("\nTraces: ", "bold"), line))
         self.console.print(
             f"\n[bold]Answer:[/bold] {result['answer']}   "
             f"[dim](finish: {result['finish_reason']}, {len(result['steps'])} steps, "

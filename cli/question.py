@@ -37,6 +37,7 @@ async def solve_question(
     context = single_context(args, connection.recommended)
     question = args.question or SAMPLE_QUESTION
     printer.say(f"Question: {question}")
+    printer.several = context.traces > 1
 
     def graph(checkpointer: Any = None) -> Any:
         return build_graph(

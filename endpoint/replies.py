@@ -23,6 +23,7 @@ from openai.types.chat.chat_completion_chunk import ChoiceDelta
 
 from mur.endpoint.schemas import MODELS, Job
 from mur.graphs import output_of
+from mur.graphs.traces import traces_line
 from mur.nodes.draft import STEP_FORMATS
 
 OWNER = "mur"
@@ -99,11 +100,15 @@ class RunResult:
 def reply_trace(trace: Mapping[str, Any], outcome: Outcome, key: str | None) -> dict[str, Any]:
     """The reply's `mur`: the run's trace (its `usage` the whole run's, in the graph's
     counts), `usage_total` (the whole run's in OpenAI's shape: the top-level `usage` is this
-    request's) and `run` (new, resumed or replayed; the idempotency key)."""
+    request's), `run` (new, resumed or replayed; the idempotency key) and, with several
+    traces, `traces_summary` (drawn, branched, stopped and the vote's tally, as `mur solve`
+    prints it)."""
+    summary = traces_line(trace.get("traces") or [])
     return {
         **trace,
         "usage_total": usage_of(trace.get("usage") or {}).model_dump(exclude_none=True),
         "run": {"outcome": outcome, "idempotency_key": key},
+        **({"traces_summary": summary} if summary else {}),
     }
 
 

@@ -30,8 +30,10 @@ from mur.nodes.draft import (
 )
 from mur.nodes.gates import GateHistory, decide
 from mur.nodes.llm import ABORTED, TokenWatch
+from mur.nodes.stopping import REGISTRY as STOPS
+from mur.nodes.stopping import should_stop
 from mur.nodes.uncertainty import step_confidence, step_uncertainty, update_momentum
-from mur.nodes.voting import TraceRules, should_stop
+from mur.nodes.voting import TraceRules
 from mur.servers.clients.transport_errors import ContextOverflow
 
 Update = dict[str, Any]
@@ -86,7 +88,7 @@ def confidence_watch(state: State, ctx: Context) -> TokenWatch | None:
     confidence rule, a watch that says stop at the first token whose group (the window runs
     on from the kept steps' tokens) falls below the threshold; None otherwise."""
     threshold = state.get("stop_threshold")
-    if ctx.trace_stop != "confidence" or threshold is None:
+    if not STOPS[ctx.trace_stop].reads_confidence or threshold is None:
         return None
     group = GroupWatch(ctx.group_window)
     for confidence in trace_confidences(state.get("steps", []))[-ctx.group_window :]:

@@ -16,8 +16,11 @@ from mur.nodes.budget import BudgetSettings
 from mur.nodes.draft import STEP_FORMATS, StepCandidate, StepFormat
 from mur.nodes.gate_labels import parse_gate_label
 from mur.nodes.gates import GateName, GateParams, question_seed
+from mur.nodes.settling import SettleName
+from mur.nodes.stopping import REGISTRY as STOPS
+from mur.nodes.stopping import StopName
 from mur.nodes.usage import add_usage
-from mur.nodes.voting import MeasureName, SettleName, StopName, TraceRules, VoteName
+from mur.nodes.voting import VOTES, MeasureName, TraceRules, VoteName
 
 
 class ContextError(ValueError):
@@ -201,10 +204,22 @@ class Context(BaseModel):
         "never",
         description="When to stop drawing traces (needs trace_batch): never; agree (the last "
         "batch's answers, two or more, all agree: early-stopping self-consistency); consensus "
-        "(the leading answer holds `consensus` of the vote: DeepConf's adaptive sampling).",
+        "(the leading answer holds `consensus` of the vote: DeepConf's adaptive sampling); "
+        "beta (P(leader beats runner-up) >= beta_confidence: Adaptive-Consistency, its_hub); "
+        "doubling (batches double until the leader holds `consensus`: its_hub).",
     )
     consensus: float = Field(
-        0.95, gt=0.5, le=1, description="Settle rule consensus: the leader's share of the vote."
+        0.95,
+        gt=0.5,
+        le=1,
+        description="Settle rules consensus and doubling: the leader's share of the vote.",
+    )
+    beta_confidence: float = Field(
+        0.95,
+        gt=0.5,
+        le=1,
+        description="Settle rule beta: stop once P(the leader beats the runner-up) under "
+        "Beta(v1 + 1, v2 + 1) reaches this (Adaptive-Consistency's and its_hub's 0.95).",
     )
     trace_stop: StopName = Field(
         "none",
@@ -255,18 +270,21 @@ class Context(BaseModel):
     @model_validator(mode="after")
     def _trace_rules_need_their_inputs(self) -> Context:
         reading = [
-            f"{name} confidence"
-            for name, value in (("vote", self.vote), ("trace_stop", self.trace_stop))
-            if value == "confidence"
+            f"{name} {value}"
+            for name, value, reads in (
+                ("vote", self.vote, VOTES[self.vote].reads_confidence),
+                ("trace_stop", self.trace_stop, STOPS[self.trace_stop].reads_confidence),
+            )
+            if reads
         ]
         if reading and self.top_logprobs == 0:
             verb = "reads" if len(reading) == 1 else "read"
             raise ValueError(
                 f"{' and '.join(reading)} {verb} token confidences: set top_logprobs (e.g. 20)"
             )
-        if self.vote_keep < 1 and self.vote == "majority" and self.top_logprobs == 0:
+        if self.vote_keep < 1 and VOTES[self.vote].ranks_by_confidence and self.top_logprobs == 0:
             raise ValueError(
-                "vote_keep < 1 with the majority vote ranks traces by confidence: set "
+                f"vote_keep < 1 with the {self.vote} vote ranks traces by confidence: set "
                 "top_logprobs (e.g. 20)"
             )
         if BRANCHES[self.branch].reads_entropy and self.top_logprobs == 0:
@@ -293,6 +311,7 @@ class Context(BaseModel):
             measure=self.confidence_measure,
             settle=self.settle,
             consensus=self.consensus,
+            beta_confidence=self.beta_confidence,
             stop=self.trace_stop,
             stop_keep=self.stop_keep,
             window=self.group_window,

@@ -3,10 +3,10 @@ a subgraph), started in batches from `plan_traces`, and `vote` reduces them to o
 
     plan_traces --Send x batch--> trace (the loop) --> plan_traces --(settled or all drawn)--> vote
 
-plan_traces decides with the pure rules of nodes.voting: how many traces to start next (the
-settle rule), and after the warm-up batch the threshold at which a later trace stops (the stop
-rule, which commit_step checks after every step). One trace (the default) is the plain MUR
-loop: the vote over one trace is that trace.
+plan_traces decides with the pure rules of nodes.settling and nodes.stopping: how many traces
+to start next (the settle rule), and after the warm-up batch the threshold at which a later
+trace stops (the stop rule, which commit_step checks after every step). One trace (the
+default) is the plain MUR loop: the vote over one trace is that trace.
 
 With a branch rule (nodes.branching) a trace after the warm-up is a branch: it starts with
 its parent's steps before the branch point (and their momentum), so it draws only the rest;
@@ -29,14 +29,9 @@ from mur.graphs.records import StepRecord, TraceSummary
 from mur.graphs.state import Context, QuestionState, TraceInput, TraceOutput
 from mur.nodes.branching import ParentStep, Spike, plan_branch
 from mur.nodes.confidence import TraceConfidence, trace_confidence
-from mur.nodes.voting import (
-    TraceOutcome,
-    answer_key,
-    next_batch,
-    stop_threshold,
-    tally,
-    vote_weight,
-)
+from mur.nodes.settling import next_batch
+from mur.nodes.stopping import stop_threshold
+from mur.nodes.voting import TraceOutcome, answer_key, tally, vote_weight
 
 Update = dict[str, Any]
 
@@ -229,3 +224,37 @@ def _shown_trace(summaries: Sequence[TraceSummary], answer: str | None) -> int:
     if not winners:
         return summaries[0]["index"]
     return max(winners, key=lambda s: (s["weight"], -s["index"]))["index"]
+
+
+# ---------------------------------------------------------------------------- what a person sees
+
+
+def trace_label(trace: int, parent: int | None = None, branch_step: int | None = None) -> str:
+    """A trace as a person reads it: `trace 3`, or `trace 3 (branch of 0 at step 2)`."""
+    if parent is None:
+        return f"trace {trace}"
+    return f"trace {trace} (branch of {parent} at step {branch_step})"
+
+
+def traces_line(summaries: Sequence[TraceSummary]) -> str | None:
+    """One line on a question's traces: how many were drawn, branched and stopped, and the
+    vote's tally, heaviest answer first (None for a single trace: it is the answer)."""
+    if len(summaries) <= 1:
+        return None
+    branched = sum(1 for s in summaries if s.get("parent") is not None)
+    stopped = sum(1 for s in summaries if s["stopped"])
+    ballots: dict[str, tuple[str, int, float]] = {}
+    for summary in sorted(summaries, key=lambda s: s["index"]):
+        if summary["weight"] > 0:
+            key = answer_key(summary["answer"])
+            shown, count, weight = ballots.get(key, (summary["answer"] or "", 0, 0.0))
+            ballots[key] = (shown, count + 1, weight + summary["weight"])
+    weighted = any(weight != count for _, count, weight in ballots.values())
+    tally = ", ".join(
+        f"{shown} x{count}" + (f" ({weight:.2f})" if weighted else "")
+        for shown, count, weight in sorted(ballots.values(), key=lambda b: -b[2])
+    )
+    silent = len(summaries) - stopped - sum(count for _, count, _ in ballots.values())
+    line = f"{len(summaries)} traces ({branched} branched, {stopped} stopped); vote: "
+    line += tally or "no answer"
+    return line + (f"; {silent} without a vote" if silent else "")

@@ -1,28 +1,25 @@
-"""Many traces, one answer: the vote rules, the rule that says when to draw more traces, and
-the rule that stops a trace part-way. Pure functions of numbers and answers, so the graph's
-live run (graphs/traces.py) and the replay of recorded traces (evals/report/traces.py) decide
-alike.
+"""Many traces, one answer: the trace-level settings, what the rules read of a trace, and the
+votes. Pure functions of numbers and answers, so the graph's live run (graphs/traces.py) and
+the replay of recorded traces (evals/report/traces.py) decide alike.
 
 A question is solved in batches of traces: the first batch (the warm-up) runs in full and
-sets the stop threshold; each later batch runs with the stop rule, until the settle rule says
-the leading answer is settled or `traces` are drawn. A stopped trace has no vote (DeepConf).
+sets the stop threshold; each later batch runs with the stop rule (nodes.stopping), until the
+settle rule (nodes.settling) says the leading answer is settled or `traces` are drawn; later
+traces may branch off the warm-up's (nodes.branching). A stopped trace has no vote (DeepConf).
+Each kind of rule is a registry, one entry per rule, as the gates are (nodes.gates): Context's
+choices, the flags and Studio's read the names from there.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-import numpy as np
+from mur.nodes.confidence import TraceConfidence
 
-from mur.nodes.confidence import TraceConfidence, first_breach
-
-VoteName = Literal["majority", "momentum", "confidence"]
-SettleName = Literal["never", "agree", "consensus"]
-StopName = Literal["none", "momentum", "confidence"]
 MeasureName = Literal["lowest_group", "bottom_10", "tail", "mean"]
 
 
@@ -32,12 +29,13 @@ class TraceRules:
 
     traces: int = 1
     batch: int | None = None  # None: all traces at once
-    vote: VoteName = "majority"
+    vote: str = "majority"
     vote_keep: float = 1.0
     measure: MeasureName = "lowest_group"
-    settle: SettleName = "never"
+    settle: str = "never"
     consensus: float = 0.95
-    stop: StopName = "none"
+    beta_confidence: float = 0.95
+    stop: str = "none"
     stop_keep: float = 0.9
     window: int = 64
 
@@ -101,31 +99,66 @@ def trace_score(outcome: TraceOutcome, measure: MeasureName) -> float:
     return -math.inf if value is None else float(value)
 
 
+@dataclass(frozen=True)
+class Vote:
+    """One way to weigh the traces' ballots."""
+
+    name: str
+    weight: Callable[[TraceOutcome, TraceRules], float]
+    rank: Callable[[TraceOutcome, TraceRules], float]
+    """How the top-`vote_keep` filter ranks traces (higher first)."""
+    description: str
+    reads_confidence: bool = False
+    """Its weights read token confidences (top_logprobs)."""
+    ranks_by_confidence: bool = False
+    """Its vote_keep filter ranks by confidence (top_logprobs when vote_keep < 1)."""
+
+
+VOTES: dict[str, Vote] = {
+    vote.name: vote
+    for vote in (
+        Vote(
+            "majority",
+            lambda outcome, rules: 1.0,
+            lambda outcome, rules: trace_score(outcome, rules.measure),
+            "one vote each (self-consistency)",
+            ranks_by_confidence=True,
+        ),
+        Vote(
+            "momentum",
+            lambda outcome, rules: math.exp(-outcome.momentum),
+            lambda outcome, rules: -outcome.momentum,
+            "weighted by exp(-final momentum) (MUR's)",
+        ),
+        Vote(
+            "confidence",
+            lambda outcome, rules: max(trace_score(outcome, rules.measure), 0.0),
+            lambda outcome, rules: trace_score(outcome, rules.measure),
+            "weighted by DeepConf's confidence_measure",
+            reads_confidence=True,
+            ranks_by_confidence=True,
+        ),
+    )
+}
+if TYPE_CHECKING:
+    VoteName = str
+else:  # the registry's names as a Literal: Context's choices, the CLI's and Studio's
+    VoteName = Literal[tuple(VOTES)]
+
+
 def vote_weight(outcome: TraceOutcome, rules: TraceRules) -> float:
-    """A ballot's weight: 1 (majority), exp(-final momentum) (MUR's) or the trace's
-    confidence by the rules' measure (DeepConf's)."""
-    if rules.vote == "majority":
-        return 1.0
-    if rules.vote == "momentum":
-        return math.exp(-outcome.momentum)
-    return max(trace_score(outcome, rules.measure), 0.0)
-
-
-def ranking(outcome: TraceOutcome, rules: TraceRules) -> float:
-    """How the top-`vote_keep` filter ranks traces: by momentum (lower first) for the momentum
-    vote, else by confidence."""
-    if rules.vote == "momentum":
-        return -outcome.momentum
-    return trace_score(outcome, rules.measure)
+    """A ballot's weight under the rules' vote."""
+    return VOTES[rules.vote].weight(outcome, rules)
 
 
 def tally(outcomes: Sequence[TraceOutcome], rules: TraceRules) -> Tally:
     """The vote over the traces that finished with an answer, after keeping the top
-    `vote_keep` of them by `ranking` (at least one). Ties go to the answer given first."""
+    `vote_keep` of them by the vote's rank (at least one). Ties go to the answer given first."""
     voting = [o for o in outcomes if not o.stopped and answer_key(o.answer)]
     if rules.vote_keep < 1.0 and voting:
         keep = max(1, math.ceil(len(voting) * rules.vote_keep))
-        voting = sorted(voting, key=lambda o: (-ranking(o, rules), o.index))[:keep]
+        rank = VOTES[rules.vote].rank
+        voting = sorted(voting, key=lambda o: (-rank(o, rules), o.index))[:keep]
     weights: dict[str, float] = {}
     first: dict[str, tuple[int, str]] = {}
     for outcome in sorted(voting, key=lambda o: o.index):
@@ -136,78 +169,3 @@ def tally(outcomes: Sequence[TraceOutcome], rules: TraceRules) -> Tally:
         return Tally(None, {}, ())
     best = max(weights, key=lambda key: (weights[key], -first[key][0]))
     return Tally(first[best][1], weights, tuple(sorted(o.index for o in voting)))
-
-
-# ---------------------------------------------------------------------------- drawing
-
-
-def settled(outcomes: Sequence[TraceOutcome], rules: TraceRules) -> bool:
-    """Whether the traces so far settle the question (no more are drawn).
-
-    never: draw them all. agree (early-stopping self-consistency, window = the batch): the
-    last batch's answered traces, at least two, all give one answer. consensus (DeepConf's
-    adaptive sampling): two or more traces voted and the leading answer holds at least
-    `consensus` of the vote's weight.
-    """
-    if rules.settle == "never" or not outcomes:
-        return False
-    if rules.settle == "agree":
-        last = outcomes[-_last_batch_size(len(outcomes), rules) :]
-        keys = {answer_key(o.answer) for o in last if not o.stopped}
-        answered = [o for o in last if not o.stopped and answer_key(o.answer)]
-        return len(answered) >= 2 and len(keys) == 1 and "" not in keys
-    result = tally(outcomes, rules)
-    return len(result.voters) >= 2 and result.share >= rules.consensus
-
-
-def _last_batch_size(drawn: int, rules: TraceRules) -> int:
-    first = rules.first_batch
-    if drawn <= first:
-        return drawn
-    return (drawn - first - 1) % (rules.batch or rules.traces) + 1
-
-
-def next_batch(outcomes: Sequence[TraceOutcome], rules: TraceRules) -> int:
-    """How many traces to start now that `outcomes` are in (0: the question is done)."""
-    if not outcomes:
-        return rules.first_batch
-    if len(outcomes) >= rules.traces or settled(outcomes, rules):
-        return 0
-    return min(rules.batch or rules.traces, rules.traces - len(outcomes))
-
-
-# ---------------------------------------------------------------------------- stopping
-
-
-def stop_threshold(warmup: Sequence[TraceOutcome], rules: TraceRules) -> float | None:
-    """The stop rule's threshold, from the warm-up traces (None: no stopping).
-
-    confidence (DeepConf online): the (1 - stop_keep) quantile of the warm-ups' lowest group
-    confidence; a later trace stops once a group falls below it. momentum (MUR's): the
-    stop_keep quantile of the warm-ups' final momentum; a later trace stops once its momentum
-    rises above it. stop_keep 0.9 keeps about nine in ten traces like the warm-ups.
-    """
-    if rules.stop == "none" or not warmup:
-        return None
-    if rules.stop == "momentum":
-        return float(np.quantile([o.momentum for o in warmup], rules.stop_keep))
-    lows = [o.confidence.lowest_group for o in warmup if o.confidence.lowest_group is not None]
-    if not lows:
-        return None
-    return float(np.quantile(lows, 1.0 - rules.stop_keep))
-
-
-def should_stop(
-    rules: TraceRules,
-    threshold: float | None,
-    *,
-    momentum: float,
-    confidences: Sequence[float],
-) -> bool:
-    """The stop rule after a step: the trace's momentum so far, or its token confidences so
-    far (every full window among them), against the threshold."""
-    if threshold is None or rules.stop == "none":
-        return False
-    if rules.stop == "momentum":
-        return momentum > threshold
-    return first_breach(confidences, threshold, rules.window) is not None

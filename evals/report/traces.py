@@ -1,8 +1,9 @@
 """Several independent traces of one question, analysed from the records: accuracy against k,
 how well each trace signal ranks traces (within-question AUROC), and every trace rule (votes,
 settle rules, stop rules) replayed on the recorded traces with the very functions a live run
-calls (nodes.voting, graphs.traces, graphs.loop.stops_after). Traces are independent samples,
-so a rule replayed on them in sample order is what a live run would have done on those draws.
+calls (nodes.voting, nodes.settling, nodes.stopping, graphs.traces, graphs.loop.stops_after).
+Traces are independent samples, so a rule replayed on them in sample order is what a live run
+would have done on those draws.
 
 The hypotheses H4-H7 of results/prereg-parallel-traces.md are decided here.
 """
@@ -25,14 +26,10 @@ from mur.graphs.records import StepRecord, TraceSummary
 from mur.graphs.state import Context
 from mur.graphs.traces import outcome_of, summarize_trace
 from mur.nodes.confidence import first_breach
-from mur.nodes.voting import (
-    TraceOutcome,
-    TraceRules,
-    answer_key,
-    next_batch,
-    stop_threshold,
-    tally,
-)
+from mur.nodes.settling import next_batch
+from mur.nodes.stopping import REGISTRY as STOPS
+from mur.nodes.stopping import stop_threshold
+from mur.nodes.voting import TraceOutcome, TraceRules, answer_key, tally
 
 ENDING_REASONS = frozenset({"answer", "end_of_sequence", "context_length"})
 """A trace whose last step ended it this way was not checked after that step (it was done)."""
@@ -133,7 +130,7 @@ def cut_at_stop(trace: RecordedTrace, rules: TraceRules, threshold: float | None
     outcome = trace.outcome
     if threshold is None or rules.stop == "none":
         return outcome
-    if rules.stop == "confidence":  # watched token by token inside each step
+    if STOPS[rules.stop].reads_confidence:  # watched token by token inside each step
         breach = first_breach(trace_confidences(trace.steps), threshold, rules.window)
         if breach is None:
             return outcome
@@ -300,6 +297,10 @@ def named_rules(traces: int) -> dict[str, TraceRules]:
         # mur-esc taken apart: how much of its saving is the settling, how much the stop.
         "mur-esc's settling alone": replace(esc, stop="none"),
         "mur-esc's momentum stop alone": replace(esc, settle="never"),
+        # The statistical stops (nodes.settling): ESC's window, the Beta stop, its_hub's doubling.
+        "ESC, window 4": replace(full, batch=4, settle="agree"),
+        "Beta stop 0.95 (Adaptive-Consistency, its_hub)": replace(full, batch=1, settle="beta"),
+        "its_hub doubling, share 0.75": replace(adaptive, settle="doubling", consensus=0.75),
     }
 
 

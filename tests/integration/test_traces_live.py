@@ -62,6 +62,44 @@ def test_run_py_votes_over_traces_with_the_servers_token_count(
     assert all(s["answer"] for s in voters)
 
 
+@pytest.mark.parametrize("rule", ["mur_max", "eager"])
+def test_branches_count_only_what_they_draw_by_the_servers_token_count(
+    rule: str, cpu_server: RunningServer, generated_tokens: Callable[[], int]
+) -> None:
+    """`mur solve --traces 8 --trace-batch 2 --branch RULE --json`: the six later traces
+    branch off the two warm-ups (each names its parent and branch step, and a token inside it
+    for EAGer's rule), and the usage, which counts only what each branch drew, is exactly
+    what the server generated."""
+    command = [
+        *(sys.executable, "-m", "mur", "solve", "--strategy", "critic", "--gate", "never"),
+        *("--traces", "8", "--trace-batch", "2", "--branch", rule, "--json"),
+        *("--question", QUESTION, "--base-url", cpu_server.base_url, "--model", cpu_server.model),
+        *("--max-steps", "3", "--max-step-tokens", "24", "--top-logprobs", "5"),
+        *("--branch-entropy", "0.5"),  # SmolLM2's top-5 entropies: spikes in every trace
+    ]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    output = json.loads(done.stdout)
+    traces = {s["index"]: s for s in output["traces"]}
+    assert sorted(traces) == list(range(8))
+    assert all(traces[i]["parent"] is None for i in (0, 1))
+    branches = [traces[i] for i in range(2, 8)]
+    for n, branch in enumerate(branches):  # the n-th branch takes warm-up n mod 2 as parent
+        warmup = traces[n % 2]
+        if branch["parent"] is None:  # that warm-up had no point to branch at: a fresh trace
+            assert rule == "eager" or warmup["steps"] == 1
+            continue
+        assert branch["parent"] == n % 2
+        assert (2 if rule == "mur_max" else 1) <= branch["branch_step"] <= warmup["steps"]
+        assert (branch["branch_token"] is not None) == (rule == "eager")
+    assert any(b["parent"] is not None for b in branches)
+    usage = output["usage"]
+    assert usage["backbone_tokens"] == sum(s["tokens"] for s in traces.values())
+    assert usage["backbone_tokens"] == settled(generated_tokens)
+    # a branch draws less than a whole trace: its parent's steps before the branch are kept
+    assert sum(b["tokens"] for b in branches) < 3 * (traces[0]["tokens"] + traces[1]["tokens"])
+
+
 async def test_a_stopped_request_stops_generating_on_the_server(
     cpu_server: RunningServer,
 ) -> None:
@@ -141,3 +179,33 @@ def test_the_endpoint_serves_several_traces_with_the_servers_token_count(
     data = reply.json()
     assert len(data["mur"]["traces"]) == 3
     assert data["usage"]["completion_tokens"] == settled(generated_tokens)
+
+
+def test_the_endpoint_serves_branching_traces(
+    cpu_server: RunningServer, generated_tokens: Callable[[], int]
+) -> None:
+    """`mur: {"branch": "mur_max", ...}`: the endpoint validates the setting as the command
+    line does, its traces name their parents, and the completion tokens are the server's."""
+    app = create_app(make_chat_model(cpu_server.base_url, cpu_server.model))
+    settings = {"traces": 4, "trace_batch": 2, "branch": "mur_max"}
+    body = {
+        "model": "mur-critic-never",
+        "messages": [{"role": "user", "content": QUESTION}],
+        "mur": {**settings, "max_steps": 3, "max_step_tokens": 24},
+    }
+    with running(app) as url, httpx.Client(timeout=300) as client:
+        reply = client.post(f"{url}/chat/completions", json=body)
+        refused = client.post(
+            f"{url}/chat/completions", json={**body, "mur": {**settings, "branch": "deepest"}}
+        )
+    assert reply.status_code == 200, reply.text
+    data = reply.json()
+    traces = sorted(data["mur"]["traces"], key=lambda t: t["index"])
+    parents = [t["parent"] for t in traces]
+    # a warm-up of one step has no step to branch at: the trace after it starts afresh
+    expected = [None, None, *(i if traces[i]["steps"] > 1 else None for i in (0, 1))]
+    assert parents == expected
+    branched = sum(parent is not None for parent in parents)
+    assert data["mur"]["traces_summary"].startswith(f"4 traces ({branched} branched, ")
+    assert data["usage"]["completion_tokens"] == settled(generated_tokens)
+    assert refused.status_code == 400 and "branch" in refused.text

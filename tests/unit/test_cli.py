@@ -246,6 +246,20 @@ def test_solve_prints_each_step_then_the_answer(prog: str, capsys, monkeypatch) 
     assert "Answer: 7" in out and "LLM calls" in out
 
 
+def test_several_traces_print_whose_step_each_is_and_the_vote(capsys, monkeypatch) -> None:
+    monkeypatch.setattr(solve_command, "connect", lambda args, say: scripted_connection())
+    argv = ["--strategy", "critic", "--gate", "never", "--question", "What is 3 + 4?",
+            "--traces", "3", "--trace-batch", "2", "--branch", "mur_max"]  # fmt: skip
+    assert solve_command.main(argv, prog="mur solve") == 0
+    out = capsys.readouterr().out
+    assert "trace 0  Step1" in out and "trace 1  Step2" in out
+    # the third trace kept trace 0's first step and drew only the second
+    assert "trace 2 (branch of 0 at step 2)  Step2" in out
+    assert "trace 2 (branch of 0 at step 2)  Step1" not in out
+    assert "Traces: 3 traces (1 branched, 0 stopped); vote: 7 x3" in out
+    assert "Answer: 7" in out
+
+
 def test_solve_json_is_the_output_contract(capsys, monkeypatch) -> None:
     monkeypatch.setattr(solve_command, "connect", lambda args, say: scripted_connection())
     argv = ["solve", "--strategy", "critic", "--gate", "always", "--max-steps", "3", "--json"]

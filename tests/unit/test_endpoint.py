@@ -302,3 +302,7 @@ def test_several_traces_vote_and_stream_every_trace(client: openai.OpenAI) -> No
     assert sorted(c.model_extra["mur_step"]["trace"] for c in steps) == [0, 0, 0, 1, 1, 1, 2, 2, 2]
     assert "".join(c.choices[0].delta.content or "" for c in chunks) == EXPECTED_CONTENT
     assert final.model_extra["mur"]["traces"][0]["tokens"] == 22
+    # what `mur solve` prints after the steps: traces drawn, branched, stopped and the tally
+    summary = trace["traces_summary"]
+    assert summary.startswith("3 traces (0 branched, 0 stopped); vote: 42 x3 (")
+    assert final.model_extra["mur"]["traces_summary"] == summary

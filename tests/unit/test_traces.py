@@ -13,7 +13,7 @@ from langchain_core.messages import BaseMessage
 
 from fakes import FakeLogprobChat, Scripted
 from mur.evals.harness.run_record import JobKey, make_record
-from mur.evals.report.traces import mur_esc, question_traces, replay
+from mur.evals.report.traces import Question, mur_esc, question_traces, replay
 from mur.graphs.mur import build_graph
 from mur.graphs.solve import solve
 from mur.graphs.state import OUTPUT_KEYS, Context, ContextError
@@ -128,16 +128,47 @@ async def test_mur_esc_live_stops_traces_and_settles() -> None:
 async def test_the_replay_on_recorded_traces_decides_as_the_live_run() -> None:
     """The same eight traces run in full and recorded, then mur-esc replayed on them: the
     answer, the traces drawn and stopped, and the tokens are the live run's."""
+    question = await recorded_question(ESC_PLANS)
+    result = replay(question, mur_esc(8))
+    assert (result.correct, result.drawn, result.stopped, result.tokens) == (True, 6, 1, 11 * 4)
+
+
+async def recorded_question(plans: list[tuple[list[float], str]]) -> Question:
+    """Each plan run alone in full and recorded as one sample of a question whose answer is 1."""
     records = []
-    for sample in range(8):
-        graph, _ = graph_for([ESC_PLANS[sample]])
+    for sample, plan in enumerate(plans):
+        graph, _ = graph_for([plan])
         output = await graph.ainvoke({"question": QUESTION}, context=context())
         key = JobKey("math500", "q1", "critic", "never", None, sample)
         records.append(make_record(key, "1", output, output["answer"] == "1", 0.1))
     (question,), incomplete = question_traces(records)
     assert incomplete == []
-    result = replay(question, mur_esc(8))
-    assert (result.correct, result.drawn, result.stopped, result.tokens) == (True, 6, 1, 11 * 4)
+    return question
+
+
+STATISTICAL_STOPS = {
+    "ESC, window 4": {"trace_batch": 4, "settle": "agree"},
+    "Beta stop": {"trace_batch": 1, "settle": "beta", "beta_confidence": 0.9},
+    "doubling": {"trace_batch": 2, "settle": "doubling", "consensus": 0.6},
+    "mur-esc": {"trace_batch": 2, "settle": "agree", "trace_stop": "momentum", "stop_keep": 1.0},
+}
+
+
+@pytest.mark.parametrize("name", list(STATISTICAL_STOPS))
+async def test_each_settle_rule_replays_as_it_ran_live(name: str) -> None:
+    """Every settle rule, run live and replayed on the same traces recorded alone, with the
+    rules the live run's Context gives: the same traces drawn and stopped, tokens, answer."""
+    answers = ["1", "2", "1", "1", "1", "1", "1", "1", "5", "5", "5", "5"]
+    plans = [([0.3 + 0.1 * (i % 3), 0.3], answer) for i, answer in enumerate(answers)]
+    settings = context(traces=12, **STATISTICAL_STOPS[name])
+    graph, script = graph_for(plans)
+    output = await graph.ainvoke({"question": QUESTION}, context=settings)
+    replayed = replay(await recorded_question(plans), settings.trace_rules())
+    live_stopped = sum(s["stopped"] for s in output["traces"])
+    assert (replayed.drawn, replayed.stopped) == (len(output["traces"]), live_stopped)
+    assert replayed.tokens == output["usage"]["backbone_tokens"] == script.generated
+    assert replayed.correct == (output["answer"] == "1")
+    assert 2 <= replayed.drawn < 12  # each rule settled before drawing every trace
 
 
 def test_trace_settings_that_cannot_work_are_refused_in_one_line() -> None:

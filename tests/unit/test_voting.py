@@ -7,6 +7,7 @@ import math
 from dataclasses import replace
 
 import pytest
+from scipy.special import betainc
 
 from mur.nodes.confidence import (
     GroupWatch,
@@ -16,16 +17,9 @@ from mur.nodes.confidence import (
     token_confidence,
     trace_confidence,
 )
-from mur.nodes.voting import (
-    TraceOutcome,
-    TraceRules,
-    answer_key,
-    next_batch,
-    settled,
-    should_stop,
-    stop_threshold,
-    tally,
-)
+from mur.nodes.settling import leader_beats_runner_up, next_batch, settled, top_two_counts
+from mur.nodes.stopping import should_stop, stop_threshold
+from mur.nodes.voting import TraceOutcome, TraceRules, answer_key, tally
 
 
 def outcome(
@@ -152,6 +146,52 @@ def test_consensus_needs_two_voters_and_the_share() -> None:
     assert not settled([outcome(0, "1"), outcome(1, "1"), outcome(2, "2")], rules)  # 0.67
     votes = [outcome(0, "1"), outcome(1, "1"), outcome(2, "2"), outcome(3, "1")]
     assert settled(votes, rules)
+
+
+@pytest.mark.parametrize(
+    ("leader", "runner_up", "probability"),
+    # Adaptive-Consistency's and its_hub's Beta stop, as their own tests and paper tabulate it
+    [
+        (1, 0, 0.75),
+        (3, 0, 0.9375),
+        (4, 0, 0.96875),
+        (6, 1, 0.96484),
+        (7, 2, 0.94531),
+        (9, 3, 0.95386),
+        (5, 5, 0.5),
+    ],
+)
+def test_the_beta_stop_is_the_posterior_that_the_leader_beats_the_runner_up(
+    leader: int, runner_up: int, probability: float
+) -> None:
+    assert leader_beats_runner_up(leader, runner_up) == pytest.approx(probability, abs=5e-6)
+    # the same as 1 - I_0.5(v1 + 1, v2 + 1), the regularized incomplete beta
+    assert leader_beats_runner_up(leader, runner_up) == pytest.approx(
+        1 - betainc(leader + 1, runner_up + 1, 0.5), abs=1e-12
+    )
+
+
+def test_beta_settles_after_four_agreeing_answers_at_0_95() -> None:
+    rules = TraceRules(traces=8, batch=1, settle="beta", beta_confidence=0.95)
+    agreeing = [outcome(i, "7") for i in range(4)]
+    assert [settled(agreeing[:k], rules) for k in range(1, 5)] == [False, False, False, True]
+    # a dissenting answer, a stopped trace and an unanswered one: 4 to 1 is not enough
+    mixed = [*agreeing, outcome(4, "8"), outcome(5, "9", stopped=True), outcome(6, None)]
+    assert top_two_counts(mixed) == (4, 1)
+    assert not settled(mixed, rules)
+    assert settled([*mixed, outcome(7, "7"), outcome(8, "7")], rules)  # 6 to 1: 0.965
+
+
+def test_doubling_draws_2_4_8_until_the_leader_holds_its_share() -> None:
+    rules = TraceRules(traces=16, batch=2, settle="doubling", consensus=0.75)
+    assert next_batch([], rules) == 2
+    split = [outcome(0, "1"), outcome(1, "2")]
+    assert next_batch(split, rules) == 2  # 2 drawn: 2 more
+    four = [*split, outcome(2, "1"), outcome(3, "2")]
+    assert next_batch(four, rules) == 4  # 4 drawn, no leader: 4 more
+    eight = [*four, *(outcome(i, "1") for i in range(4, 8))]
+    assert next_batch(eight, rules) == 0  # 6 of 8 = 0.75: settled
+    assert next_batch([outcome(i, str(i)) for i in range(12)], rules) == 4  # capped at 16
 
 
 # ---------------------------------------------------------------------------- stopping
