@@ -22,7 +22,7 @@ import json
 import math
 import sys
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime
 from pathlib import Path
@@ -35,6 +35,7 @@ from mur.evals.report.choices import Choice, mur_choices
 from mur.evals.report.headlines import HEADLINE_GAMMA, Headline, headline_json, headlines
 from mur.evals.report.hypotheses import hypothesis_tests
 from mur.evals.report.hypotheses import to_markdown as hypotheses_markdown
+from mur.evals.report.live import load_arm
 from mur.evals.report.markdown import to_markdown
 from mur.evals.report.pairing import (
     AVERAGE,
@@ -48,8 +49,14 @@ from mur.evals.report.pairing import (
     setting_order,
 )
 from mur.evals.report.plots import plot_accuracy_vs_tokens, plot_gamma_sweep
+from mur.evals.report.preregs import PREREGS
 from mur.evals.report.rows import Row, RunTime
-from mur.evals.report.trace_report import online_check, online_markdown, trace_section
+from mur.evals.report.trace_report import (
+    DEFAULT_PREREG,
+    online_check,
+    online_markdown,
+    trace_section,
+)
 from mur.servers.cli import OneLineParser, positive_float, positive_int
 
 
@@ -205,14 +212,21 @@ def write_report(
     seed: int = stats.SEED,
     sources: Sequence[str | Path] = (),
     predicted_by: str | Path | None = None,
+    prereg: str = DEFAULT_PREREG,
+    live: Mapping[str, str | Path] | None = None,
 ) -> Report:
     """Recompute every table and plot of a run folder from its records (plain and packed).
 
     With `sources` (several run folders, e.g. one per strategy) the report combines their
     records into `folder`, and adds the pre-registered hypotheses per strategy and pooled
     (`evals.report.hypotheses`). With `predicted_by` (a folder of recorded traces) it adds
-    the online check of this folder's live trace rule against their replays."""
+    the online check of this folder's live trace rule against their replays. A folder of
+    traces decides the hypotheses of `prereg` (evals.report.preregs), with the `live` folders
+    (by name) beside its replayed rules."""
     folder = Path(folder)
+    if prereg not in PREREGS:
+        raise ValueError(f"unknown pre-registration {prereg!r}: choose one of {', '.join(PREREGS)}")
+    arms = [load_arm(name, path) for name, path in (live or {}).items()]
     records = [r for source in sources for r in load_records(source)] or load_records(folder)
     folder.mkdir(parents=True, exist_ok=True)
     rows = summarize(records, resamples=resamples, seed=seed)
@@ -238,8 +252,12 @@ def write_report(
         markdown = f"Combined from {listed}.\n\n{hypotheses_markdown(tests)}\n{markdown}"
     traces: dict[str, Any] = {}
     if has_traces(records):
-        section, traces = trace_section(records, folder, resamples=resamples, seed=seed)
+        section, traces = trace_section(
+            records, folder, prereg=prereg, arms=arms, resamples=resamples, seed=seed
+        )
         markdown = f"{markdown}\n{section}"
+    elif arms:
+        raise ValueError(f"--live compares with recorded traces, and {folder} holds none")
     online: dict[str, Any] = {}
     if predicted_by is not None:
         check = online_check(load_records(predicted_by), records)
@@ -308,7 +326,31 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
         "questions' recorded traces; the report adds whether the live accuracy and tokens "
         "fall where replaying the rule on DIR predicts",
     )
+    parser.add_argument(
+        "--prereg",
+        choices=tuple(PREREGS),
+        default=DEFAULT_PREREG,
+        help="a folder of traces: whose pre-registered hypotheses to decide "
+        + "; ".join(f"{p.name}: {p.document}" for p in PREREGS.values()),
+    )
+    parser.add_argument(
+        "--live",
+        type=_named_folder,
+        action="append",
+        default=[],
+        metavar="NAME=DIR",
+        help="a folder of traces: a live run of a trace rule on (some of) its questions, shown "
+        "beside the replayed rules against majority@K; the pre-registration reads its arms by "
+        "name (branching-fresh: mur, random, eager)",
+    )
     return parser
+
+
+def _named_folder(text: str) -> tuple[str, Path]:
+    name, sep, folder = text.partition("=")
+    if not sep or not name or not folder:
+        raise argparse.ArgumentTypeError(f"expected NAME=DIR, got {text!r}")
+    return name, Path(folder)
 
 
 def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
@@ -326,6 +368,8 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
             seed=args.seed,
             sources=args.run_dirs if combined else (),
             predicted_by=args.predicted_by,
+            prereg=args.prereg,
+            live=dict(args.live),
         )
     except (FileNotFoundError, ValueError) as exc:
         print(f"{prog}: {exc}", file=sys.stderr)

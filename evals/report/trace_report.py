@@ -1,6 +1,7 @@
-"""The trace section of a report: H4-H7 of results/prereg-parallel-traces.md decided on the
-replayed rules (evals.report.traces), accuracy against k, the AUROC table and one plot of
-accuracy against tokens for every rule."""
+"""The trace section of a report: the hypotheses of a pre-registration (evals.report.preregs:
+H4-H7 of results/prereg-parallel-traces.md by default) decided on the replayed rules
+(evals.report.traces) and the live folders beside them (evals.report.live), accuracy against
+k, the AUROC table and one plot of accuracy against tokens for every rule."""
 
 from __future__ import annotations
 
@@ -14,12 +15,13 @@ from matplotlib.figure import Figure
 
 from mur.evals.harness.run_record import RunRecord, total_tokens
 from mur.evals.report import stats
+from mur.evals.report.live import LiveArm, LiveRow, compare
+from mur.evals.report.live import markdown as live_markdown
+from mur.evals.report.preregs import PREREGS, Decision, Evidence
 from mur.evals.report.traces import (
-    PRIMARY_SIGNAL,
     SIGNALS,
     Auroc,
     Prediction,
-    Question,
     RuleResult,
     majority_at,
     named_rules,
@@ -31,20 +33,7 @@ from mur.evals.report.traces import (
 )
 
 PLOT_NAME = "traces_accuracy_vs_tokens.png"
-ECONOMY_MARGIN = -0.02
-ECONOMY_RATIO = 0.5
-
-
-@dataclass(frozen=True)
-class Decision:
-    """One hypothesis: its measured value, interval, and whether the registered test holds."""
-
-    name: str
-    claim: str
-    value: float
-    interval: stats.Interval | None
-    supported: bool
-    detail: str = ""
+DEFAULT_PREREG = "parallel-traces"
 
 
 @dataclass(frozen=True)
@@ -57,25 +46,27 @@ class TraceAnalysis:
     aurocs: list[Auroc]
     rules: list[RuleResult]
     decisions: list[Decision]
-
-
-def _paired(a: RuleResult, b: RuleResult, resamples: int, seed: int) -> tuple[float, Any]:
-    ids = sorted(a.per_question)
-    diffs = [float(a.per_question[q].correct) - float(b.per_question[q].correct) for q in ids]
-    return float(sum(diffs) / len(diffs)), stats.bootstrap_interval(
-        diffs, resamples=resamples, seed=seed
-    )
+    prereg: str
+    live: list[LiveRow]
 
 
 def analyse(
-    records: Sequence[RunRecord], *, resamples: int = stats.RESAMPLES, seed: int = stats.SEED
+    records: Sequence[RunRecord],
+    *,
+    prereg: str = DEFAULT_PREREG,
+    arms: Sequence[LiveArm] = (),
+    resamples: int = stats.RESAMPLES,
+    seed: int = stats.SEED,
 ) -> TraceAnalysis:
+    """Every rule replayed on the recorded traces, the live arms beside them, and the
+    pre-registration's hypotheses decided on both."""
     questions, incomplete = question_traces(records)
     if not questions:
         raise ValueError("no question has all its traces recorded")
     k = len(questions[0].traces)
     rules = {name: run_rule(name, questions, r) for name, r in named_rules(k).items()}
-    majority, weighted, esc = rules["majority"], rules["momentum vote (MUR)"], rules["mur-esc"]
+    majority = rules["majority"].per_question
+    rows = {arm.name: compare(arm, majority, resamples=resamples, seed=seed) for arm in arms}
     aurocs = [
         within_question_auroc(questions, signal, name, resamples=resamples, seed=seed)
         for name, signal in SIGNALS.items()
@@ -88,65 +79,12 @@ def analyse(
         at_k=[sum(majority_at(q, j) for q in questions) / len(questions) for j in range(1, k + 1)],
         aurocs=aurocs,
         rules=list(rules.values()),
-        decisions=_decide(questions, k, majority, weighted, esc, aurocs, resamples, seed),
+        decisions=PREREGS[prereg].decide(
+            Evidence(questions, k, rules, aurocs, {a.name: a for a in arms}, rows, resamples, seed)
+        ),
+        prereg=prereg,
+        live=list(rows.values()),
     )
-
-
-def _decide(
-    questions: Sequence[Question],
-    k: int,
-    majority: RuleResult,
-    weighted: RuleResult,
-    esc: RuleResult,
-    aurocs: Sequence[Auroc],
-    resamples: int,
-    seed: int,
-) -> list[Decision]:
-    gains = [
-        float(majority.per_question[q.problem_id].correct) - q.single_accuracy for q in questions
-    ]
-    h4 = stats.bootstrap_interval(gains, resamples=resamples, seed=seed)
-    momentum = next(a for a in aurocs if a.signal == PRIMARY_SIGNAL)
-    esc_diff, esc_interval = _paired(esc, majority, resamples, seed)
-    ratio = esc.tokens_per_question / majority.tokens_per_question
-    h7_diff, h7_interval = _paired(weighted, majority, resamples, seed)
-    return [
-        Decision(
-            "H4",
-            f"parallel scaling pays: majority@{k} - single-trace accuracy > 0",
-            sum(gains) / len(gains),
-            h4,
-            bool(h4 is not None and h4.low > 0),
-        ),
-        Decision(
-            "H5",
-            "MUR's final momentum ranks traces: within-question AUROC > 0.5",
-            momentum.value if momentum.value is not None else float("nan"),
-            momentum.interval,
-            bool(momentum.interval is not None and momentum.interval.low > 0.5),
-            f"{momentum.pairs:,} pairs in {momentum.questions} questions",
-        ),
-        Decision(
-            "H6",
-            f"economy: mur-esc - majority@{k}, lower bound > -2 points, at <= 0.5x the tokens",
-            esc_diff,
-            esc_interval,
-            bool(
-                esc_interval is not None
-                and esc_interval.low > ECONOMY_MARGIN
-                and ratio <= ECONOMY_RATIO
-            ),
-            f"{ratio:.2f}x majority's tokens ({esc.traces_per_question:.2f} traces and "
-            f"{esc.stopped_per_question:.2f} stopped a question)",
-        ),
-        Decision(
-            "H7",
-            f"weighting: momentum-weighted vote - majority@{k} > 0",
-            h7_diff,
-            h7_interval,
-            bool(h7_interval is not None and h7_interval.low > 0),
-        ),
-    ]
 
 
 # ---------------------------------------------------------------------------- output
@@ -175,15 +113,19 @@ def to_markdown(analysis: TraceAnalysis, plot: str | None = None) -> str:
             else ""
         ),
         "",
+        f"Hypotheses of `{PREREGS[analysis.prereg].document}`:",
+        "",
         "| hypothesis | measured | 95% interval | supported | |",
         "|---|---|---|---|---|",
     ]
     for d in analysis.decisions:
-        if d.name == "H5":
+        if d.supported is None:
+            value, span = "-", "-"
+        elif d.unit == "auroc":
             value, span = f"{d.value:.3f}", _span(d.interval, 1, ".3f")
         else:
             value, span = f"{_pts(d.value)} points", _span(d.interval)
-        supported = "yes" if d.supported else "no"
+        supported = {True: "yes", False: "no", None: "pending"}[d.supported]
         lines.append(f"| {d.name}: {d.claim} | {value} | {span} | {supported} | {d.detail} |")
     lines += ["", "Accuracy against k (majority@k over every subset of k traces):", ""]
     lines += ["| k | " + " | ".join(str(j) for j in range(1, k + 1)) + " |"]
@@ -207,6 +149,8 @@ def to_markdown(analysis: TraceAnalysis, plot: str | None = None) -> str:
             f"{r.tokens_per_question / base:.2f}x | {r.traces_per_question:.2f} | "
             f"{r.stopped_per_question:.2f} |"
         )
+    if analysis.live:
+        lines += ["", live_markdown(analysis.live, k)]
     if plot:
         lines += ["", f"![accuracy against tokens]({plot})"]
     return "\n".join(lines) + "\n"
@@ -223,8 +167,11 @@ def plot(analysis: TraceAnalysis, path: Path, trace_tokens: float) -> Path:
         "o-",
         label="self-consistency, k = 1..K",
     )
-    for rule, marker in zip(analysis.rules[1:], "sD^vP*Xohd<", strict=False):
+    for rule, marker in zip(analysis.rules[1:], "sD^vP*Xohd<>p", strict=False):
         ax.scatter(rule.tokens_per_question, rule.accuracy * 100, label=rule.name, marker=marker)
+    for row in analysis.live:  # live arms run on their own questions: marked apart
+        label = f"live: {row.name} ({row.questions} questions)"
+        ax.scatter(row.tokens_per_question, row.accuracy * 100, label=label, marker="*", s=150)
     ax.set_xlabel("completion tokens a question")
     ax.set_ylabel("accuracy (%)")
     ax.grid(alpha=0.3)
@@ -235,10 +182,16 @@ def plot(analysis: TraceAnalysis, path: Path, trace_tokens: float) -> Path:
 
 
 def trace_section(
-    records: Sequence[RunRecord], folder: Path, *, resamples: int, seed: int
+    records: Sequence[RunRecord],
+    folder: Path,
+    *,
+    prereg: str = DEFAULT_PREREG,
+    arms: Sequence[LiveArm] = (),
+    resamples: int,
+    seed: int,
 ) -> tuple[str, dict[str, Any]]:
     """The section's markdown and JSON for a folder of one setting's several samples."""
-    analysis = analyse(records, resamples=resamples, seed=seed)
+    analysis = analyse(records, prereg=prereg, arms=arms, resamples=resamples, seed=seed)
     mean_tokens = analysis.rules[0].tokens_per_question / analysis.traces
     path = plot(analysis, folder / PLOT_NAME, mean_tokens)
     document = {
@@ -251,7 +204,9 @@ def trace_section(
         "rules": [
             {k: v for k, v in asdict(r).items() if k != "per_question"} for r in analysis.rules
         ],
+        "prereg": PREREGS[analysis.prereg].document,
         "hypotheses": [asdict(d) for d in analysis.decisions],
+        "live": [asdict(row) for row in analysis.live],
     }
     return to_markdown(analysis, path.name), document
 

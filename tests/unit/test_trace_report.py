@@ -12,7 +12,7 @@ import pytest
 from test_traces import QUESTION, Traces
 
 from fakes import FakeLogprobChat
-from mur.evals.harness.records import RecordStore
+from mur.evals.harness.records import RecordStore, load_records
 from mur.evals.harness.run_record import JobKey, RunRecord, make_record
 from mur.evals.report.tables import main, write_report
 from mur.evals.report.traces import majority_at, question_traces, within_question_auroc
@@ -103,3 +103,53 @@ async def test_the_online_check_compares_a_live_run_with_the_replays(
     assert check["predicted"]["stopped"] == {"low": 0.0, "high": 0.0}
     assert main([str(live_folder), "--predicted-by", str(tmp_path / "nowhere")]) == 2
     assert "mur report:" in capsys.readouterr().err
+
+
+async def live_folder(folder: Path, **settings: Any) -> Path:
+    """Every question solved once live by a trace rule (`settings`), recorded as a folder."""
+    records = []
+    for q in range(QUESTIONS):
+        output = await solved([plan(q, s) for s in range(SAMPLES)], **settings)
+        key = JobKey("math500", f"q{q}", "critic", "never", None, 0)
+        records.append(make_record(key, "1", output, output["answer"] == "1", 0.1))
+    return write(folder, records)
+
+
+async def test_live_branching_arms_decide_h8_to_h11_beside_the_replays(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    recorded = str(write(tmp_path / "recorded", await recorded_traces()))
+    rule = {"traces": SAMPLES, "trace_batch": 2, "settle": "agree", "top_logprobs": 2}
+    mur = await live_folder(tmp_path / "mur", **rule, branch="mur_max")
+    random = await live_folder(tmp_path / "random", **rule, branch="random")
+    fresh = ["--prereg", "branching-fresh", "--resamples", "50"]
+    assert main([recorded, *fresh]) == 0
+    pending = capsys.readouterr().out
+    assert "results/prereg-branching-fresh.md" in pending
+    assert "| H10: branching economy" in pending and "not decided: no live folder 'mur'" in pending
+    assert main([recorded, *fresh, "--live", f"mur={mur}", "--live", f"random={random}"]) == 0
+    shown = capsys.readouterr().out
+    assert "pending" not in shown and "Live rules, each against majority@4" in shown
+    document = json.loads((Path(recorded) / "report.json").read_text())["traces"]
+    decisions = {d["name"]: d for d in document["hypotheses"]}
+    assert set(decisions) == {"H8", "H9", "H10", "H11"}
+    assert all(d["supported"] is not None for d in decisions.values())
+    arms = {row["name"]: row for row in document["live"]}
+    assert arms["mur"]["questions"] == QUESTIONS and arms["mur"]["branched_per_question"] > 0
+    assert "branch mur_max" in arms["mur"]["rule"] and "branch random" in arms["random"]["rule"]
+    # the live arm's tokens are what its runs spent, against majority@4's on the same questions
+    spent = sum(r["usage"]["backbone_tokens"] for r in load_records(mur))
+    assert arms["mur"]["tokens_per_question"] == pytest.approx(spent / QUESTIONS)
+
+
+async def test_a_live_folder_that_cannot_be_compared_exits_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    recorded = str(write(tmp_path / "recorded", (await recorded_traces())[: SAMPLES * 3]))
+    mur = await live_folder(tmp_path / "mur", traces=SAMPLES, trace_batch=2, branch="mur_max")
+    assert main([recorded, "--live", f"mur={mur}"]) == 2  # 12 live questions, 3 recorded
+    assert "9 questions of " in (err := capsys.readouterr().err)
+    assert "have no recorded traces to compare with: q10, q11, q3" in err
+    with pytest.raises(SystemExit) as usage:
+        main([recorded, "--live", str(mur)])
+    assert usage.value.code == 2 and "expected NAME=DIR" in capsys.readouterr().err
