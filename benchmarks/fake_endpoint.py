@@ -1,5 +1,5 @@
-"""The MUR endpoint over a scripted backbone (tests/fakes.py), for load tests: every reply is
-known in advance, so a load test can check each one exactly.
+"""The MUR endpoint over a scripted backbone (benchmarks/scripted_chat.py), for load tests:
+every reply is known in advance, so a load test can check each one exactly.
 
     python -m mur.benchmarks.fake_endpoint [--port 8051] [--max-runs 64] [--checkpointer TARGET]
         [--call-delay 0] [--lease-seconds 30] [--calls-log PATH]
@@ -28,13 +28,13 @@ import uvicorn
 from langchain_core.messages import BaseMessage, HumanMessage
 from langchain_core.outputs import ChatResult
 
+from mur.benchmarks.scripted_chat import FakeLogprobChat, Scripted
 from mur.endpoint import create_app
 from mur.endpoint.checkpointing import CHECKPOINTER_ENV
 from mur.endpoint.cli import KEEP_ALIVE_SECONDS
 from mur.endpoint.runs import DEFAULT_LEASE_SECONDS
 from mur.graphs.checkpointers import MEMORY
 from mur.servers.cli import OneLineParser
-from tests.fakes import FakeLogprobChat, Scripted
 
 DRAFT_UNCERTAINTY = {1: 1.0, 2: 1.3, 3: 0.15}  # the gamma-gate scales step 2 only
 

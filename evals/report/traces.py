@@ -24,7 +24,7 @@ from mur.evals.report import stats
 from mur.graphs.loop import stops_after, trace_confidences
 from mur.graphs.records import StepRecord, TraceSummary
 from mur.graphs.state import Context
-from mur.graphs.traces import outcome_of, summarize_trace
+from mur.graphs.traces import MUR_ESC, outcome_of, summarize_trace
 from mur.nodes.confidence import first_breach
 from mur.nodes.settling import next_batch
 from mur.nodes.stopping import REGISTRY as STOPS
@@ -305,9 +305,9 @@ def named_rules(traces: int) -> dict[str, TraceRules]:
 
 
 def mur_esc(traces: int = 8) -> TraceRules:
-    """H6's named adaptive rule: batches of 2, settle when a batch agrees, MUR's momentum stop
-    at the warm-up's largest final momentum, majority vote."""
-    return TraceRules(traces=traces, batch=2, settle="agree", stop="momentum", stop_keep=1.0)
+    """H6's named adaptive rule (graphs.traces.MUR_ESC): batches of 2, settle when a batch
+    agrees, MUR's momentum stop at the warm-up's largest final momentum, majority vote."""
+    return replace(Context(**MUR_ESC).trace_rules(), traces=traces)
 
 
 @dataclass(frozen=True)

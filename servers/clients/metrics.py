@@ -13,7 +13,8 @@ The counter is server-wide: other clients of the same server during the window a
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
@@ -75,3 +76,17 @@ def generation_tokens(base_url: str, timeout: float = 5) -> int:
 def prompt_tokens(base_url: str, timeout: float = 5) -> int:
     """Total prompt tokens the server has processed since it started."""
     return int(read_counter(base_url, PROMPT_TOKENS, timeout))
+
+
+def settled(read: Callable[[], int], quiet: float = 2.0, timeout: float = 60) -> int:
+    """The value of `read()` (a counter other requests, or the server's own bookkeeping, may
+    still be moving) once it has not moved for `quiet` seconds; TimeoutError after `timeout`."""
+    value, since, deadline = read(), time.monotonic(), time.monotonic() + timeout
+    while time.monotonic() - since < quiet:
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"the counter was still moving after {timeout} s")
+        time.sleep(0.25)
+        now = read()
+        if now != value:
+            value, since = now, time.monotonic()
+    return value

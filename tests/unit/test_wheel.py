@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from mur.cli.registry import MUR
+
 ROOT = Path(__file__).resolve().parents[2]
 TESTS = ROOT / "tests"
 # What a checkout holds that is no part of a build.
@@ -129,3 +131,50 @@ def test_the_wheel_installs_the_mur_command(installed, tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert "solve" in done.stdout and "servers" in done.stdout
+
+
+def test_every_installed_command_answers_help(installed, tmp_path: Path) -> None:
+    """Each subcommand of the registry, run from the wheel's `mur`: its --help, exit 0 (a
+    module that imports what the wheel does not ship fails here)."""
+    python, _ = installed
+    for words in leaves():
+        done = subprocess.run(
+            [str(python.parent / "mur"), *words.split()[1:], "--help"],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            timeout=120,
+        )
+        assert done.returncode == 0, f"{words} --help: {done.stderr[-2000:]}"
+        assert f"usage: {words}" in done.stdout, words
+
+
+def test_every_installed_module_imports_without_the_tests(installed, tmp_path: Path) -> None:
+    """Every module the wheel ships imports in the fresh environment, with no tests/ on the
+    path: nothing the package ships needs the test suite."""
+    python, site = installed
+    code = f"""
+import importlib, pkgutil, sys, mur
+assert mur.__file__.startswith({str(site)!r}), mur.__file__
+found = pkgutil.walk_packages(mur.__path__, "mur.")
+names = [m.name for m in found if not m.name.endswith("__main__")]
+for name in names:
+    importlib.import_module(name)
+assert not any(m == "tests" or m.startswith("tests.") or m == "fakes" for m in sys.modules)
+print(len(names), "modules")
+"""
+    done = subprocess.run(
+        [str(python), "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=300,
+        env={"PATH": f"{python.parent}:/usr/bin:/bin"},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert int(done.stdout.split()[0]) > 100
+
+
+def leaves() -> list[str]:
+    """Every runnable command's words (`mur bench chaos`)."""
+    return [words for words, _ in MUR.leaves()]
