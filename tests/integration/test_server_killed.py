@@ -1,5 +1,6 @@
-"""Kill the real vLLM server in the middle of a dataset run: the rerun loses and duplicates
-nothing."""
+"""Kill the real vLLM server in the middle of a dataset run: a server given by URL stops the
+run, and the rerun loses and duplicates nothing; the embedded server is started again by the
+run itself, which finishes."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from mur.evals.harness.records import records_so_far
-from mur.servers.processes.launcher import status, up
+from mur.servers.processes.launcher import status
 
 pytestmark = pytest.mark.integration
 
@@ -21,7 +22,11 @@ ROOT = Path(__file__).resolve().parents[2]
 QUESTIONS, GATES = 4, ["mur", "never"]
 
 
-def benchmark(base_url: str, out: Path, data: Path) -> subprocess.Popen:
+def benchmark(
+    base_url: str | None, out: Path, data: Path, questions: int = QUESTIONS
+) -> subprocess.Popen:
+    """The benchmark on the server at `base_url`, or (None) on the embedded cpu-tiny server."""
+    server = ["--base-url", base_url] if base_url else ["--profile", "cpu-tiny", "--eager"]
     return subprocess.Popen(
         [
             sys.executable,
@@ -33,7 +38,7 @@ def benchmark(base_url: str, out: Path, data: Path) -> subprocess.Popen:
             "--data-dir",
             str(data),
             "--limit",
-            str(QUESTIONS),
+            str(questions),
             "--gate",
             ",".join(GATES),
             "--concurrency",
@@ -44,8 +49,7 @@ def benchmark(base_url: str, out: Path, data: Path) -> subprocess.Popen:
             "48",
             "--judge-max-tokens",
             "32",
-            "--base-url",
-            base_url,
+            *server,
             "--out",
             str(out),
         ],
@@ -56,18 +60,26 @@ def benchmark(base_url: str, out: Path, data: Path) -> subprocess.Popen:
     )
 
 
-@pytest.mark.timeout(3600)  # a benchmark, a restart of the server (up to 900 s), the rerun
+@pytest.mark.timeout(3600)  # two benchmarks, a restart of the server (up to 900 s), a rerun
 def test_killing_the_server_mid_run_loses_and_duplicates_nothing(
     cpu_server, tmp_path, test_data
 ) -> None:
-    out = tmp_path / "run"
+    """Two runs on one server, killed after two records: the run given --base-url stops
+    ("stopped answering"); the run on the embedded server (no --base-url: the session's
+    cpu-tiny) starts it again through its own clients, the graph's retry asks again, and it
+    ends with every record and exit 0. Then a rerun of the first loses and duplicates
+    nothing."""
+    out, healing = tmp_path / "run", tmp_path / "embedded"
     run = benchmark(cpu_server.base_url, out, test_data)
+    embedded = benchmark(None, healing, test_data, questions=2 * QUESTIONS)  # still running
     deadline = time.monotonic() + 600
-    while len(records_so_far(out)) < 2:
+    while len(records_so_far(out)) < 2 or not records_so_far(healing):
         assert run.poll() is None, run.stderr.read()
+        assert embedded.poll() is None, embedded.stderr.read()
         assert time.monotonic() < deadline, "no records after 10 minutes"
         time.sleep(0.5)
-    pid = cpu_server.pid or next(s.pid for s in status() if s.profile == cpu_server.profile)
+    pid = next(s.pid for s in status() if s.profile == cpu_server.profile)
+    assert pid is not None
     os.killpg(os.getpgid(pid), signal.SIGKILL)
     _, stderr = run.communicate(timeout=600)
     assert run.returncode == 1
@@ -76,9 +88,15 @@ def test_killing_the_server_mid_run_loses_and_duplicates_nothing(
     partial = len(records_so_far(out))
     assert 2 <= partial < QUESTIONS * len(GATES)
 
-    eager = os.environ.get("MUR_TEST_COMPILED", "") != "1"
-    restarted = up("cpu-tiny", eager=eager, timeout=900, progress=False)
+    _, stderr = embedded.communicate(timeout=1200)
+    assert embedded.returncode == 0, stderr[-3000:]
+    assert "the cpu-tiny server at" in stderr and "had died: started it again" in stderr
+    healed = records_so_far(healing)
+    assert len({r["key"] for r in healed}) == len(healed) == 2 * QUESTIONS * len(GATES)
+    restarted = next(s for s in status() if s.profile == cpu_server.profile)
+    assert restarted.healthy and restarted.pid != pid
     cpu_server.pid = restarted.pid  # later tests and the session teardown use the new one
+
     rerun = benchmark(restarted.base_url, out, test_data)
     _, stderr = rerun.communicate(timeout=900)
     assert rerun.returncode == 0, stderr

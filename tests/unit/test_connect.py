@@ -4,6 +4,7 @@ time out by the size of each request."""
 from __future__ import annotations
 
 import argparse
+import asyncio
 import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -11,8 +12,10 @@ from dataclasses import replace
 
 import openai
 import pytest
+from langchain_core.messages import HumanMessage
 
 from faulty_server import MODEL, faulty_server
+from mur.nodes.llm import Request, generate
 from mur.servers import (
     RequestTimeout,
     ServerError,
@@ -23,11 +26,13 @@ from mur.servers import (
 from mur.servers import connect as connect_module
 from mur.servers.clients.errors import SeedRefused
 from mur.servers.connect import (
+    Healer,
     add_connection_arguments,
     connect,
     connection_argv,
     connection_options,
 )
+from mur.servers.processes.launcher import RunningServer
 from mur.servers.processes.profiles import DEFAULT_PROFILE, get_profile
 
 TINY = get_profile(DEFAULT_PROFILE)
@@ -278,3 +283,62 @@ def test_a_cpu_servers_clients_refuse_a_seed_before_sending_it() -> None:
     assert gpu.backbone._get_request_payload("hi", seed=1)["seed"] == 1
     pair = connect(profile="cpu-qwen-0.5b", verifier_profile="cpu-qwen-1.5b", probe=False, env={})
     assert pair.backbone.cpu_server and pair.verifier.cpu_server
+
+
+# ------------------------------------------------------------------------------- healing
+
+
+async def test_a_request_the_server_failed_awaits_the_healer_before_the_retry() -> None:
+    """A reset, a 5xx: the client awaits `on_failure` (the embedded server's healer), then
+    raises as before, so the graph's retry counts the failure and asks again; a permanent 4xx
+    is not the server's failure and heals nothing."""
+    healed = 0
+
+    async def heal() -> None:
+        nonlocal healed
+        healed += 1
+
+    request = Request(messages=[HumanMessage("hi")], max_tokens=8, continue_final_message=False)
+    with faulty_server(["reset", "500", "400", "ok"]) as server:
+        model = make_chat_model(server.base_url, MODEL)
+        model.on_failure = heal
+        for expected in (openai.APIConnectionError, openai.InternalServerError):
+            with pytest.raises(expected):
+                await generate(model, request)
+        assert healed == 2
+        with pytest.raises(openai.BadRequestError):
+            await generate(model, request)
+        assert healed == 2
+        assert (await generate(model, request)).choices
+
+
+def test_the_healer_starts_a_dead_server_again_once(monkeypatch) -> None:
+    """Several failed requests at once: the first recovery starts the server, the others
+    find it healthy; a live server is never restarted."""
+    alive = {"up": False}
+    started: list[str] = []
+
+    def fake_up(profile, **_) -> RunningServer:
+        started.append(profile.name)
+        alive["up"] = True
+        return RunningServer(profile.name, profile.base_url, "m", 1, True, True, None)
+
+    monkeypatch.setattr(connect_module, "healthy", lambda root: alive["up"])
+    monkeypatch.setattr(connect_module, "up", fake_up)
+    said: list[str] = []
+    healer = Healer(TINY, eager=True, say=said.append)
+
+    async def failures() -> None:
+        await asyncio.gather(*(healer.recover() for _ in range(5)))
+
+    asyncio.run(failures())
+    assert started == [TINY.name] and healer.restarts == 1
+    assert said and f"the {TINY.name} server at {TINY.base_url} had died" in said[0]
+    asyncio.run(failures())
+    assert started == [TINY.name]  # healthy: left alone
+
+
+def test_only_the_embedded_servers_clients_heal() -> None:
+    assert connect(probe=False, env={}).backbone.on_failure is not None
+    given = connect(base_url="http://gpu:8000/v1", model="Q", probe=False, env={})
+    assert given.backbone.on_failure is None

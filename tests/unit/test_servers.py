@@ -301,6 +301,46 @@ def test_process_dying_at_start_reports_log_tail(mur_home: Path) -> None:
     assert launcher.status() == []  # the record is gone
 
 
+VLLM_START_FAILURE = (
+    """\
+(APIServer pid=100) INFO 11-27 09:30:55 [api_server.py:1] vLLM API server version 0.32.0
+(EngineCore_DP0 pid=123) ERROR 11-27 09:31:02 [core.py:712] EngineCore failed to start.
+(EngineCore_DP0 pid=123) ERROR 11-27 09:31:02 [core.py:712] Traceback (most recent call last):
+(EngineCore_DP0 pid=123) ERROR 11-27 09:31:02 [core.py:712]   File "core.py", line 703, in run
+(EngineCore_DP0 pid=123) ERROR 11-27 09:31:02 [core.py:712]     raise ValueError(msg)
+(EngineCore_DP0 pid=123) ERROR 11-27 09:31:02 [core.py:712] ValueError: 3.50 GiB KV cache is \
+needed, which is larger than the available KV cache memory (1.00 GiB)
+"""
+    + "".join(f"(APIServer pid=100) noise line {i}\n" for i in range(60))
+    + """\
+(APIServer pid=100) Traceback (most recent call last):
+(APIServer pid=100)   File "api_server.py", line 9, in <module>
+(APIServer pid=100) RuntimeError: Engine core initialization failed. See root cause above.
+"""
+)
+
+
+def test_a_start_failure_names_the_root_cause_from_the_first_error_block(
+    mur_home: Path,
+) -> None:
+    """vLLM's last lines are its API server's traceback ("See root cause above"): the message
+    names the first error block's exception, which the log tail no longer holds."""
+    script = f"import sys; sys.stdout.write({VLLM_START_FAILURE!r}); sys.exit(1)"
+    with pytest.raises(ServerError) as info:
+        launcher.up(
+            tiny_on(free_port()), progress=False, timeout=30, command=[sys.executable, "-c", script]
+        )
+    message = str(info.value)
+    first_line = message.splitlines()[0]
+    assert first_line.startswith(
+        "the cpu-tiny server exited while starting with exit code 1: EngineCore failed to "
+        "start. ValueError: 3.50 GiB KV cache is needed"
+    )
+    tail = message.split("Last lines of", 1)[1]
+    assert "See root cause above" in tail and "ValueError" not in tail  # cut from the tail
+    assert launcher.log_root_cause(mur_home / "nowhere.log") is None
+
+
 def test_timeout_kills_the_process_and_reports(mur_home: Path) -> None:
     script = "import time; print('still loading', flush=True); time.sleep(60)"
     before = set(pids.CHILDREN)  # a session server may be running in this process
