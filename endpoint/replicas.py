@@ -9,7 +9,8 @@ checkpoints, so the router may send a retry anywhere: `round_robin`. It retries 
 failed on one replica (503 while draining, a refused connection, any 5xx: a keyless run whose
 backbone fails is run again) on another, 2N attempts in all. Every other flag goes to each
 replica as given; the checkpointer URL and the API keys go in their environment, never in a
-command line `ps` shows.
+command line `ps` shows, and never to the router, whose environment holds only what
+vllm-router needs (servers.processes.replicas.router_env).
 
 Why vllm-router and not nginx: it is already a dependency (the model servers' replicas use
 it), forwards the `mur` field and the Idempotency-Key and Authorization headers, and retries
@@ -19,7 +20,9 @@ router adds SGLang's sampling fields to each body (`ignore_eos`, `no_stop_trim`,
 endpoint ignores them, and a run's fingerprint holds only model, messages, `mur` and seed.
 
 Ctrl-C or SIGTERM: each replica gets one SIGTERM and drains (endpoint/drain.py), then the
-router stops; a second signal makes the replicas exit at once.
+router stops; a second signal makes the replicas exit at once. Killed without a word (SIGKILL,
+the OOM killer), the supervisor still takes the replicas and the router along within seconds
+(servers/processes/orphans.py), so the same command can start again on the same ports.
 """
 
 from __future__ import annotations
@@ -98,8 +101,10 @@ def router_argv(ports: Sequence[int], host: str, port: int) -> list[str]:
 
 
 def child_env(checkpointer: str, api_key: Sequence[str] | None) -> dict[str, str]:
-    """The replicas' environment: the checkpointer and the keys out of their command lines,
-    the same `mur` package importable wherever the supervisor was started."""
+    """The replicas' environment: the supervisor's (a replica is `mur endpoint`, which reads
+    the backbone's URL and key, PG* and the embedded server's variables from it) with the
+    checkpointer and the keys out of their command lines, and the same `mur` package
+    importable wherever the supervisor was started. The router gets none of it."""
     env = {**os.environ, CHECKPOINTER_ENV: checkpointer, "PYTHONUNBUFFERED": "1"}
     env.pop(API_KEY_ENV, None)
     if api_key:

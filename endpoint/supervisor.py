@@ -7,6 +7,12 @@ short). Their output comes through here, each line prefixed with the child's nam
 that dies (a crash, an OOM kill, SIGKILL) is started again on its port, after a pause that
 doubles while it keeps failing; its runs are taken over by the others once their leases expire.
 The router dying, or a replica dying before it ever answered at the first start, stops it all.
+
+The supervisor dying, even of SIGKILL, takes its children along: each is tied to it by a pipe
+only the supervisor holds (servers/processes/orphans.py), and a watcher in the child's group
+stops the group when that pipe breaks, within seconds, so their ports are free for the next
+start. The replicas get the environment they are given (`env`: the checkpointer URL and the
+API keys among it); the router only what vllm-router needs (`router_env`), no secret.
 """
 
 from __future__ import annotations
@@ -23,6 +29,8 @@ from typing import IO, TextIO
 
 from mur.servers.clients.errors import ServerError
 from mur.servers.clients.probes import healthy
+from mur.servers.processes.orphans import Tether
+from mur.servers.processes.replicas import router_env as minimal_router_env
 
 START_TIMEOUT_S = 300.0
 """The first replica may start (or wait for) the embedded model server."""
@@ -57,7 +65,9 @@ class Child:
 
 class Supervisor:
     """Replicas behind a router: `start`, then `check` periodically until told to stop, then
-    `drain`; `close` kills whatever is left (on any error path)."""
+    `drain`; `close` kills whatever is left (on any error path). `env` is the replicas'
+    environment, `router_env` the router's (default: what vllm-router needs of this process's
+    environment, servers.processes.replicas.router_env)."""
 
     def __init__(
         self,
@@ -67,11 +77,14 @@ class Supervisor:
         env: Mapping[str, str],
         out: TextIO,
         prog: str,
+        router_env: Mapping[str, str] | None = None,
     ) -> None:
         self.replicas, self.router = list(replicas), router
         self.env, self.out, self.prog = dict(env), out, prog
+        self.router_env = dict(minimal_router_env() if router_env is None else router_env)
         self.stopping = threading.Event()
         self._lock = threading.Lock()
+        self.tether = Tether()
 
     def say(self, text: str, name: str | None = None) -> None:
         with self._lock:
@@ -79,14 +92,15 @@ class Supervisor:
 
     def _spawn(self, child: Child) -> None:
         child.process = subprocess.Popen(
-            child.command,
-            env=self.env,
+            self.tether.command(child.command),  # it dies with this process (orphans.py)
+            env=self.router_env if child is self.router else self.env,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
             bufsize=1,
             process_group=0,  # a terminal's Ctrl-C reaches the supervisor alone
+            pass_fds=self.tether.pass_fds,
         )
         child.ready = False
         stream = child.process.stdout
@@ -213,10 +227,11 @@ class Supervisor:
             process.wait()
 
     def close(self) -> None:
-        """Kill every child still running and reap them (error paths, tests)."""
+        """Kill every child still running and reap them (error paths, tests); untie them."""
         self.stopping.set()
         for child in [*self.replicas, self.router]:
             if child.process is not None and child.process.poll() is None:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(child.process.pid, signal.SIGKILL)
                 child.process.wait()
+        self.tether.close()

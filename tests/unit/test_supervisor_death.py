@@ -1,0 +1,277 @@
+"""A supervisor's children do not outlive it, even when it is SIGKILLed
+(servers/processes/orphans.py), and the router's environment holds no secret.
+
+The supervisor is SIGKILLed in a process of its own: `mur endpoint --replicas 2` for real (the
+tests' PostgreSQL, the scripted backbone, the real vllm-router), and a small driver of the
+Supervisor over stand-in children (no PostgreSQL needed) whose router ignores SIGTERM and has
+a child of its own, and whose replica was restarted from a thread that ended before the kill
+(as `mur bench chaos` restarts them). Each test runs its supervisor in a session of its own
+and kills whatever is left in that session on the way out, so a failure leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import psutil
+import pytest
+
+from faulty_server import MODEL, faulty_server
+from mur.endpoint.supervisor import Child, Supervisor
+from mur.servers.processes.orphans import Tether
+from mur.servers.processes.replicas import ROUTER_ENV, router_env
+from postgres import PASSWORD, PostgresServer, free_port
+from waiting import wait_until
+
+ROOT = Path(__file__).resolve().parents[2]
+FAKE_REPLICA = ROOT / "tests" / "fake_replica.py"
+GONE_WITHIN_S = 15.0
+"""The watchers' escalation takes at most 5 s (orphans.ESCALATION); the rest is a busy CI."""
+API_KEY = "key-for-the-replicas-only"
+BACKBONE_KEY = "sk-planted-backbone-key"
+
+
+def free_ports(count: int) -> int:
+    """A port p with p .. p+count-1 all free now."""
+    while True:
+        first = free_port()
+        if first + count <= 65535 and all(port_free(first + i) for i in range(count)):
+            return first
+
+
+def port_free(port: int) -> bool:
+    """Nothing listens on `port` of the loopback interface (a server could bind it again)."""
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def healthy(root: str) -> bool:
+    try:
+        return httpx.get(f"{root}/health", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def in_session(sid: int) -> list[psutil.Process]:
+    """The live (not zombie) processes of session `sid`."""
+    found = []
+    for process in psutil.process_iter():
+        with contextlib.suppress(psutil.Error, OSError):
+            if os.getsid(process.pid) == sid and process.status() != psutil.STATUS_ZOMBIE:
+                found.append(process)
+    return found
+
+
+@contextlib.contextmanager
+def supervisor_process(command: list[str], env: dict[str, str], log: Path) -> Iterator[int]:
+    """`command` in a session of its own (its pid is the session's id); SIGKILL to whatever
+    of that session is left at the end."""
+    with open(log, "w") as out:
+        process = subprocess.Popen(
+            command, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, text=True,
+            start_new_session=True,
+        )  # fmt: skip
+    try:
+        yield process.pid
+    finally:
+        for left in in_session(process.pid):
+            with contextlib.suppress(psutil.Error):
+                left.kill()
+        with contextlib.suppress(ProcessLookupError):
+            process.kill()
+        process.wait(30)
+
+
+def environ(pid: int) -> dict[str, str]:
+    raw = Path(f"/proc/{pid}/environ").read_bytes()
+    return dict(entry.split("=", 1) for entry in raw.decode().split("\0") if "=" in entry)
+
+
+def check_gone(session: int, ports: range, log: Path) -> None:
+    """Nothing of `session` runs any more and every port is free, within GONE_WITHIN_S."""
+    begin = time.monotonic()
+    gone = wait_until(lambda: not in_session(session), GONE_WITHIN_S, every=0.1)
+    left = [f"{p.pid} {' '.join(p.cmdline())[:120]}" for p in in_session(session)]
+    assert gone, f"still running {GONE_WITHIN_S} s after the kill: {left}\n{log.read_text()}"
+    free = wait_until(
+        lambda: all(port_free(p) for p in ports), GONE_WITHIN_S - (time.monotonic() - begin)
+    )
+    assert free, [p for p in ports if not port_free(p)]
+
+
+def test_a_sigkilled_endpoint_supervisor_takes_its_replicas_and_router_along(
+    postgres: PostgresServer, tmp_path: Path
+) -> None:
+    """`mur endpoint --replicas 2` up behind the real router: the replicas hold the
+    checkpointer URL and the API key in their environment, the router none of it (nor the
+    backbone's key the supervisor was given); SIGKILL the supervisor, and within seconds
+    no replica, router or watcher runs and all three ports are free."""
+    url = postgres.create_database("supervisor_death")
+    port = free_ports(3)
+    log = tmp_path / "supervisor.log"
+    env = {**os.environ, "MUR_CHECKPOINTER": url, "MUR_API_KEY": API_KEY}
+    env |= {"OPENAI_API_KEY": BACKBONE_KEY, "PGPASSWORD": PASSWORD}
+    with faulty_server(["ok"]) as server:
+        command = [sys.executable, "-m", "mur", "endpoint", "--replicas", "2"]
+        command += ["--port", str(port), "--base-url", server.base_url, "--model", MODEL]
+        with supervisor_process([*command, "--log-level", "warning"], env, log) as supervisor:
+            router_root = f"http://127.0.0.1:{port}"
+            up = wait_until(lambda: healthy(router_root) or not in_session(supervisor), 120, 0.2)
+            assert up and in_session(supervisor), log.read_text()[-3000:]
+            programs = psutil.Process(supervisor).children()
+            replicas = [p for p in programs if "mur.endpoint" in p.cmdline()]
+            [router] = [p for p in programs if p not in replicas]
+            assert len(replicas) == 2
+            for replica in replicas:
+                assert environ(replica.pid)["MUR_CHECKPOINTER"] == url
+                assert environ(replica.pid)["MUR_API_KEY"] == API_KEY
+            seen = environ(router.pid)
+            assert {k for k in seen if not k.startswith("LC_")} <= ROUTER_ENV | {"PYTHONUNBUFFERED"}
+            for secret in (PASSWORD, API_KEY, BACKBONE_KEY):
+                assert not any(secret in value for value in seen.values())
+            os.kill(supervisor, signal.SIGKILL)
+            check_gone(supervisor, range(port, port + 3), log)
+
+
+DRIVER = """
+import os, sys, threading, time
+from mur.endpoint.supervisor import Child, Supervisor
+
+fake, port = sys.argv[1], int(sys.argv[2])
+def replica(name, port):
+    command = [sys.executable, fake, str(port), "model"]
+    return Child(name, command, f"http://127.0.0.1:{port}")
+# The router's stand-in ignores SIGTERM and starts a child in its own process group.
+stubborn = (
+    "import runpy, signal, subprocess, sys; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+    "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']); "
+    "sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
+)
+router = Child("router", [sys.executable, "-c", stubborn, fake, str(port), "model"],
+               f"http://127.0.0.1:{port}")
+supervisor = Supervisor([replica("r1", port + 1), replica("r2", port + 2)], router,
+                        env=os.environ, out=sys.stderr, prog="driver")
+supervisor.start()
+killed = supervisor.kill(0)
+
+def restart():  # as the chaos benchmark's monkey does, from a thread that then ends
+    while not supervisor.replicas[0].ready or supervisor.replicas[0].pid == killed:
+        supervisor.check()
+        time.sleep(0.1)
+
+thread = threading.Thread(target=restart)
+thread.start()
+thread.join()
+print("restarted", supervisor.replicas[0].pid, flush=True)
+time.sleep(600)
+"""
+
+
+def test_children_die_with_a_sigkilled_supervisor_even_stubborn_ones(tmp_path: Path) -> None:
+    """SIGKILL a Supervisor whose router ignores SIGTERM and has a child in its group, and
+    whose first replica was restarted from a thread that has ended: the restarted replica
+    outlives that thread, and after the kill nothing of them runs and the ports are free."""
+    port = free_ports(3)
+    log = tmp_path / "driver.log"
+    command = [sys.executable, "-c", DRIVER, str(FAKE_REPLICA), str(port)]
+    with supervisor_process(command, dict(os.environ), log) as supervisor:
+        assert wait_until(lambda: "restarted" in log.read_text(), 60, every=0.1), log.read_text()
+        restarted = int(re.findall(r"restarted (\d+)", log.read_text())[0])
+        time.sleep(0.5)  # a child tied to the thread that forked it would be dead by now
+        assert running(restarted) and healthy(f"http://127.0.0.1:{port + 1}")
+        router = next(
+            p for p in psutil.Process(supervisor).children() if "runpy" in " ".join(p.cmdline())
+        )
+        assert any("sleep(600)" in " ".join(p.cmdline()) for p in router.children())
+        os.kill(supervisor, signal.SIGKILL)
+        check_gone(supervisor, range(port, port + 3), log)
+
+
+def test_a_watcher_leaves_with_its_program_and_lets_its_output_end() -> None:
+    """A replica killed on its own (a crash, the chaos benchmark) leaves no watcher behind,
+    and the supervisor reading its output sees the end of it."""
+    tether = Tether()
+    code = "print('up', flush=True); import time; time.sleep(600)"
+    program = subprocess.Popen(
+        tether.command([sys.executable, "-c", code]),
+        stdout=subprocess.PIPE,
+        text=True,
+        process_group=0,
+        pass_fds=tether.pass_fds,
+    )
+    try:
+        assert program.stdout is not None and program.stdout.readline() == "up\n"
+        [watcher] = psutil.Process(program.pid).children()
+        program.kill()
+        assert program.stdout.read() == ""  # EOF: the watcher does not hold the pipe
+        program.wait(10)
+        assert wait_until(lambda: not running(watcher.pid), 5)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(program.pid, signal.SIGKILL)
+        program.wait(10)
+        tether.close()
+
+
+def running(pid: int) -> bool:
+    """Not exited (a zombie has)."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def test_a_program_that_cannot_be_run_exits_127_saying_why() -> None:
+    tether = Tether()
+    try:
+        done = subprocess.run(
+            tether.command(["/nonexistent/program", "--flag"]), capture_output=True, text=True,
+            pass_fds=tether.pass_fds, timeout=30,
+        )  # fmt: skip
+    finally:
+        tether.close()
+    assert done.returncode == 127
+    assert "cannot run /nonexistent/program" in done.stderr
+    with pytest.raises(ValueError, match="closed"):
+        tether.command(["true"])
+
+
+def test_the_router_gets_only_what_vllm_router_needs() -> None:
+    given = {
+        "PATH": "/usr/bin", "HOME": "/home/u", "LC_ALL": "C.UTF-8", "RUST_LOG": "warn",
+        "MUR_CHECKPOINTER": f"postgresql://mur:{PASSWORD}@h/db", "MUR_API_KEY": API_KEY,
+        "PGPASSWORD": PASSWORD, "OPENAI_API_KEY": BACKBONE_KEY, "HF_TOKEN": "hf_x",
+        "HTTPS_PROXY": "http://user:pw@proxy:3128",
+    }  # fmt: skip
+    assert router_env(given) == {
+        "PATH": "/usr/bin", "HOME": "/home/u", "LC_ALL": "C.UTF-8", "RUST_LOG": "warn",
+        "PYTHONUNBUFFERED": "1",
+    }  # fmt: skip
+
+
+def test_the_supervisor_gives_the_router_its_own_environment() -> None:
+    """By default the router's environment is router_env's, whatever the replicas get."""
+    child = Child("r1", ["true"], "http://127.0.0.1:1")
+    router = Child("router", ["true"], "http://127.0.0.1:2")
+    replicas_env = {**os.environ, "MUR_API_KEY": API_KEY}
+    supervisor = Supervisor([child], router, env=replicas_env, out=sys.stderr, prog="t")
+    try:
+        assert supervisor.router_env == router_env()
+        assert supervisor.env["MUR_API_KEY"] == API_KEY
+    finally:
+        supervisor.close()
