@@ -1,8 +1,8 @@
 """The endpoint's flags for where runs are checkpointed and how they are shared between
 replicas: `--checkpointer` (or MUR_CHECKPOINTER; default an SQLite file under MUR_HOME),
-`--lease-seconds`, `--keep-finished`, `--replica-id`; and the check at start that the
-checkpointer opens, so a bad target stops the endpoint with one line naming it (its password
-as `***`) before any model server is started.
+`--lease-seconds`, `--keep-finished` (at least the lease), `--replica-id`; and the check at
+start that the checkpointer opens, so a bad target stops the endpoint with one line naming it
+(its password as `***`) before any model server is started.
 """
 
 from __future__ import annotations
@@ -68,12 +68,27 @@ def add_checkpointer_arguments(parser: argparse.ArgumentParser) -> None:
         type=_seconds(0, strict=False),
         default=DEFAULT_KEEP_FINISHED,
         help="seconds a finished run's reply and checkpoints are kept for retries with its "
-        f"Idempotency-Key (default {DEFAULT_KEEP_FINISHED:g})",
+        "Idempotency-Key, and a stopped or abandoned run's for a retry to resume it; at least "
+        f"--lease-seconds (default {DEFAULT_KEEP_FINISHED:g})",
     )
     parser.add_argument(
         "--replica-id",
         default=None,
         help="this process's name in the run ledger (default HOST-PID)",
+    )
+
+
+def keep_finished_error(args: argparse.Namespace) -> str | None:
+    """Why `--keep-finished` cannot be used with `--lease-seconds` (None: it can). Shorter
+    than a lease, a run that failed would be pruned before its retry resumes it, and one whose
+    replica stalled past its lease pruned under that replica."""
+    keep, lease = args.keep_finished, args.lease_seconds
+    if keep >= lease:
+        return None
+    return (
+        f"--keep-finished {keep:g} is shorter than --lease-seconds {lease:g}: runs must be kept "
+        "at least a lease, or a stopped run is pruned before its retry resumes it; give "
+        f"--keep-finished {lease:g} or more"
     )
 
 

@@ -31,6 +31,7 @@ from mur.endpoint.checkpointing import (
     add_checkpointer_arguments,
     check_checkpointer,
     checkpointer_target,
+    keep_finished_error,
 )
 from mur.endpoint.drain import DEFAULT_GRACE_SECONDS, DrainingServer
 from mur.endpoint.guards import api_keys
@@ -154,6 +155,8 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
         check_connection_flags(args)
     except ServerError as exc:  # flags that cannot work together: the user's to fix
         return usage_error(prog, str(exc))
+    if (kept_too_short := keep_finished_error(args)) is not None:
+        return usage_error(prog, kept_too_short)
     api_key = api_keys(args.api_key, os.environ.get(API_KEY_ENV))
     checkpointer = checkpointer_target(args)
     if args.replicas > 1:  # this process supervises N of them behind a router instead

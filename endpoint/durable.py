@@ -4,11 +4,14 @@ run executes, finished replies kept for retries, and pruning.
 A replica claims a run before it starts (endpoint/ledger.py): a new key, a run that stopped
 (failed, cancelled, drained: its checkpoints resume it), or one whose owner stopped renewing its
 lease (the replica died) once that lease has expired. While the run executes the replica renews
-the leases of all its runs every `lease_seconds / 3`; a run whose lease it finds lost (another
-replica took it over after this one stalled for a whole lease) is cancelled at once, so two
-replicas never go on with one thread for longer than a renewal period, and only the replica
-still holding the lease may record a reply. A run without a key gets a fresh thread of its
-own, checkpointed like any other and deleted once it ends (nobody can ask for it again).
+the leases of all its runs every `lease_seconds / 3`; a run whose lease it finds lost (claimed
+over after this one stalled for a whole lease, by another replica or by a retry reaching this
+one) is cancelled at once, so two claims never go on with one thread for longer than a renewal
+period. Every write is fenced by the claim it belongs to (`Claim`), not by the replica: only the
+claim still holding the run may renew it, record its reply, free it or write its checkpoints
+(`FencedSaver`), so a claimed-over run stops at its next checkpoint even when its renewals
+cannot reach the database. A run without a key gets a fresh thread of its own, checkpointed like
+any other and deleted once it ends (nobody can ask for it again).
 """
 
 from __future__ import annotations
@@ -17,29 +20,62 @@ import asyncio
 import logging
 import time
 import uuid
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
-from langgraph.checkpoint.base import BaseCheckpointSaver
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    BaseCheckpointSaver,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+)
 
 from mur.endpoint.idempotency import thread_id_of
-from mur.endpoint.ledger import RunLedger
+from mur.endpoint.ledger import Claim, RunLedger
 from mur.endpoint.refusals import busy, key_reused, lease_lost, unavailable
 from mur.graphs.checkpointers import CheckpointerError
 
 log = logging.getLogger("mur.endpoint")
 CLAIM_ATTEMPTS = 3
+CLAIM_KEY = "mur_claim"
+"""Where a run's graph config (`configurable`) carries its Claim, for FencedSaver; also the
+key of each checkpoint's metadata naming the claim that wrote it (its number)."""
+
+
+def check_periods(lease_seconds: float, keep_finished: float) -> None:
+    """ValueError unless lease_seconds > 0 and keep_finished >= lease_seconds: a stopped run
+    is kept at least a lease for its retry to resume, and pruning takes a running run only
+    after its lease has been over that long (two lease periods without a renewal)."""
+    if not lease_seconds > 0 or not keep_finished >= lease_seconds:
+        raise ValueError(
+            f"lease_seconds must be > 0 and keep_finished at least lease_seconds, got "
+            f"{lease_seconds} and {keep_finished}"
+        )
+
+
+class ClaimLost(Exception):
+    """A checkpoint refused: the claim writing it no longer holds its run (claimed over after
+    a stall, or pruned). The run stops there; the holder of the new claim goes on."""
 
 
 @dataclass(frozen=True)
 class Ticket:
-    """A run this replica holds: its thread, the request's idempotency key (None: keyless)
-    and its reply's id and time (kept with the reply, so a retry gets the same ones)."""
+    """A run this replica holds: its thread, the request's idempotency key (None: keyless),
+    its reply's id and time (kept with the reply, so a retry gets the same ones), and the
+    claim that fences its writes."""
 
     thread_id: str
     key: str | None
     cid: str
     created: int
+    claim: Claim
+
+    def config(self) -> RunnableConfig:
+        """The run's graph config: its thread, and its claim for FencedSaver."""
+        return {"configurable": {"thread_id": self.thread_id, CLAIM_KEY: self.claim}}
 
 
 @dataclass(frozen=True)
@@ -49,6 +85,108 @@ class StoredReply:
     cid: str
     created: int
     trace: dict[str, Any]
+
+
+class FencedSaver(BaseCheckpointSaver[Any]):
+    """The endpoint graph's checkpointer: the store's saver, each write of a run fenced by the
+    claim in the run's config (CLAIM_KEY; a config without one is written as it is), and each
+    checkpoint's metadata naming that claim's number.
+
+    A checkpoint is refused (ClaimLost) when its claim no longer holds the run, and checked
+    again once written: one whose claim was taken over while it was being written is removed.
+    A claim never holds again once it lost its run, so every checkpoint left was written while
+    its claim held the run. The writer checks, not the next holder (deleting what came after
+    its claim): the writer is then stopped as well, at once, before its next node's model call,
+    and nothing it writes after the next holder's cleanup survives. A task's writes
+    (LangGraph's pending writes) are refused the same way but not checked after (their ids are
+    the same for every holder, so removing them could remove the next holder's): one that
+    slips in as its claim is taken over is a task's result computed from a checkpoint of the
+    same thread, which a resume could only reuse. Each check is one primary-key SELECT, two
+    per checkpoint and one per task's writes: about 60 for a three-step run of
+    `mur-critic-never`, some 50 ms on a local PostgreSQL.
+    """
+
+    def __init__(self, inner: BaseCheckpointSaver[Any], ledger: RunLedger) -> None:
+        super().__init__(serde=inner.serde)
+        self.inner, self.ledger = inner, ledger
+
+    @property
+    def config_specs(self) -> list[Any]:
+        return self.inner.config_specs
+
+    async def _check(self, claim: Claim | None) -> None:
+        if claim is not None and not await self.ledger.holds(claim):
+            raise refusal(claim)
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        claim = claim_of(config)
+        if claim is None:
+            return await self.inner.aput(config, checkpoint, metadata, new_versions)
+        await self._check(claim)
+        tagged = cast(CheckpointMetadata, {**metadata, CLAIM_KEY: claim.number})
+        saved = await self.inner.aput(config, checkpoint, tagged, new_versions)
+        if not await self.ledger.holds(claim):
+            where = saved["configurable"]
+            await self.ledger.remove_checkpoint(
+                where["thread_id"], where.get("checkpoint_ns", ""), where["checkpoint_id"]
+            )
+            raise refusal(claim)
+        return saved
+
+    async def aput_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        await self._check(claim_of(config))
+        await self.inner.aput_writes(config, writes, task_id, task_path)
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return await self.inner.aget_tuple(config)
+
+    async def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        async for found in self.inner.alist(config, filter=filter, before=before, limit=limit):
+            yield found
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        await self.inner.adelete_thread(thread_id)
+
+    def get_next_version(self, current: Any, channel: None) -> Any:
+        return self.inner.get_next_version(current, channel)
+
+    def with_allowlist(self, extra_allowlist: Any) -> FencedSaver:
+        """The inner saver's clone with LangGraph's msgpack allowlist, fenced alike (the
+        inner saver does the serialising)."""
+        inner = self.inner.with_allowlist(extra_allowlist)
+        return self if inner is self.inner else FencedSaver(inner, self.ledger)
+
+
+def refusal(claim: Claim) -> ClaimLost:
+    return ClaimLost(
+        f"run {claim.thread_id}: claim {claim.number} of {claim.owner} no longer holds it, "
+        "its checkpoint is refused"
+    )
+
+
+def claim_of(config: RunnableConfig) -> Claim | None:
+    """The claim a run's (or its subgraphs') config carries, if any."""
+    claim = (config.get("configurable") or {}).get(CLAIM_KEY)
+    return claim if isinstance(claim, Claim) else None
 
 
 class DurableRuns:
@@ -65,16 +203,14 @@ class DurableRuns:
         keep_finished: float,
         prune_every: float | None = None,
     ) -> None:
-        if lease_seconds <= 0 or keep_finished < 0:
-            raise ValueError(
-                f"lease_seconds must be > 0 and keep_finished >= 0, got {lease_seconds} and "
-                f"{keep_finished}"
-            )
+        check_periods(lease_seconds, keep_finished)
         self.ledger, self.saver, self.replica_id = ledger, saver, replica_id
         self.lease_seconds, self.keep_finished = lease_seconds, keep_finished
         self.prune_every = prune_every or min(max(keep_finished / 2, 0.5), 300.0)
-        self.watched: dict[str, asyncio.Task[Any]] = {}
-        self.lost: set[str] = set()
+        self.watched: dict[Ticket, asyncio.Task[Any]] = {}
+        """The runs executing here, one per claim: two claims of one thread (a retry that
+        reached this replica after the first claim's lease lapsed) are two entries."""
+        self.lost: set[Ticket] = set()
         self._loops: list[asyncio.Task[None]] = []
 
     async def claim(self, caller: str, key: str | None, fingerprint: str) -> Ticket | StoredReply:
@@ -83,13 +219,13 @@ class DurableRuns:
         thread_id = thread_id_of(caller, key)
         try:
             for _ in range(CLAIM_ATTEMPTS):  # the row may change between claim and read
-                claims = await self.ledger.claim(
+                claim = await self.ledger.claim(
                     thread_id, fingerprint, key is not None, self.replica_id, self.lease_seconds
                 )
-                if claims is not None:
-                    return Ticket(
-                        thread_id, key, f"chatcmpl-mur-{uuid.uuid4().hex}", int(time.time())
-                    )
+                if claim is not None:
+                    self._supersede(claim)
+                    cid = f"chatcmpl-mur-{uuid.uuid4().hex}"
+                    return Ticket(thread_id, key, cid, int(time.time()), claim)
                 entry = await self.ledger.entry(thread_id)
                 if entry is None:
                     continue  # pruned meanwhile: claim it anew
@@ -104,27 +240,53 @@ class DurableRuns:
             raise unavailable(exc) from None
         raise busy(key or "", 1)
 
+    def _supersede(self, claim: Claim) -> None:
+        """Cancel this replica's runs of `claim`'s thread under older claims: their lease
+        lapsed (their renewals failed) and a retry claimed the run here again."""
+        for ticket, task in list(self.watched.items()):
+            if ticket.thread_id == claim.thread_id and ticket.claim != claim:
+                self._lose(ticket, task, f"claimed again here (claim {claim.number})")
+
+    def _lose(self, ticket: Ticket, task: asyncio.Task[Any], why: str) -> None:
+        log.warning(
+            "run %s: claim %d lost, %s: stopping it", ticket.thread_id, ticket.claim.number, why
+        )
+        self.lost.add(ticket)
+        del self.watched[ticket]
+        task.cancel()
+
     def watch(self, ticket: Ticket, task: asyncio.Task[Any]) -> None:
         """Renew `ticket`'s lease while `task` runs; cancel `task` if the lease is lost."""
-        self.watched[ticket.thread_id] = task
+        self.watched[ticket] = task
 
     def take_lost(self, ticket: Ticket) -> bool:
         """Whether `ticket`'s run was cancelled because its lease was lost (asked once)."""
-        if ticket.thread_id in self.lost:
-            self.lost.discard(ticket.thread_id)
+        if ticket in self.lost:
+            self.lost.discard(ticket)
             return True
         return False
 
+    def refused(self, ticket: Ticket) -> None:
+        """Stop watching a run whose checkpoint was refused (ClaimLost): its claim is over,
+        so its row is another claim's (or gone) and is left alone."""
+        self.watched.pop(ticket, None)
+        self.lost.discard(ticket)
+        log.warning(
+            "run %s: claim %d lost, its checkpoint refused: stopped",
+            ticket.thread_id,
+            ticket.claim.number,
+        )
+
     async def finished(self, ticket: Ticket, trace: dict[str, Any]) -> None:
         """Record the reply for retries (a keyless run is deleted instead). APIError 409 when
-        another replica holds the run now: its reply, not this one, is the run's."""
-        self.watched.pop(ticket.thread_id, None)
+        the run was claimed over: the new claim's reply, not this one, is the run's."""
+        self.watched.pop(ticket, None)
         if ticket.key is None:
             await self._forget_quietly(ticket.thread_id)
             return
         reply = {"cid": ticket.cid, "created": ticket.created, "trace": trace}
         try:
-            recorded = await self.ledger.finish(ticket.thread_id, self.replica_id, reply)
+            recorded = await self.ledger.finish(ticket.claim, reply)
         except CheckpointerError as exc:
             raise unavailable(exc) from None
         if not recorded:
@@ -132,13 +294,14 @@ class DurableRuns:
 
     async def stopped(self, ticket: Ticket, why: str) -> None:
         """Free a run that ended without a result, so a retry resumes it at once (a keyless
-        run is deleted). Never raises: a run it cannot free is freed by its lease expiring."""
-        self.watched.pop(ticket.thread_id, None)
+        run is deleted); a claim that was claimed over frees nothing. Never raises: a run it
+        cannot free is freed by its lease expiring."""
+        self.watched.pop(ticket, None)
         if ticket.key is None:
             await self._forget_quietly(ticket.thread_id)
             return
         try:
-            await self.ledger.stop(ticket.thread_id, self.replica_id, why)
+            await self.ledger.stop(ticket.claim, why)
         except Exception as exc:  # the database is down, or the loop is closing
             log.warning("could not free run %s (%s): its lease will expire", ticket.thread_id, exc)
 
@@ -156,25 +319,27 @@ class DurableRuns:
         await self.ledger.delete(thread_id)
 
     async def prune(self) -> int:
-        """Delete the runs ended more than `keep_finished` s ago (and abandoned ones); how many."""
+        """Delete the runs ended more than `keep_finished` s ago (and abandoned ones); how many.
+        A holder of an abandoned one that lives on writes no checkpoint after it (FencedSaver)."""
         threads = await self.ledger.mark_prunable(self.keep_finished)
         for thread_id in threads:
             await self.forget(thread_id)
         return len(threads)
 
     async def renew(self) -> None:
-        """Extend this replica's leases; cancel the runs whose lease another replica took."""
+        """Extend this replica's leases; cancel the runs whose claim was claimed over. A task
+        that ended without saying so (cancelled before it started, so none of its handlers
+        ran) is dropped: its lease expires."""
+        for ticket in [ticket for ticket, task in self.watched.items() if task.done()]:
+            del self.watched[ticket]
         asked = dict(self.watched)
-        owned = await self.ledger.renew(self.replica_id, self.lease_seconds, list(asked))
+        held = await self.ledger.renew(self.lease_seconds, [ticket.claim for ticket in asked])
         # Judge only the runs asked about and still watched by the same task: one that ended
         # meanwhile stopped being watched before its row changed, one claimed meanwhile was
-        # not asked about. What is left and was not renewed belongs to another replica now.
-        for thread_id, task in asked.items():
-            if self.watched.get(thread_id) is task and thread_id not in owned and not task.done():
-                log.warning("run %s: lease lost to another replica, stopping it", thread_id)
-                self.lost.add(thread_id)
-                del self.watched[thread_id]
-                task.cancel()
+        # not asked about. What is left and was not renewed was claimed over.
+        for ticket, task in asked.items():
+            if self.watched.get(ticket) is task and ticket.claim not in held and not task.done():
+                self._lose(ticket, task, "claimed over (its lease had lapsed)")
 
     def start(self) -> None:
         """Start renewing leases and pruning, in the running loop."""

@@ -8,6 +8,12 @@ it was claimed, and a finished run's reply. Every change is one atomic statement
 INSERT ... ON CONFLICT DO UPDATE ... WHERE (the run is free) RETURNING, so of two replicas
 claiming one run exactly one gets a row back. Times are the database's clock (`Database.now`),
 one clock for all replicas.
+
+A claim is fenced: it returns a `Claim` (the row's claim count and creation time, and the
+owner), and every later write of its holder (renew, finish, stop, and the checkpoints of
+endpoint/durable.py's `FencedSaver`) is an UPDATE, or a check, conditioned on the row still
+being that claim. A holder that stalled past its lease and was claimed over, even by its own
+replica, then changes nothing: the owner alone cannot tell two claims of one replica apart.
 """
 
 from __future__ import annotations
@@ -43,6 +49,35 @@ PRUNING_LEASE_SECONDS = 300.0
 this long."""
 
 Status = Literal["running", "finished", "failed", "pruning"]
+RENEW_BATCH = 200
+"""Claims renewed per statement: 4 parameters each, below SQLite's oldest limit (999)."""
+CHECKPOINT_TABLES = {
+    "sqlite": ("checkpoints", "writes"),
+    "postgres": ("checkpoints", "checkpoint_writes"),
+}
+"""LangGraph's tables for a checkpoint and for the writes recorded against it, per dialect
+(langgraph-checkpoint-sqlite and -postgres): what `remove_checkpoint` deletes from."""
+
+
+FENCE = "(thread_id = ? AND owner = ? AND claims = ? AND created_at = ?)"
+"""The SQL condition that a row is still one claim (its parameters: `Claim.params`)."""
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One claim of a run, the fence every write of its holder carries: the row's thread, its
+    owner, how often it had been claimed (`number`) and when the row was created (`created`, the
+    database's clock: a row pruned and inserted anew counts its claims from 1 again, so the
+    number alone could match an old claim)."""
+
+    thread_id: str
+    owner: str
+    number: int
+    created: float
+
+    def params(self) -> tuple[str, str, int, float]:
+        """The parameters of FENCE for this claim."""
+        return (self.thread_id, self.owner, self.number, self.created)
 
 
 @dataclass(frozen=True)
@@ -68,10 +103,11 @@ class RunLedger:
 
     async def claim(
         self, thread_id: str, fingerprint: str, keyed: bool, owner: str, lease: float
-    ) -> int | None:
+    ) -> Claim | None:
         """Take the run for `owner` until now + `lease`: a new run, or one that is free (failed,
-        or running under an expired lease) with the same fingerprint. Returns how often it has
-        now been claimed (1: new), or None when it is not free or not the same request."""
+        or running under an expired lease) with the same fingerprint. Returns the claim (its
+        `number`: how often the run has now been claimed, 1: new), or None when it is not free
+        or not the same request."""
         rows = await self.db.execute(
             f"""INSERT INTO {TABLE} (thread_id, fingerprint, keyed, status, owner,
                     lease_expires, claims, created_at, updated_at)
@@ -83,10 +119,10 @@ class RunLedger:
                 WHERE {TABLE}.fingerprint = excluded.fingerprint
                     AND ({TABLE}.status = 'failed'
                          OR ({TABLE}.status = 'running' AND {TABLE}.lease_expires < {self.now}))
-                RETURNING claims""",
+                RETURNING claims, created_at""",
             (thread_id, fingerprint, int(keyed), owner, lease),
         )
-        return int(rows[0][0]) if rows else None
+        return Claim(thread_id, owner, int(rows[0][0]), float(rows[0][1])) if rows else None
 
     async def entry(self, thread_id: str) -> Entry | None:
         rows = await self.db.execute(
@@ -101,45 +137,73 @@ class RunLedger:
         stored = json.loads(reply) if reply else None
         return Entry(thread, fingerprint, status, owner, float(left), int(claims), stored, error)
 
-    async def renew(self, owner: str, lease: float, threads: Collection[str]) -> set[str]:
-        """Extend by `lease` s from now the leases `owner` holds on `threads` (the runs it is
+    async def renew(self, lease: float, claims: Collection[Claim]) -> set[Claim]:
+        """Extend by `lease` s from now the leases of `claims` (the runs this replica is
         executing: a run whose task ended but whose row could not be freed is left to expire);
-        the threads it still holds."""
-        if not threads:
-            return set()
-        marks = ", ".join("?" for _ in threads)
+        those still held, each by the same claim (one claimed over, even by the same owner,
+        is not renewed)."""
+        held: set[Claim] = set()
+        listed = list(claims)
+        for start in range(0, len(listed), RENEW_BATCH):
+            batch = listed[start : start + RENEW_BATCH]
+            fences = " OR ".join(FENCE for _ in batch)
+            rows = await self.db.execute(
+                f"""UPDATE {TABLE} SET lease_expires = {self.now} + ?, updated_at = {self.now}
+                    WHERE status = 'running' AND ({fences})
+                    RETURNING thread_id, claims""",
+                (lease, *(param for claim in batch for param in claim.params())),
+            )
+            renewed = {(thread_id, int(number)) for thread_id, number in rows}
+            held.update(c for c in batch if (c.thread_id, c.number) in renewed)
+        return held
+
+    async def holds(self, claim: Claim) -> bool:
+        """Whether `claim` still holds its run (running, not claimed over, not being pruned),
+        whatever its lease says: a holder whose renewals failed but whom nobody replaced
+        may go on."""
         rows = await self.db.execute(
-            f"""UPDATE {TABLE} SET lease_expires = {self.now} + ?, updated_at = {self.now}
-                WHERE owner = ? AND status = 'running' AND thread_id IN ({marks})
-                RETURNING thread_id""",
-            (lease, owner, *threads),
+            f"SELECT 1 FROM {TABLE} WHERE status = 'running' AND {FENCE}",
+            claim.params(),
         )
-        return {row[0] for row in rows}
+        return bool(rows)
 
-    async def finish(self, thread_id: str, owner: str, reply: dict[str, Any]) -> bool:
-        """Record the run's reply, if `owner` still holds it (else another replica took it
-        over: False)."""
-        return await self._end(thread_id, owner, "finished", json.dumps(reply), None)
+    async def finish(self, claim: Claim, reply: dict[str, Any]) -> bool:
+        """Record the run's reply, if `claim` still holds it (else it was claimed over: False)."""
+        return await self._end(claim, "finished", json.dumps(reply), None)
 
-    async def stop(self, thread_id: str, owner: str, error: str) -> bool:
-        """Mark the run failed (free to resume at once), if `owner` still holds it."""
-        return await self._end(thread_id, owner, "failed", None, error[:2000])
+    async def stop(self, claim: Claim, error: str) -> bool:
+        """Mark the run failed (free to resume at once), if `claim` still holds it."""
+        return await self._end(claim, "failed", None, error[:2000])
 
     async def _end(
-        self, thread_id: str, owner: str, status: Status, reply: str | None, error: str | None
+        self, claim: Claim, status: Status, reply: str | None, error: str | None
     ) -> bool:
         rows = await self.db.execute(
             f"""UPDATE {TABLE} SET status = ?, reply = ?, error = ?, lease_expires = 0,
                     updated_at = {self.now}
-                WHERE thread_id = ? AND owner = ? AND status = 'running' RETURNING thread_id""",
-            (status, reply, error, thread_id, owner),
+                WHERE status = 'running' AND {FENCE} RETURNING thread_id""",
+            (status, reply, error, *claim.params()),
         )
         return bool(rows)
+
+    async def remove_checkpoint(self, thread_id: str, namespace: str, checkpoint_id: str) -> None:
+        """Delete one checkpoint and the writes recorded against it (one a fenced-off holder
+        wrote). Safe while no channel of the graph is a LangGraph DeltaChannel (whose value
+        is rebuilt from the chain of checkpoints): none of MUR's is."""
+        for table in CHECKPOINT_TABLES[self.db.dialect]:
+            await self.db.execute(
+                f"""DELETE FROM {table}
+                    WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?""",
+                (thread_id, namespace, checkpoint_id),
+            )
 
     async def mark_prunable(self, keep_finished: float) -> list[str]:
         """Mark for deletion the runs ended more than `keep_finished` s ago, those whose
         lease expired that long ago (their replica died and no retry came), and those another
-        pruner marked and left; their thread ids."""
+        pruner marked and left; their thread ids. A running row is never marked while its lease
+        lasts; its holder, if it lives on, then writes nothing (the claim no longer holds), and
+        DurableRuns keeps `keep_finished` at least one lease, so that this is at least two
+        lease periods without a renewal."""
         rows = await self.db.execute(
             f"""UPDATE {TABLE} SET status = 'pruning', lease_expires = {self.now} + ?,
                     updated_at = {self.now}

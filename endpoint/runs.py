@@ -25,9 +25,15 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from langchain_core.language_models import BaseChatModel
-from langchain_core.runnables import RunnableConfig
 
-from mur.endpoint.durable import DurableRuns, StoredReply, Ticket
+from mur.endpoint.durable import (
+    ClaimLost,
+    DurableRuns,
+    FencedSaver,
+    StoredReply,
+    Ticket,
+    check_periods,
+)
 from mur.endpoint.errors import APIError
 from mur.endpoint.ledger import RunLedger
 from mur.endpoint.refusals import DRAINING, NOT_OPEN, Saturated, lease_lost, unavailable
@@ -92,6 +98,7 @@ class RunService:
             raise ValueError(
                 f"max_runs and retry_after must be >= 1, got {max_runs} and {retry_after}"
             )
+        check_periods(lease_seconds, keep_finished)  # here, not once the app is serving
         self.backbone = backbone
         self.verifier = verifier or backbone
         self.max_runs, self.retry_after = max_runs, retry_after
@@ -106,13 +113,17 @@ class RunService:
         self.roles = server_roles(self.backbone, self.verifier)  # for error messages
 
     async def open(self, store: CheckpointStore) -> None:
-        """Compile the graph over `store`'s saver and start renewing leases and pruning."""
+        """Compile the graph over `store`'s saver, each run's checkpoints fenced by its claim,
+        and start renewing leases and pruning."""
         self.store = store
+        ledger = RunLedger(store.database)
         self._graph = build_graph(
-            backbone=self.backbone, verifier=self.verifier, checkpointer=store.saver
+            backbone=self.backbone,
+            verifier=self.verifier,
+            checkpointer=FencedSaver(store.saver, ledger),
         )
         self._durable = DurableRuns(
-            RunLedger(store.database),
+            ledger,
             store.saver,
             replica_id=self.replica_id,
             lease_seconds=self.lease_seconds,
@@ -188,7 +199,7 @@ class RunService:
     ) -> RunResult:
         """Run (or resume) the thread; record its reply, or free its claim when it stops."""
         graph, durable = self.graph(), self.durable
-        config: RunnableConfig = {"configurable": {"thread_id": ticket.thread_id}}
+        config = ticket.config()  # its checkpoints are fenced by its claim
         try:
             # One session per run: a router keeps its model calls on one replica.
             with session(new_session_id("mur-endpoint", ticket.thread_id[-12:])):
@@ -214,6 +225,9 @@ class RunService:
                 raise lease_lost(ticket.key) from None
             await durable.stopped(ticket, "stopped: the client went away or the endpoint stopped")
             raise
+        except ClaimLost:  # claimed over while its lease renewals could not say so
+            durable.refused(ticket)
+            raise lease_lost(ticket.key) from None
         except Exception as exc:
             await durable.stopped(ticket, f"failed: {self.failure(exc).message}")
             raise

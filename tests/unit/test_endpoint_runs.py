@@ -26,6 +26,7 @@ from fakes import FakeLogprobChat, Scripted
 from mur.endpoint import create_app
 from mur.endpoint.checkpointing import checkpointer_target
 from mur.endpoint.cli import PROG, build_parser, main
+from mur.graphs.checkpointers import CheckpointerUnavailable
 from waiting import wait_until
 
 MODEL = "mur-critic-never"
@@ -337,22 +338,74 @@ def test_a_run_whose_lease_was_taken_over_stops_and_answers_409(
     serve: Callable[..., tuple[str, Any]], database: Path
 ) -> None:
     """This replica stalled past its lease and another took the run: the lease renewal finds
-    it lost and cancels the run, so only the new owner's reply is ever recorded."""
+    it lost and cancels the run while its model call is still in flight, so the step after the
+    takeover is never asked of the backbone and only the new owner's reply is ever recorded."""
     backbone = Backbone(hold_at=2)
     url, app = serve(backbone, lease_seconds=0.6)
     answers: list[httpx.Response] = []
     holder = threading.Thread(target=lambda: answers.append(ask(url, "stolen")))
     holder.start()
     try:
-        assert wait_until(lambda: app.state.service.in_flight == 1, 5)
+        assert wait_until(lambda: backbone.asked() == [1, 2], 5)
         rows(database, "UPDATE mur_runs SET owner = 'replica-z'")
-        holder.join(10)
+        holder.join(5)  # renewals come every 0.2 s
+        answered_while_held = bool(answers)
     finally:
         backbone.release.set()
         holder.join(30)
-    assert answers and answers[0].status_code == 409
+    assert answered_while_held, "the run went on after its lease was lost"
+    assert answers[0].status_code == 409
     assert answers[0].json()["error"]["code"] == "run_taken_over"
+    assert wait_until(lambda: app.state.service.in_flight == 0, 10)
+    assert backbone.asked() == [1, 2], "the step after the takeover was asked of the backbone"
     assert rows(database, "SELECT owner, status FROM mur_runs") == [("replica-z", "running")]
+
+
+def claims_of_checkpoints(database: Path) -> list[int]:
+    """The claim that wrote each checkpoint (its metadata's `mur_claim`), in order."""
+    found = rows(database, "SELECT metadata FROM checkpoints ORDER BY checkpoint_id")
+    return [json.loads(metadata)["mur_claim"] for (metadata,) in found]
+
+
+def test_two_live_replicas_given_one_key_never_both_go_on(
+    serve: Callable[..., tuple[str, Any]], database: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Replica A's lease renewals fail (its database link is down for them) during a long
+    model call; the client's retry reaches replica B, which claims the run over once A's
+    lease has lapsed and finishes it. A is alive all along: when its call returns, its next
+    checkpoint is refused by the claim fence, so it stops with 409 before asking the next
+    step, having written nothing after B's claim; the key answers B's reply everywhere."""
+    stalled, healthy = Backbone(hold_at=2), Backbone()
+    url_a, app_a = serve(stalled, replica_id="replica-a", lease_seconds=1)
+    url_b, _ = serve(healthy, replica_id="replica-b", lease_seconds=1)
+
+    async def renewals_fail(lease: float, claims: Any) -> set[Any]:
+        raise CheckpointerUnavailable("the checkpointer is unavailable: cut off by the test")
+
+    monkeypatch.setattr(app_a.state.service.durable.ledger, "renew", renewals_fail)
+    answers: list[httpx.Response] = []
+    holder = threading.Thread(target=lambda: answers.append(ask(url_a, "twice")))
+    holder.start()
+    try:
+        assert wait_until(lambda: stalled.asked() == [1, 2], 5)
+        time.sleep(1.2)  # A's lease lapses without a renewal
+        taken = ask(url_b, "twice")
+        written_before = claims_of_checkpoints(database)
+    finally:
+        stalled.release.set()
+        holder.join(30)
+    assert taken.status_code == 200 and taken.json()["mur"]["run"]["outcome"] == "resumed"
+    assert healthy.asked() == [2, 3]
+    assert [answer.status_code for answer in answers] == [409]
+    assert answers[0].json()["error"]["code"] == "run_taken_over"
+    assert wait_until(lambda: app_a.state.service.in_flight == 0, 10)
+    assert stalled.asked() == [1, 2], "replica A asked the step after the takeover"
+    assert claims_of_checkpoints(database) == written_before, "A wrote after B's claim"
+    assert set(written_before) == {1, 2}  # A's up to step 1, then B's
+    assert rows(database, "SELECT owner, status, claims FROM mur_runs") == [
+        ("replica-b", "finished", 2)
+    ]
+    assert ask(url_a, "twice").json()["id"] == taken.json()["id"]
 
 
 # ------------------------------------------------------------- checkpoints, pruning
@@ -383,7 +436,7 @@ def test_finished_runs_are_pruned_after_keep_finished(
     serve: Callable[..., tuple[str, Any]], database: Path
 ) -> None:
     backbone = Backbone()
-    url, _ = serve(backbone, keep_finished=0.5)
+    url, _ = serve(backbone, lease_seconds=0.5, keep_finished=0.5)
     first = ask(url, "short-lived").json()
     started = time.monotonic()
     assert rows(database, "SELECT status FROM mur_runs") == [("finished",)]
