@@ -46,6 +46,7 @@ BAD_INPUT = {
     "bench endpoint_load": (["--clients", "0"], "--clients, --requests and --max-runs"),
     "bench pair_cores": (["--ways", "diagonal"], "unknown way 'diagonal'"),
     "bench scaleout": (["--policies", "nope", "--dry-run"], "policies must be among"),
+    "bench trace_time": (["--arms", "mur-esc,beam"], "unknown arm 'beam'"),
 }
 
 
@@ -94,6 +95,7 @@ def test_the_registry_names_every_subcommand_once_with_a_line_of_help() -> None:
         "bench endpoint_load",
         "bench pair_cores",
         "bench scaleout",
+        "bench trace_time",
     }
     assert set(BAD_INPUT) == set(NAMES)
     assert all(command.help and "\n" not in command.help for command in SUBCOMMANDS.values())

@@ -15,17 +15,14 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
-import threading
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from langchain_core.messages import BaseMessage
+from test_endpoint_runs import Backbone
 
-from fakes import FakeLogprobChat, Scripted
 from mur.endpoint import create_app
 from mur.endpoint.cli import PROG, main
 from mur.endpoint.durable import ClaimLost, DurableRuns, FencedSaver, Ticket
@@ -37,33 +34,6 @@ from mur.graphs.solve import solve
 
 NEVER = Context(strategy="critic", gate="never")
 QUESTION = "What is 6 * 7?"
-
-
-class Backbone:
-    """Drafts at steps 1 and 2, the answer at step 3; step `hold_at` waits for `release`
-    (`held` is set once it waits). `asked()`: the step of every call, in order."""
-
-    def __init__(self, hold_at: int | None = None) -> None:
-        self.hold_at = hold_at
-        self.held, self.release = threading.Event(), threading.Event()
-        self.fake = FakeLogprobChat(responder=self.respond)
-
-    @staticmethod
-    def step_of(messages: list[BaseMessage]) -> int:
-        found = re.findall(r"Step(\d+):$", str(messages[-1].content))
-        return int(found[-1]) if found else 0
-
-    def respond(self, messages: list[BaseMessage], kwargs: dict[str, Any]) -> Scripted:
-        index = self.step_of(messages)
-        if index == self.hold_at:
-            self.held.set()
-            self.release.wait(timeout=30)
-        if index >= 3:
-            return Scripted(" So the answer is 42.", [-0.2] * 6, stop_reason=None)
-        return Scripted(f" draft step {index}", [-0.5] * 4)
-
-    def asked(self) -> list[int]:
-        return [self.step_of(call["messages"]) for call in self.fake.calls]
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

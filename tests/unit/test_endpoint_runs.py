@@ -36,12 +36,14 @@ ALICE, BOB = "alice-key-0001", "bob-key-0002"
 
 
 class Backbone:
-    """The scripted backbone: step `fail_at` raises while `failing` is set, step `hold_at`
-    waits for `release`; `asked()` lists the step of every call, in order."""
+    """The scripted backbone: drafts at steps 1 and 2, the answer at step 3; step `fail_at`
+    raises while `failing` is set, step `hold_at` waits for `release` (`held` is set once it
+    waits); `asked()` lists the step of every call, in order."""
 
     def __init__(self, fail_at: int | None = None, hold_at: int | None = None) -> None:
         self.fail_at, self.hold_at = fail_at, hold_at
         self.failing, self.release = threading.Event(), threading.Event()
+        self.held = threading.Event()
         self.failing.set()
         self.fake = FakeLogprobChat(responder=self.respond)
 
@@ -55,6 +57,7 @@ class Backbone:
         if index == self.fail_at and self.failing.is_set():
             raise RuntimeError(f"scripted failure at step {index}")
         if index == self.hold_at:
+            self.held.set()
             self.release.wait(timeout=30)
         if index >= 3:
             return Scripted(" So the answer is 42.", [-0.2] * 6, stop_reason=None)
