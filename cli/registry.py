@@ -85,6 +85,11 @@ BENCHMARKS = Command(
             "replicas behind vllm-router, with and without session affinity",
             "mur.benchmarks.scaleout",
         ),
+        Command(
+            "trace_time",
+            "the wait for one answer under each trace rule, each question alone",
+            "mur.benchmarks.trace_time",
+        ),
     ),
 )
 

@@ -238,8 +238,9 @@ class Context(BaseModel):
         "none",
         description="Where a trace after the first batch starts: afresh (none), or as a branch "
         "of a first-batch trace that keeps its steps before the branch point and draws the "
-        "rest: the step whose uncertainty most exceeds the gamma-gate's threshold (mur_max), "
-        "the first step the gate flags (mur_first), a random step (random), or the first "
+        "rest: the step whose uncertainty most exceeds the gamma-gate's threshold (mur_max; "
+        "mur, MUR's pre-registered rule, is it), the first step the gate flags (mur_first), a "
+        "random step (random), or the first "
         "token whose top-k entropy exceeds branch_entropy (eager, EAGer's; needs top_logprobs).",
     )
     branch_entropy: float = Field(

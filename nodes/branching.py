@@ -126,6 +126,11 @@ REGISTRY: dict[str, BranchRule] = {
             _mur_first,
             "MUR: the first step the gamma-gate flags (then by excess)",
         ),
+        BranchRule(
+            "mur",
+            _mur_max,
+            "MUR's branch rule as pre-registered (results/prereg-branching-fresh.md): mur_max",
+        ),
         BranchRule("random", _random, "a uniformly random step (2..n) of the parent"),
         BranchRule(
             "eager",
@@ -136,6 +141,9 @@ REGISTRY: dict[str, BranchRule] = {
     )
 }
 BRANCH_RULES: tuple[str, ...] = tuple(REGISTRY)
+MUR_RULE = "mur"
+"""MUR's branch rule: the pilot of results/prereg-branching-fresh.md chose mur_max (it tied
+mur_first on accuracy and spent fewer tokens)."""
 if TYPE_CHECKING:
     BranchName = str
 else:  # the registry's names as a Literal: Context's choices, the CLI's and Studio's

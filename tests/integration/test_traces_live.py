@@ -62,7 +62,7 @@ def test_run_py_votes_over_traces_with_the_servers_token_count(
     assert all(s["answer"] for s in voters)
 
 
-@pytest.mark.parametrize("rule", ["mur_max", "eager"])
+@pytest.mark.parametrize("rule", ["mur", "eager"])
 def test_branches_count_only_what_they_draw_by_the_servers_token_count(
     rule: str, cpu_server: RunningServer, generated_tokens: Callable[[], int]
 ) -> None:
@@ -90,7 +90,7 @@ def test_branches_count_only_what_they_draw_by_the_servers_token_count(
             assert rule == "eager" or warmup["steps"] == 1
             continue
         assert branch["parent"] == n % 2
-        assert (2 if rule == "mur_max" else 1) <= branch["branch_step"] <= warmup["steps"]
+        assert (2 if rule == "mur" else 1) <= branch["branch_step"] <= warmup["steps"]
         assert (branch["branch_token"] is not None) == (rule == "eager")
     assert any(b["parent"] is not None for b in branches)
     usage = output["usage"]
@@ -209,3 +209,27 @@ def test_the_endpoint_serves_branching_traces(
     assert data["mur"]["traces_summary"].startswith(f"4 traces ({branched} branched, ")
     assert data["usage"]["completion_tokens"] == settled(generated_tokens)
     assert refused.status_code == 400 and "branch" in refused.text
+
+
+def test_trace_time_times_each_arm_alone_by_the_servers_count(cpu_server: RunningServer) -> None:
+    """`mur bench trace_time` on one question: a row per arm, the client's tokens equal to the
+    server's counter for every timed run (nothing else ran meanwhile), written as JSON."""
+    out = ROOT / ".pytest-trace-time.json"
+    command = [
+        *(sys.executable, "-m", "mur", "bench", "trace_time", "--limit", "1"),
+        *("--arms", "majority@8,MUR branching", "--base-url", cpu_server.base_url),
+        *("--model", cpu_server.model, "--profile", "cpu-tiny"),
+        *("--max-steps", "2", "--max-step-tokens", "16", "--out", str(out)),
+    ]
+    try:
+        done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr
+        assert "| majority@8 | 1 |" in done.stdout and "| MUR branching | 1 |" in done.stdout
+        document = json.loads(out.read_text())
+    finally:
+        out.unlink(missing_ok=True)
+    runs = document["runs"]
+    assert [r["arm"] for r in runs] == ["majority@8", "MUR branching"]
+    assert all(r["tokens"] == r["server_tokens"] > 0 and r["wall_s"] > 0 for r in runs)
+    assert runs[0]["traces"] == 8 and runs[0]["branched"] == 0
+    assert document["server"]["vllm_version"]

@@ -25,7 +25,10 @@ from mur.servers.connect import Connection
 ROOT = Path(__file__).resolve().parents[2]
 FOLDERS = ("benchmarks", "cli", "endpoint", "evals", "experiments", "servers")
 # Started by `mur bench endpoint_load` as its endpoint's process, never by a user.
-INTERNAL = {"mur.benchmarks.fake_endpoint"}
+INTERNAL = {
+    "mur.benchmarks.fake_endpoint",
+    "mur.servers.processes.orphans",  # the shim every replica and router starts through
+}
 SUBCOMMANDS = dict(MUR.leaves())  # "bench scaleout" -> its registry entry
 NAMES = [words.removeprefix("mur ") for words in SUBCOMMANDS]
 

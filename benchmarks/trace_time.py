@@ -1,0 +1,197 @@
+"""`mur bench trace_time`: how long a user waits for one answer under each trace rule.
+
+Each question is solved alone (nothing else in flight on the server), once per arm, the arms'
+order rotating from question to question: majority@8 (eight traces at once), mur-esc (two at
+a time until a pair agrees, a trace stopped when its momentum climbs), MUR branching and EAGer
+branching (mur-esc with every later trace a branch of a warm-up trace). Per arm: the wall time
+a question, the completion tokens (the client's count, checked against the server's counter)
+and the server's tokens per second meanwhile. Tokens and time differ from draw to draw; the
+arms' ratios to majority@8 are what compares. A rule that draws in batches waits for each batch
+before the next (a branch waits for its parent): that is the price the table shows.
+
+    mur bench trace_time --profile cpu-qwen-1.5b --offset 200 --limit 10 --out trace_time.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from mur.evals.questions import load_dataset
+from mur.graphs.mur import build_graph
+from mur.graphs.state import Context
+from mur.graphs.traces import MUR_ESC
+from mur.nodes.branching import MUR_RULE
+from mur.servers.cli import OneLineParser, positive_int
+from mur.servers.clients.chat_models import make_chat_model
+from mur.servers.clients.errors import ServerError
+from mur.servers.clients.metrics import generation_tokens, settled
+from mur.servers.connect import add_connection_arguments
+from mur.servers.processes.facts import server_facts
+from mur.servers.processes.launcher import up
+from mur.servers.processes.profiles import get_profile
+
+TIMED_PROFILE = "cpu-qwen-1.5b"  # the experiments' server, started or reused without --base-url
+
+PROG = "mur bench trace_time"
+ARMS: dict[str, Mapping[str, Any]] = {
+    "majority@8": {"traces": 8},
+    "mur-esc": MUR_ESC,
+    "MUR branching": {**MUR_ESC, "branch": MUR_RULE},
+    "EAGer branching": {**MUR_ESC, "branch": "eager"},
+}
+
+
+@dataclass(frozen=True)
+class Timed:
+    """One question solved alone by one arm."""
+
+    arm: str
+    problem_id: str
+    wall_s: float
+    tokens: int
+    """Completion tokens by the graph's usage."""
+    server_tokens: int
+    """What the server's counter moved by meanwhile (the same, when nothing else ran)."""
+    traces: int
+    branched: int
+
+
+async def solve_alone(
+    graph: Any, arm: str, question: Any, settings: Mapping[str, Any], url: str
+) -> Timed:
+    before = settled(lambda: generation_tokens(url), quiet=1.0)
+    start = time.perf_counter()
+    output = await graph.ainvoke(
+        {"question": question.question}, context=Context(**settings, **ARMS[arm])
+    )
+    wall = time.perf_counter() - start
+    server = settled(lambda: generation_tokens(url), quiet=1.0) - before
+    usage = output["usage"]
+    summaries = output["traces"]
+    return Timed(
+        arm=arm,
+        problem_id=question.id,
+        wall_s=wall,
+        tokens=usage["backbone_tokens"] + usage["external_tokens"],
+        server_tokens=server,
+        traces=len(summaries),
+        branched=sum(1 for s in summaries if s.get("parent") is not None),
+    )
+
+
+def table(runs: Sequence[Timed], arms: Sequence[str]) -> str:
+    """Per arm: wall time a question (mean, median, max), tokens, the server's rate, and the
+    ratios to the first arm."""
+    lines = [
+        "| arm | questions | wall s / question | median | max | tokens / question | "
+        "server tok/s | traces | branched | wall vs first | tokens vs first |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    base: tuple[float, float] | None = None
+    for arm in arms:
+        mine = [r for r in runs if r.arm == arm]
+        if not mine:
+            continue
+        walls = [r.wall_s for r in mine]
+        wall, tokens = statistics.fmean(walls), statistics.fmean(r.tokens for r in mine)
+        base = base or (wall, tokens)
+        rate = sum(r.server_tokens for r in mine) / sum(walls)
+        lines.append(
+            f"| {arm} | {len(mine)} | {wall:.1f} | {statistics.median(walls):.1f} | "
+            f"{max(walls):.1f} | {tokens:,.0f} | {rate:.1f} | "
+            f"{statistics.fmean(r.traces for r in mine):.2f} | "
+            f"{statistics.fmean(r.branched for r in mine):.2f} | {wall / base[0]:.2f}x | "
+            f"{tokens / base[1]:.2f}x |"
+        )
+    return "\n".join(lines)
+
+
+def _arms(text: str) -> tuple[str, ...]:
+    chosen = tuple(part.strip() for part in text.split(",") if part.strip())
+    unknown = [arm for arm in chosen if arm not in ARMS]
+    if unknown or not chosen:
+        named = ", ".join(repr(arm) for arm in unknown) or repr(text)
+        raise argparse.ArgumentTypeError(f"unknown arm {named}: choose from {', '.join(ARMS)}")
+    return chosen
+
+
+def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
+    parser = OneLineParser(prog=prog, description=__doc__.split("\n\n")[0])
+    parser.add_argument("--dataset", default="math500")
+    parser.add_argument("--offset", type=int, default=200, help="skip the first N questions")
+    parser.add_argument("--limit", type=positive_int, default=10, help="questions to time")
+    parser.add_argument(
+        "--arms", type=_arms, default=tuple(ARMS), help=f"comma list of {', '.join(ARMS)}"
+    )
+    parser.add_argument("--top-logprobs", type=int, default=20, help="as the experiments")
+    parser.add_argument("--max-steps", type=positive_int, help="override the profile's")
+    parser.add_argument("--max-step-tokens", type=positive_int, help="override the profile's")
+    parser.add_argument("--out", type=Path, help="write every timed run and the table as JSON")
+    add_connection_arguments(
+        parser,
+        verifier=False,
+        defaults=f"The server to time: --base-url, else the --profile server (default "
+        f"{TIMED_PROFILE}), started here or reused; the profile's recommended settings apply.",
+    )
+    parser.set_defaults(profile=TIMED_PROFILE)
+    return parser
+
+
+async def run(args: argparse.Namespace) -> int:
+    profile = get_profile(args.profile)
+    try:
+        if args.base_url:
+            url, model = args.base_url, args.model
+        else:
+            server = up(profile)
+            url, model = server.base_url, server.model
+        backbone = make_chat_model(url, model)
+    except ServerError as exc:
+        print(f"{PROG}: {exc}", file=sys.stderr)
+        return 2
+    questions = load_dataset(args.dataset, limit=args.limit, offset=args.offset)
+    settings = {
+        **profile.recommended,
+        "strategy": "critic",
+        "gate": "never",
+        "top_logprobs": args.top_logprobs,
+        **{
+            name: getattr(args, name)
+            for name in ("max_steps", "max_step_tokens")
+            if getattr(args, name) is not None
+        },
+    }
+    graph = build_graph(backbone=backbone)
+    facts = server_facts(url, backbone.model_name)
+    print(f"timing {len(questions)} questions alone on {facts.describe()}", file=sys.stderr)
+    runs: list[Timed] = []
+    for i, question in enumerate(questions):
+        order = [*args.arms[i % len(args.arms) :], *args.arms[: i % len(args.arms)]]
+        for arm in order:
+            runs.append(await solve_alone(graph, arm, question, settings, url))
+            r = runs[-1]
+            print(f"{question.id} {arm}: {r.wall_s:.1f} s, {r.tokens} tokens", file=sys.stderr)
+    shown = table(runs, args.arms)
+    print(shown)
+    if args.out:
+        document = {"server": facts.as_json(), "runs": [asdict(r) for r in runs], "table": shown}
+        args.out.write_text(json.dumps(document, indent=1) + "\n")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
+    args = build_parser(prog).parse_args(argv)
+    return asyncio.run(run(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
