@@ -68,8 +68,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 SUITE_NEEDS_GIB = 14.0
-"""Memory the suite's servers take at their peak beside everything else (measured in `make
-test`: see the closing paragraph of docs/layout.md#tests)."""
+"""Memory the suite's own servers need free beside anything already running (the measurement
+behind it: docs/layout.md#tests)."""
 SUITE_PROFILE = "cpu-tiny"
 
 
