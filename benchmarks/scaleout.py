@@ -315,7 +315,8 @@ def measure(case: str, problems: Sequence[Problem], args: argparse.Namespace) ->
     """Start the case's servers, run the load once on them, stop them."""
     base = replace(get_profile("cpu-tiny"), name="scaleout")  # VLLM_CACHE_ROOT stays shared
     assert base.package is not None
-    model_path = ensure_model(base.package)  # in the shared MUR_HOME, converted once
+    # in the shared MUR_HOME, converted once
+    model_path = ensure_model(base.package, weights=base.weights)
     wait_for_memory(NEED_GIB["one" if case == ONE else "two"])
     with private_home(args.home):
         print(f"[{case}] starting servers ...", file=sys.stderr)

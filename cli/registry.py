@@ -76,6 +76,11 @@ BENCHMARKS = Command(
             "mur.benchmarks.endpoint_load",
         ),
         Command(
+            "formats",
+            "each weight format served in turn: decode rate at 1/8/32 streams, one answer's wait",
+            "mur.benchmarks.formats",
+        ),
+        Command(
             "pair_cores",
             "a backbone and a verifier server on one machine: shared or split cores",
             "mur.benchmarks.pair_cores",

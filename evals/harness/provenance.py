@@ -11,13 +11,19 @@ is never silently the work of two kinds of server.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 from langchain_core.language_models import BaseChatModel
 
 from mur.evals.harness.records import SETTINGS, RecordStore, SettingsMismatchError
-from mur.servers.processes.facts import ServerFacts, server_facts, token_differences
+from mur.servers.processes.facts import (
+    ServerFacts,
+    describe_recorded,
+    server_facts,
+    token_differences,
+)
 from mur.servers.processes.throughput import STREAMS, StreamRate, choose, measured_rates
 
 SERVERS = "servers"
@@ -126,3 +132,25 @@ def record_servers(store: RecordStore, entry: dict[str, Any], *, allow_mixed: bo
         runs = len(store.done_keys())
         history.append({**entry, "from_run": runs, "mixed": bool(mixed)})
         path.write_text(json.dumps({**data, SERVERS: history}, indent=2, sort_keys=True) + "\n")
+
+
+def served_by(folder: str | Path) -> list[str]:
+    """What served a folder's runs, one line per server set settings.json records (with the
+    run it held from, and a mix said as such): for every report to name its servers."""
+    path = Path(folder) / SETTINGS
+    try:
+        history = json.loads(path.read_text()).get(SERVERS, [])
+    except (OSError, ValueError):
+        return []
+    lines = []
+    for entry in history:
+        phrases = {role: describe_recorded(entry[role]) for role in ROLES if role in entry}
+        if len(set(phrases.values())) == 1:
+            served = f"{next(iter(phrases.values()))} ({' and '.join(phrases)})"
+        else:
+            served = "; ".join(f"{role}: {phrase}" for role, phrase in phrases.items())
+        mixed = (
+            ", a MIX of token-changing facts (--allow-mixed-servers)" if entry.get("mixed") else ""
+        )
+        lines.append(f"from run {entry.get('from_run', 0)}: {served}{mixed}")
+    return lines

@@ -16,9 +16,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from mur.evals.harness.provenance import served_by
 from mur.evals.harness.records import load_records
 from mur.evals.harness.run_record import RunRecord
 from mur.evals.report import stats
+from mur.evals.report.markdown import served_lines
 from mur.evals.report.pairing import Pairing, SettingKey, group_settings, pair, setting_order
 from mur.servers.cli import OneLineParser
 
@@ -56,6 +58,9 @@ def to_markdown(comparisons: Sequence[Comparison], folder_a: str, folder_b: str)
         f"A: {folder_a}  ",
         f"B: {folder_b}",
         "",
+        *served_lines(
+            {f"A: {folder_a}": served_by(folder_a), f"B: {folder_b}": served_by(folder_b)}
+        ),
         "| setting | questions | accuracy A % | accuracy B % | B - A, points [95% CI] | p "
         "| tokens/q A | tokens/q B | B / A |",
         "|---|---|---|---|---|---|---|---|---|",

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from mur.evals.report.choices import Choice
@@ -252,6 +252,7 @@ def to_markdown(
     run_time: RunTime | None = None,
     choices: Sequence[Choice] = (),
     plots: Sequence[str] = (),
+    served: Mapping[str, Sequence[str]] | None = None,
 ) -> str:
     runs = sum(r.runs for r in rows if r.dataset != "average")
     lines = [
@@ -261,6 +262,7 @@ def to_markdown(
         "Recompute with `mur report DIR`.",
         "",
     ]
+    lines += served_lines(served or {})
     if run_time is not None:
         lines += [run_time_sentence(run_time), ""]
     # A folder without MUR runs (a baseline, or traces under gate never) has no headline to miss.
@@ -304,6 +306,17 @@ def to_markdown(
         f"- {note}" for note in _method_notes(resamples, seed)
     ]
     return "\n".join(lines) + "\n"
+
+
+def served_lines(served: Mapping[str, Sequence[str]]) -> list[str]:
+    """`Served by` lines, one per folder and server set (formats give different tokens, so a
+    report says which made its numbers)."""
+    lines = [
+        f"Served by (`{folder}`, {entry})."
+        for folder, entries in served.items()
+        for entry in entries or ["no server recorded (a test double or a folder made before)"]
+    ]
+    return [*lines, ""] if lines else []
 
 
 def _method_notes(resamples: int, seed: int) -> list[str]:

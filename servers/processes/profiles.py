@@ -26,6 +26,7 @@ from mur.servers.processes.packages import (
     get_package,
 )
 from mur.servers.processes.paths import vllm_cache_dir
+from mur.servers.processes.weights import BF16, cpu_weights
 
 PACKAGE_PREFIX = "package:"
 """`Profile.model` values starting with this name a model package (`servers.processes.packages`),
@@ -85,6 +86,8 @@ class Profile:
     recommended: Mapping[str, Setting] = field(default_factory=lambda: _frozen({}))
     """Graph-setting overrides that make runs practical on this profile's hardware."""
     device: Literal["cpu", "gpu"] = "gpu"
+    weights: str = BF16
+    """A package's weight format (`servers.processes.weights`); the folder vLLM is given."""
     description: str = ""
     request_timeout: RequestTimeout = field(default_factory=RequestTimeout)
     """How long a client waits for one request before it counts as failed (and is retried)."""
@@ -234,6 +237,7 @@ def _cpu_package(
         ),
         recommended=_frozen(recommended),
         device="cpu",
+        weights=cpu_weights(),
         description=description,
         request_timeout=CPU_REQUEST_TIMEOUT,
     )
@@ -373,7 +377,7 @@ def command_line(
     if model_path is not None:
         model = str(model_path)
     elif (package := profile.package) is not None:
-        model = str(model_dir(package))
+        model = str(model_dir(package, weights=profile.weights))
     else:
         model = profile.model
     argv = [
@@ -393,6 +397,16 @@ def command_line(
     if eager:
         argv.append("--enforce-eager")
     return argv
+
+
+def flag_value(argv: Sequence[str], flag: str) -> str | None:
+    """`--flag value` or `--flag=value` from a command line."""
+    for i, arg in enumerate(argv):
+        if arg == flag and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith(flag + "="):
+            return arg.partition("=")[2]
+    return None
 
 
 def server_env(profile: Profile, base: Mapping[str, str] | None = None) -> dict[str, str]:

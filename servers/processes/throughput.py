@@ -5,8 +5,8 @@ AMX Xeon: 7.6 tok/s at 1 stream, 59.7 at 8, 184 at 32), so the benchmark runner 
 8, 16, 32 and 64 concurrent generations of a fixed length and takes the fewest streams whose
 throughput is within `NEAR_BEST` of the best: more streams than that only lengthen every
 request. A measurement is kept under MUR_HOME keyed by the server's facts (URL, model, vLLM
-version, dtype, CPU), so a resumed run on the same machine does not measure again and a run on
-another machine does.
+version, dtype, weight format, CPU), so a resumed run on the same machine does not measure
+again and a run on another machine does.
 
 A probe taken while the server, or a server beside it on the same cores (a backbone and its
 judge), works for someone else measures the sharing, not the server: on two cores the 0.5B read
@@ -107,7 +107,14 @@ def choose(rates: Sequence[StreamRate], near_best: float = NEAR_BEST) -> int:
 def _key(facts: ServerFacts) -> str:
     return "|".join(
         str(part)
-        for part in (facts.base_url, facts.model, facts.vllm_version, facts.dtype, facts.cpu)
+        for part in (
+            facts.base_url,
+            facts.model,
+            facts.vllm_version,
+            facts.dtype,
+            facts.weights,
+            facts.cpu,
+        )
     )
 
 

@@ -13,9 +13,9 @@ import psutil
 import pytest
 
 from faulty_server import faulty_server
-from mur.evals.harness.provenance import ServerMixError, record_servers
+from mur.evals.harness.provenance import ServerMixError, record_servers, served_by
 from mur.evals.harness.records import RecordStore
-from mur.servers.processes.facts import flag_value, token_differences
+from mur.servers.processes.facts import flag_value, served_weights, token_differences
 from mur.servers.processes.throughput import StreamRate, choose
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -48,6 +48,22 @@ def test_only_known_token_facts_count_as_differences() -> None:
     assert token_differences(facts(), facts(cpu="Intel Xeon")) == []  # same dtype elsewhere
     assert token_differences(facts(), facts(dtype="float32")) == ["dtype"]
     assert token_differences(facts(), {**facts(), "vllm_version": None}) == []  # unknown
+    int8 = {**facts(), "weights": "w8a8"}
+    assert token_differences({**facts(), "weights": "bf16"}, int8) == ["weights"]
+    assert token_differences(facts(), int8) == []  # folders recorded before formats: no claim
+
+
+def test_the_weight_format_comes_from_the_served_folders_manifest(tmp_path: Path) -> None:
+    folder = tmp_path / "Model-w8a8"
+    folder.mkdir()
+    argv = ["python", "-m", "vllm.entrypoints.openai.api_server", "--model", str(folder)]
+    assert served_weights(argv) is None  # no manifest: not a folder the project made
+    (folder / "mur-manifest.json").write_text(json.dumps({"weights": "w8a8"}))
+    assert served_weights(argv) == "w8a8"
+    (folder / "mur-manifest.json").write_text(json.dumps({"format": 1}))
+    assert served_weights(argv) == "bf16"  # made before formats existed
+    assert served_weights(["vllm", "--model", "Qwen/Qwen3-8B"]) is None
+    assert served_weights(None) is None
 
 
 def test_the_fewest_streams_near_the_best_throughput_are_chosen() -> None:
@@ -72,6 +88,9 @@ def test_servers_are_recorded_once_and_a_change_of_dtype_is_refused(tmp_path: Pa
     record_servers(store, entry(dtype="float32"), allow_mixed=True)
     history = json.loads((tmp_path / "settings.json").read_text())["servers"]
     assert [h["mixed"] for h in history] == [False, False, True]
+    served = served_by(tmp_path)  # what the folder's reports say served it
+    assert served[0] == "from run 0: vLLM 0.32.0, bfloat16 on AMD EPYC (backbone and verifier)"
+    assert "float32" in served[2] and "MIX" in served[2] and "MIX" not in served[1]
 
 
 def _claim_server(home: Path, base_url: str, dtype: str) -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from mur.servers.clients.errors import ModelError
+from mur.servers.clients.errors import ModelError, ServerError
 from mur.servers.processes import model
 from mur.servers.processes.packages import SMOLLM2_135M, InstalledGGUF
 
@@ -136,3 +136,54 @@ def test_installed_package_ships_the_gguf() -> None:
     assert gguf.stat().st_size > 50_000_000
     with gguf.open("rb") as fh:
         assert fh.read(4) == b"GGUF"
+
+
+@pytest.fixture
+def quantizations(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, Path]]:
+    """Replace the child-process quantization by one writing small files; records each call."""
+    calls: list[tuple[str, Path]] = []
+
+    def fake_quantize(scheme: str, bf16: Path, dest: Path, weights: str) -> None:
+        assert model.verify_model_dir(bf16) == []  # made from a complete bf16 folder
+        calls.append((scheme, dest))
+        for name in ("config.json", "tokenizer.json", "tokenizer_config.json"):
+            (dest / name).write_text("{}")
+        (dest / "model.safetensors").write_bytes(b"q" * 1024)
+
+    monkeypatch.setattr(model, "_run_quantizer", fake_quantize)
+    return calls
+
+
+def test_a_quantized_format_is_made_from_the_bf16_folder_once(
+    fake_gguf: Path, conversions: list[Path], quantizations: list[tuple[str, Path]]
+) -> None:
+    folder = model.ensure_model(SMOLLM2_135M, weights="w8a8")
+    assert folder.name == "SmolLM2-135M-Instruct-w8a8"
+    assert len(conversions) == 1 and [scheme for scheme, _ in quantizations] == ["W8A8"]
+    manifest = json.loads((folder / model.MANIFEST).read_text())
+    assert manifest["weights"] == "w8a8"
+    assert manifest["source"]["sha256"] == model.sha256_file(fake_gguf)
+    assert manifest["source"]["quantized_from"] == str(model.tiny_model_dir())
+    assert model.ensure_model(SMOLLM2_135M, weights="w8a8") == folder
+    assert model.ensure_tiny_model() == model.tiny_model_dir()
+    assert len(conversions) == 1 and len(quantizations) == 1
+    # the bf16 folder is not taken for another format, nor the reverse
+    assert not model.is_ready(model.tiny_model_dir(), SMOLLM2_135M, weights="w8a8")
+    assert not model.is_ready(folder, SMOLLM2_135M)
+
+
+def test_an_interrupted_quantization_is_redone_never_served(
+    fake_gguf: Path, conversions: list[Path], quantizations: list[tuple[str, Path]]
+) -> None:
+    folder = model.ensure_model(SMOLLM2_135M, weights="w8a8")
+    (folder / model.MANIFEST).unlink()  # as if killed before the manifest was written
+    assert model.ensure_model(SMOLLM2_135M, weights="w8a8") == folder
+    assert len(quantizations) == 2 and model.verify_model_dir(folder) == []
+    fake_gguf.write_bytes(b"GGUF" + b"\2" * 3000)  # a new source: both folders are remade
+    model.ensure_model(SMOLLM2_135M, weights="w8a8")
+    assert len(conversions) == 2 and len(quantizations) == 3
+
+
+def test_an_unknown_format_names_the_known_ones(fake_gguf: Path) -> None:
+    with pytest.raises(ServerError, match=r"unknown weight format 'int3'.*bf16, w8a8, w4a16"):
+        model.ensure_model(SMOLLM2_135M, weights="int3")

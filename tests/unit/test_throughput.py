@@ -71,7 +71,9 @@ def serving(others: int = 0) -> Iterator[CountingServer]:
 
 
 def facts_of(server: CountingServer) -> ServerFacts:
-    return ServerFacts(server.base_url, "m", "0.32.0", "bfloat16", "raw_logprobs", "CPU", ())
+    return ServerFacts(
+        server.base_url, "m", "0.32.0", "bfloat16", "bf16", "raw_logprobs", "CPU", ()
+    )
 
 
 @pytest.fixture(autouse=True)

@@ -1,0 +1,200 @@
+"""`mur bench formats`: each weight format of a CPU profile served in turn on this machine, on
+the project's real load.
+
+For every format (`servers.processes.weights`) the profile's server is started alone, then:
+the server's decode rate with 1, 8 and 32 questions in flight through the step loop (gate
+never, top-20 logprobs, MATH-500 prompts: prefills of new steps mixed in as in the experiments),
+read from its generation counter over a window after a warm-up; and the wait for one question
+alone (a single trace, nothing else in flight). Formats give different tokens, so the alone
+rows give the time and the tokens both. A format the CPU's vLLM cannot serve is a row saying
+so with the server's reason.
+
+    mur bench formats --profile cpu-qwen-1.5b --formats bf16,w8a8,w4a16 --out formats.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import json
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from mur.evals.questions import load_dataset
+from mur.graphs.mur import build_graph
+from mur.graphs.state import Context
+from mur.servers.cli import OneLineParser, positive_float, positive_int
+from mur.servers.clients.chat_models import make_chat_model
+from mur.servers.clients.errors import ServerError
+from mur.servers.clients.metrics import generation_tokens
+from mur.servers.processes.facts import server_facts
+from mur.servers.processes.launcher import down, status, up
+from mur.servers.processes.model import ensure_model
+from mur.servers.processes.profiles import get_profile, profiles
+from mur.servers.processes.weights import WEIGHT_FORMATS
+
+PROG = "mur bench formats"
+STREAMS = (1, 8, 32)
+BENCH_PORT = 8090  # its own port and record name: an experiment's server is never reused
+
+
+@dataclass
+class FormatRun:
+    """One format's measurements (or why it did not serve)."""
+
+    weights: str
+    server: dict[str, Any] | None = None
+    failed: str | None = None
+    rates: dict[int, float] = field(default_factory=dict)
+    """Streams -> generated tokens a second (the server's counter over the window)."""
+    alone_s: list[float] = field(default_factory=list)
+    alone_tokens: list[int] = field(default_factory=list)
+
+
+async def _load(graph: Any, questions: Sequence[Any], settings: dict[str, Any], streams: int,
+                url: str, warmup: float, window: float) -> float:  # fmt: skip
+    """Tokens a second the server generates with `streams` questions in flight."""
+    cycle = itertools.cycle(questions)
+
+    async def worker() -> None:
+        while True:
+            await graph.ainvoke({"question": next(cycle).question}, context=Context(**settings))
+
+    tasks = [asyncio.create_task(worker()) for _ in range(streams)]
+    try:
+        await asyncio.sleep(warmup)
+        before, start = generation_tokens(url), time.perf_counter()
+        await asyncio.sleep(window)
+        return (generation_tokens(url) - before) / (time.perf_counter() - start)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def measure(weights: str, args: argparse.Namespace) -> FormatRun:
+    run = FormatRun(weights)
+    base = get_profile(args.profile)
+    profile = replace(base, name=f"bench-{weights}", port=args.port, weights=weights)
+    try:
+        assert base.package is not None
+        ensure_model(base.package, weights=weights)  # made before the clock starts
+        server = up(profile, timeout=args.timeout)
+    except ServerError as exc:
+        run.failed = str(exc).strip().splitlines()[0]
+        return run
+    try:
+        backbone = make_chat_model(server.base_url, server.model)
+        run.server = server_facts(server.base_url, server.model).as_json()
+        graph = build_graph(backbone=backbone)
+        settings = {**base.recommended, "strategy": "critic", "gate": "never", "top_logprobs": 20}
+        questions = load_dataset("math500", limit=args.questions, offset=args.offset)
+        for streams in STREAMS:
+            run.rates[streams] = await _load(
+                graph, questions, settings, streams, server.base_url, args.warmup, args.window
+            )
+            print(f"{weights}: {streams} streams {run.rates[streams]:.1f} tok/s", file=sys.stderr)
+        for question in questions[: args.alone]:
+            start = time.perf_counter()
+            output = await graph.ainvoke(
+                {"question": question.question}, context=Context(**settings)
+            )
+            run.alone_s.append(time.perf_counter() - start)
+            run.alone_tokens.append(output["usage"]["backbone_tokens"])
+            print(f"{weights}: {question.id} alone {run.alone_s[-1]:.1f} s", file=sys.stderr)
+    finally:
+        if server.started:
+            down(profile.name)
+    return run
+
+
+def table(runs: Sequence[FormatRun]) -> str:
+    """Per format: tok/s at each stream count, the wait for one question alone, and the
+    ratios to the first format that served."""
+    head = " | ".join(f"{s} stream{'s' if s > 1 else ''} tok/s" for s in STREAMS)
+    lines = [
+        f"| format | {head} | alone s / question | alone tokens / question | alone tok/s | "
+        "vs first (1 / 8 / 32 streams) |",
+        "|---|" + "---|" * (len(STREAMS) + 4),
+    ]
+    first = next((r for r in runs if r.failed is None), None)
+    for r in runs:
+        if r.failed is not None:
+            lines.append(f"| {r.weights} | does not serve here: {r.failed} |")
+            continue
+        assert first is not None
+        rates = " | ".join(f"{r.rates[s]:.1f}" for s in STREAMS)
+        wait, tokens = statistics.fmean(r.alone_s), statistics.fmean(r.alone_tokens)
+        ratios = " / ".join(f"{r.rates[s] / first.rates[s]:.2f}x" for s in STREAMS)
+        lines.append(
+            f"| {r.weights} | {rates} | {wait:.1f} | {tokens:,.0f} | "
+            f"{sum(r.alone_tokens) / sum(r.alone_s):.1f} | {ratios} |"
+        )
+    return "\n".join(lines)
+
+
+def _formats(text: str) -> tuple[str, ...]:
+    chosen = tuple(part.strip() for part in text.split(",") if part.strip())
+    unknown = [name for name in chosen if name not in WEIGHT_FORMATS]
+    if unknown or not chosen:
+        named = ", ".join(repr(name) for name in unknown) or repr(text)
+        raise argparse.ArgumentTypeError(
+            f"unknown format {named}: choose from {', '.join(WEIGHT_FORMATS)}"
+        )
+    return chosen
+
+
+def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
+    cpu = sorted(name for name, p in profiles().items() if p.package is not None)
+    parser = OneLineParser(prog=prog, description=__doc__.split("\n\n")[0])
+    parser.add_argument("--profile", default="cpu-qwen-1.5b", choices=cpu)
+    parser.add_argument(
+        "--formats", type=_formats, default=tuple(WEIGHT_FORMATS), help="comma list, in order"
+    )
+    parser.add_argument("--offset", type=int, default=200, help="first MATH-500 question")
+    parser.add_argument("--questions", type=positive_int, default=40, help="the load's questions")
+    parser.add_argument("--alone", type=positive_int, default=2, help="questions timed alone")
+    parser.add_argument("--warmup", type=positive_float, default=20, help="seconds before a window")
+    parser.add_argument("--window", type=positive_float, default=60, help="seconds measured")
+    parser.add_argument("--port", type=int, default=BENCH_PORT, help="the servers' port")
+    parser.add_argument("--timeout", type=positive_float, default=900, help="start timeout")
+    parser.add_argument("--out", type=Path, help="write the measurements and table as JSON")
+    return parser
+
+
+async def run(args: argparse.Namespace) -> int:
+    busy = [s for s in status() if s.healthy]
+    if busy:
+        names = ", ".join(f"{s.profile} ({s.base_url})" for s in busy)
+        print(
+            f"{PROG}: other servers share the cores and would void the figures: {names}; stop "
+            "them first (`mur servers down --all`)",
+            file=sys.stderr,
+        )
+        return 2
+    runs = [await measure(weights, args) for weights in args.formats]
+    shown = table(runs)
+    facts = next((r.server for r in runs if r.server), None)
+    if facts:
+        print(f"{facts['cpu']}, flags {' '.join(facts['cpu_flags'])}; vLLM "
+              f"{facts['vllm_version']}, {facts['dtype']}")  # fmt: skip
+    print(shown)
+    if args.out:
+        document = {"runs": [asdict(r) for r in runs], "table": shown}
+        args.out.write_text(json.dumps(document, indent=1) + "\n")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
+    args = build_parser(prog).parse_args(argv)
+    return asyncio.run(run(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
