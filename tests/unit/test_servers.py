@@ -158,6 +158,23 @@ def test_cpu_dtype_follows_the_bf16_instructions(
         cpu_dtype(frozenset(flags))
 
 
+def test_cpu_profiles_serve_bf16_weights_unless_a_format_is_asked(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("MUR_CPU_WEIGHTS", raising=False)
+    assert get_profile("cpu-qwen-1.5b").weights == "bf16"  # until results/prereg-int8.md decides
+    assert command_line(get_profile("cpu-qwen-1.5b"), eager=False, python="py")[4].endswith(
+        "/Qwen2.5-Coder-1.5B-Instruct"
+    )
+    monkeypatch.setenv("MUR_CPU_WEIGHTS", "w8a8")
+    profile = get_profile("cpu-qwen-1.5b")
+    assert profile.weights == "w8a8"
+    assert command_line(profile, eager=False, python="py")[4].endswith("-Instruct-w8a8")
+    monkeypatch.setenv("MUR_CPU_WEIGHTS", "int3")
+    with pytest.raises(ServerError, match=r"MUR_CPU_WEIGHTS='int3'.*bf16, w8a8, w4a16"):
+        get_profile("cpu-qwen-1.5b")
+
+
 def test_cpu_flags_are_read_from_cpuinfo(tmp_path: Path) -> None:
     info = tmp_path / "cpuinfo"
     info.write_text("processor\t: 0\nflags\t\t: fpu avx2 avx512_bf16\n\nprocessor\t: 1\n")
