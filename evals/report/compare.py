@@ -1,16 +1,24 @@
 """Two results folders side by side: the same settings, paired on the questions both ran.
 
     mur compare results/math500-critic-qwen2.5-coder-1.5b \\
-        results/math500-critic-qwen2.5-coder-1.5b-forced [--out FILE]
+        results/math500-critic-qwen2.5-coder-1.5b-forced [--samples N] [--margin POINTS] \\
+        [--out FILE]
 
 For two configurations of one experiment (a setting changed between folders, say forced
 verdicts on and off): for every setting (dataset, strategy, gate label, gamma) in both, on the
 questions both answered, the accuracy of each, the difference B - A with its paired bootstrap
 interval and the exact sign test, and the tokens per question of each with their ratio.
+`--samples N`: only samples 0..N-1 of each folder, a question without all N left out (and
+named). `--margin POINTS`: per setting, whether B is non-inferior at that margin (the lower
+95% bound of B - A strictly above it). When both folders hold recorded traces of one setting,
+a traces section follows (evals.report.compare_traces): majority@k, tokens per trace, the
+within-question AUROC of the final momentum, server time and tokens per server-second.
 """
 
 from __future__ import annotations
 
+import argparse
+import math
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -20,9 +28,15 @@ from mur.evals.harness.provenance import served_by
 from mur.evals.harness.records import load_records
 from mur.evals.harness.run_record import RunRecord
 from mur.evals.report import stats
+from mur.evals.report.compare_traces import (
+    compare_traces,
+    first_samples,
+    samples_lines,
+    traces_markdown,
+)
 from mur.evals.report.markdown import served_lines
 from mur.evals.report.pairing import Pairing, SettingKey, group_settings, pair, setting_order
-from mur.servers.cli import OneLineParser
+from mur.servers.cli import OneLineParser, positive_int
 
 
 @dataclass(frozen=True)
@@ -53,11 +67,51 @@ def _points(value: float) -> str:
     return f"{100 * value:+.1f}"
 
 
-def to_markdown(comparisons: Sequence[Comparison], folder_a: str, folder_b: str) -> str:
+def non_inferior(comparison: stats.PairedComparison, margin: float) -> bool:
+    """Whether B is non-inferior to A at `margin` points: the lower bound of the 95% interval
+    of B - A is strictly above it (no interval, a single question: not shown)."""
+    interval = comparison.interval
+    return interval is not None and 100 * interval.low > margin
+
+
+def margin_lines(comparisons: Sequence[Comparison], margin: float) -> list[str]:
+    """One non-inferiority line per setting."""
+    lines = [
+        f"Non-inferiority of B at {margin:g} points (the lower 95% bound of B - A strictly "
+        "above the margin):",
+        "",
+    ]
+    for c in comparisons:
+        comparison = c.pairing.comparison
+        interval = comparison.interval
+        ci = f"[{_points(interval.low)}, {_points(interval.high)}]" if interval else "(no interval)"
+        verdict = "yes" if non_inferior(comparison, margin) else "no"
+        lines.append(
+            f"- {_setting(c.key)}: B - A = {_points(comparison.difference)} points {ci}: "
+            f"non-inferior at {margin:g} points: {verdict}"
+        )
+    return [*lines, ""]
+
+
+def _setting(key: SettingKey) -> str:
+    dataset, strategy, gate, gamma = key
+    return f"{dataset} {strategy} {gate}" + ("" if gamma is None else f" {gamma:g}")
+
+
+def to_markdown(
+    comparisons: Sequence[Comparison],
+    folder_a: str,
+    folder_b: str,
+    *,
+    head: Sequence[str] = (),
+    margin: float | None = None,
+) -> str:
+    """The table, `head` lines (what --samples kept) above it, the margin's lines below."""
     lines = [
         f"A: {folder_a}  ",
         f"B: {folder_b}",
         "",
+        *head,
         *served_lines(
             {f"A: {folder_a}": served_by(folder_a), f"B: {folder_b}": served_by(folder_b)}
         ),
@@ -66,8 +120,7 @@ def to_markdown(comparisons: Sequence[Comparison], folder_a: str, folder_b: str)
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for c in comparisons:
-        dataset, strategy, gate, gamma = c.key
-        setting = f"{dataset} {strategy} {gate}" + ("" if gamma is None else f" {gamma:g}")
+        setting = _setting(c.key)
         p = c.pairing
         interval = p.comparison.interval
         ci = f" [{_points(interval.low)}, {_points(interval.high)}]" if interval else ""
@@ -77,31 +130,65 @@ def to_markdown(comparisons: Sequence[Comparison], folder_a: str, folder_b: str)
             f"{_points(p.comparison.difference)}{ci} | {p.comparison.p_value:.2f} | "
             f"{p.reference_tokens:,.0f} | {p.tokens:,.0f} | {ratio} |"
         )
-    return "\n".join(lines) + "\n"
+    if margin is not None:
+        lines += ["", *margin_lines(comparisons, margin)]
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def finite_number(text: str) -> float:
+    """argparse type: any finite number (a bad value is the parser's one-line error)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
+    return value
 
 
 PROG = "mur compare"
 
 
 def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
-    """Print (and with --out, write) the table of B against A; 1 when they share nothing."""
+    """Print (and with --out, write) B against A: the table, the margin's lines, the traces
+    section; 1 when they share nothing."""
     parser = OneLineParser(prog=prog, description=(__doc__ or "").split("\n")[0])
     parser.add_argument("a", help="results folder A (the reference)")
     parser.add_argument("b", help="results folder B")
-    parser.add_argument("--out", type=Path, help="also write the table here")
+    parser.add_argument(
+        "--samples",
+        type=positive_int,
+        metavar="N",
+        help="only records with sample < N, in both folders (a question without all N is "
+        "left out and named)",
+    )
+    parser.add_argument(
+        "--margin",
+        type=finite_number,
+        metavar="POINTS",
+        help="non-inferiority margin of B - A in points (e.g. -2): per setting, whether the "
+        "lower 95%% bound is above it",
+    )
+    parser.add_argument("--out", type=Path, help="also write the whole output here")
     args = parser.parse_args(argv)
     try:
-        comparisons = compare(load_records(args.a), load_records(args.b))
+        selected = [first_samples(load_records(f), args.samples) for f in (args.a, args.b)]
     except FileNotFoundError as exc:  # not a results folder: the user's to fix
         print(f"{prog}: {exc}", file=sys.stderr)
         return 2
+    a, b = selected
+    comparisons = compare(a.records, b.records)
     if not comparisons:
         print(
             f"{prog}: {args.a} and {args.b} share no setting on a common question",
             file=sys.stderr,
         )
         return 1
-    text = to_markdown(comparisons, args.a, args.b)
+    head = [] if args.samples is None else samples_lines(args.samples, a, b)
+    text = to_markdown(comparisons, args.a, args.b, head=head, margin=args.margin)
+    traces = compare_traces(a, b)
+    if traces is not None:
+        text += "\n" + traces_markdown(traces)
     print(text, end="")
     if args.out:
         args.out.write_text(text)
