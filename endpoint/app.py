@@ -7,17 +7,19 @@
   the question, the last system (or developer) message the system prompt; graph settings in
   the extra body field `mur` and the top-level `seed`.
 
-Every run is checkpointed after each node in the checkpointer the app opens in its lifespan
-(`checkpointer`: an SQLite file, in memory by default here, or a PostgreSQL URL; see
-graphs/checkpointers.py). A request with an `Idempotency-Key` header (or `mur.idempotency_key`)
-names its run: the same key again gets the finished run's reply without recomputing it, or
-resumes the run where it stopped (endpoint/durable.py).
+A request with an `Idempotency-Key` header (or `mur.idempotency_key`) names its run, which is
+checkpointed after each node in the checkpointer the app opens in its lifespan (`checkpointer`:
+an SQLite file, in memory by default here, or a PostgreSQL URL; see graphs/checkpointers.py):
+the same key again gets the finished run's reply without recomputing it, or resumes the run
+where it stopped (endpoint/durable.py). A request without a key is a run nothing can resume:
+it writes no checkpoint and no ledger row.
 
 Errors are OpenAI's shape: 400 bad request, 401 missing/wrong key, 404 unknown model, 409 the
 key's run still running (with Retry-After), 413 body too large, 422 a key reused for another
 request, 429 every run slot taken (with Retry-After), 502 a failing graph run (e.g. an
-unreachable backbone, named by URL), 503 the checkpointer database not answering. A client
-that disconnects cancels its run (its checkpoints stay for a retry with its key).
+unreachable backbone, named by URL), 503 the checkpointer database not answering (a keyed
+request). A client that disconnects cancels its run (its checkpoints stay for a retry with its
+key).
 """
 
 from __future__ import annotations

@@ -49,7 +49,8 @@ def add_checkpointer_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--checkpointer",
         metavar="TARGET",
-        help="where every run is checkpointed after each node: an SQLite file (one replica) "
+        help="where every run with an Idempotency-Key is checkpointed after each node (a run "
+        "without one writes nothing: nothing could resume it): an SQLite file (one replica) "
         "or postgresql://USER:PASSWORD@HOST:PORT/DB (replicas sharing it resume each other's "
         f"runs; prefer env {CHECKPOINTER_ENV} or PGPASSWORD for the password, a flag shows in "
         f"the process list) (default: env {CHECKPOINTER_ENV}, else "

@@ -80,7 +80,8 @@ def fingerprint(body: ChatCompletionRequest) -> str:
 
 
 def thread_id_of(caller: str, key: str | None) -> str:
-    """The run's thread id: derived from (caller, key), or fresh for a request without a key."""
+    """The run's thread id: derived from (caller, key), or fresh for a request without a key
+    (which is never checkpointed: its id only names the run and its model calls' session)."""
     if key is None:
         return f"once-{uuid.uuid4().hex}"
     digest = hashlib.sha256(f"{caller}\x00{key}".encode()).hexdigest()

@@ -36,13 +36,21 @@ def key_reused(key: str) -> APIError:
 
 
 def lease_lost(key: str | None) -> APIError:
-    return APIError(
-        409,
-        f"the run of idempotency key {key!r} was taken over by another replica while this one "
-        "stalled: retry with the same key to get its reply",
-        code="run_taken_over",
-        headers={"Retry-After": "1"},
-    )
+    """409: the run's claim was taken over. A keyless run has no claim to lose, but should
+    one ever be stopped this way its client is told what it can do: no key to retry with, so
+    send one to make the next run resumable."""
+    if key is None:
+        message = (
+            f"this run (sent without an {HEADER}) was stopped on this replica and cannot be "
+            f"resumed: retry with an {HEADER} header to make a run resumable (a retry without "
+            "one starts afresh)"
+        )
+    else:
+        message = (
+            f"the run of idempotency key {key!r} was taken over by another replica while this "
+            "one stalled: retry with the same key to get its reply"
+        )
+    return APIError(409, message, code="run_taken_over", headers={"Retry-After": "1"})
 
 
 def unavailable(exc: BaseException, target: CheckpointTarget | None = None) -> APIError:

@@ -2,10 +2,12 @@
 (`RunService.start`), the limit on runs in flight, and how a run is given up when its client
 goes away.
 
-Every run is a checkpointed thread (its state saved after each node, in the checkpointer the
-endpoint opened at start) claimed in the run ledger first (endpoint/durable.py): a retry with
-the same idempotency key gets the finished reply, or resumes the thread after its last
-finished node, on whichever replica it reaches.
+A run with an idempotency key is a checkpointed thread (its state saved after each node, in
+the checkpointer the endpoint opened at start) claimed in the run ledger first
+(endpoint/durable.py): a retry with the same key gets the finished reply, or resumes the thread
+after its last finished node, on whichever replica it reaches. A run without a key runs on the
+same graph compiled without a checkpointer, claimed nowhere: nothing could ever resume it, so
+it writes nothing (a retry, or the router's, starts it afresh).
 
 A run is an asyncio task of its own, not an async generator resumed from the response: that
 keeps LangGraph's context variables in one task, and lets a disconnect cancel it. Cancelling
@@ -42,7 +44,7 @@ from mur.endpoint.schemas import Job
 from mur.graphs import build_graph
 from mur.graphs.checkpointers import CheckpointStore
 from mur.graphs.model_calls import describe_failure, server_roles
-from mur.graphs.solve import saved_progress, solve
+from mur.graphs.solve import SavedProgress, saved_progress, solve
 from mur.nodes.usage import USAGE_KEYS
 from mur.servers.clients.chat_models import base_url_of
 from mur.servers.clients.sessions import new_session_id, session
@@ -110,11 +112,12 @@ class RunService:
         self.store: CheckpointStore | None = None
         self._durable: DurableRuns | None = None
         self._graph: Any = None
+        self._keyless_graph: Any = None
         self.roles = server_roles(self.backbone, self.verifier)  # for error messages
 
     async def open(self, store: CheckpointStore) -> None:
         """Compile the graph over `store`'s saver, each run's checkpoints fenced by its claim,
-        and start renewing leases and pruning."""
+        and once without a checkpointer for keyless runs; start renewing leases and pruning."""
         self.store = store
         ledger = RunLedger(store.database)
         self._graph = build_graph(
@@ -122,6 +125,7 @@ class RunService:
             verifier=self.verifier,
             checkpointer=FencedSaver(store.saver, ledger),
         )
+        self._keyless_graph = build_graph(backbone=self.backbone, verifier=self.verifier)
         self._durable = DurableRuns(
             ledger,
             store.saver,
@@ -151,7 +155,7 @@ class RunService:
         await self.cancel_runs()
         if self._durable is not None:
             await self._durable.close()
-        self._durable, self._graph = None, None
+        self._durable, self._graph, self._keyless_graph = None, None, None
 
     @property
     def durable(self) -> DurableRuns:
@@ -159,10 +163,13 @@ class RunService:
             raise NOT_OPEN
         return self._durable
 
-    def graph(self) -> Any:
-        """The compiled graph, every strategy in it, checkpointed in the store."""
+    def graph(self, ticket: Ticket | None = None) -> Any:
+        """The compiled graph, every strategy in it: checkpointed in the store, or without a
+        checkpointer for a keyless ticket's run (one without a claim)."""
         if self._graph is None:
             raise NOT_OPEN
+        if ticket is not None and ticket.claim is None:
+            return self._keyless_graph
         return self._graph
 
     async def admit(
@@ -197,13 +204,16 @@ class RunService:
     async def _execute(
         self, job: Job, ticket: Ticket, steps: asyncio.Queue[dict[str, Any] | None]
     ) -> RunResult:
-        """Run (or resume) the thread; record its reply, or free its claim when it stops."""
-        graph, durable = self.graph(), self.durable
-        config = ticket.config()  # its checkpoints are fenced by its claim
+        """Run (or resume) the thread; record its reply, or free its claim when it stops. A
+        keyless run (no claim, no config) runs on the graph without a checkpointer."""
+        graph, durable = self.graph(ticket), self.durable
+        config = ticket.config()  # its checkpoints are fenced by its claim; None: keyless
         try:
             # One session per run: a router keeps its model calls on one replica.
             with session(new_session_id("mur-endpoint", ticket.thread_id[-12:])):
-                saved = await saved_progress(graph, config)
+                saved = SavedProgress(new=True)
+                if config is not None:
+                    saved = await saved_progress(graph, config)
                 if job.context.traces == 1:  # the steps kept before, so the stream is whole
                     for step in saved.steps:
                         steps.put_nowait({"event": "step", "trace": 0, **step, "restored": True})
@@ -214,7 +224,8 @@ class RunService:
                     context=job.context,
                     config=config,
                     on_step=steps.put_nowait,
-                    durability="sync",  # a kill loses the node in flight, no more
+                    # A kill loses the node in flight, no more (nothing to write without a key).
+                    durability="sync" if config is not None else None,
                 )
             trace = trace_of(solution.output)
             await durable.finished(ticket, trace)

@@ -34,13 +34,14 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(3600)]
 ROOT = Path(__file__).resolve().parents[2]
 STRATEGY_ENV = "MUR_TEST_REASONING_STRATEGY"
 
-# Caps that keep four concurrent solutions to a few minutes on two cores (about 1,400 tokens);
-# one strategy alone takes 20-70 s on a Zen 4 EPYC (critic 22 s, foresight with its rollouts 71 s).
+# Caps that keep four concurrent solutions to a few minutes on two cores (about 1,000 tokens);
+# one strategy alone took 20-70 s on a Zen 4 EPYC at 64-token steps (critic 22 s, foresight
+# with its rollouts 71 s, thinking 55 s); 48-token steps still end mid-solution, as real ones.
 SMALL = {
     "max_steps": 2,
-    "max_step_tokens": 64,
-    "judge_max_tokens": 48,
-    "thinking_budget": 64,
+    "max_step_tokens": 48,
+    "judge_max_tokens": 32,
+    "thinking_budget": 48,
     "num_candidates": 2,
 }
 

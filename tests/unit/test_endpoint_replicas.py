@@ -3,7 +3,8 @@
 replica asks) and the tests' PostgreSQL (the `postgres` fixture). A replica is SIGKILLed
 mid-run and the client's retry with the same key finishes on the other one; PostgreSQL stops
 mid-run and requests get 503 naming it until it is back; `mur endpoint --replicas 2` puts
-vllm-router in front, and a streamed run whose replica is killed is finished through it.
+vllm-router in front, a streamed run whose replica is killed is finished through it, and a
+keyless one is run afresh on the other replica by the router's own retry.
 
 The backbone's own request log says what was computed: one run's calls, plus at most the one
 that was in flight when its replica died.
@@ -25,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psutil
 import psycopg
 import pytest
 
@@ -88,12 +90,13 @@ def backbone_flags(server: FaultyServer) -> list[str]:
     return ["--base-url", server.base_url, "--model", MODEL, "--lease-seconds", "2"]
 
 
-def ask(root: str, key: str, *, stream: bool = False, timeout: float = 60) -> httpx.Response:
-    """One request; a stream (with its usage chunk) is read whole, its lines in `.text`."""
+def ask(root: str, key: str | None, *, stream: bool = False, timeout: float = 60) -> httpx.Response:
+    """One request (`key` None: without an Idempotency-Key); a stream (with its usage chunk)
+    is read whole, its lines in `.text`."""
     body = {**BODY, "stream": stream}
     if stream:
         body["stream_options"] = {"include_usage": True}
-    headers = {"Idempotency-Key": key}
+    headers = {"Idempotency-Key": key} if key is not None else {}
     with httpx.stream(
         "POST", f"{root}/v1/chat/completions", json=body, headers=headers, timeout=timeout
     ) as reply:
@@ -142,6 +145,19 @@ def owner_pid(url: str) -> int:
         row = conn.execute("SELECT owner FROM mur_runs WHERE status = 'running'").fetchone()
     assert row is not None
     return int(str(row[0]).rsplit("-", 1)[1])
+
+
+def busy_replica_pid(router: str) -> int:
+    """The pid of the replica behind `router` (its ports follow the router's) with a run in
+    flight, by its /health and its command line: a keyless run is in no ledger."""
+    port = int(router.rsplit(":", 1)[1])
+    for replica in (port + 1, port + 2):
+        if httpx.get(f"http://127.0.0.1:{replica}/health", timeout=2).json()["runs_in_flight"]:
+            for process in psutil.process_iter(["cmdline"]):
+                argv = process.info["cmdline"] or []
+                if argv[1:3] == ["-m", "mur.endpoint"] and f"{replica}" in argv:
+                    return int(process.pid)
+    raise AssertionError("no replica has a run in flight")
 
 
 def check_computed_once(server: FaultyServer, reply: dict[str, Any], kept_before: int) -> None:
@@ -246,6 +262,39 @@ def test_a_stream_through_the_router_survives_a_killed_replica(pg_url: str, tmp_
     check_computed_once(server, {"usage": chunks[-1]["usage"], "mur": final["mur"]}, 2)
     assert replay["mur"]["run"]["outcome"] == "replayed" and replay["id"] == final["id"]
     assert "restarting it" in log.read_text()
+
+
+def test_a_keyless_run_whose_replica_dies_is_run_afresh_through_the_router(
+    pg_url: str, tmp_path: Path
+) -> None:
+    """Without an Idempotency-Key nothing can resume a run. A non-streamed keyless request
+    through vllm-router loses its replica to SIGKILL during step 3: the connection closes
+    before any reply, the router retries the request on the other replica, which runs it from
+    step 1. The client gets 200, a new run whose usage is that run's alone; the backbone
+    computed steps 1-3 twice (spent on the model server, in no reply)."""
+    log = tmp_path / "supervisor.log"
+    with faulty_server(SCRIPT) as server:
+        flags = ["--replicas", "2", "--log-level", "warning", *backbone_flags(server)]
+        with endpoints([flags], pg_url, log) as [(router, supervisor)]:
+            thread, got = in_thread(lambda: ask(router, None))
+            assert wait_until(lambda: server.requests == 3, 30), "step 3 asked for"
+            time.sleep(0.3)  # the call for step 3 is in flight
+            os.kill(busy_replica_pid(router), signal.SIGKILL)
+            thread.join(60)
+            supervisor.send_signal(signal.SIGTERM)
+            assert supervisor.wait(60) == 0, log.read_text()[-3000:]
+    reply = got[0]
+    assert isinstance(reply, httpx.Response) and reply.status_code == 200, reply
+    data = reply.json()
+    assert data["mur"]["run"] == {"outcome": "new", "idempotency_key": None}
+    assert data["choices"][0]["message"]["content"].count("Step") == STEPS
+    assert [step_of(body) for body in server.bodies] == [1, 2, 3, *range(1, STEPS + 1)]
+    whole_run = (STEPS - 1) * STEP_USAGE + ANSWER_USAGE
+    assert data["usage"]["completion_tokens"] == whole_run
+    assert data["mur"]["usage_total"]["completion_tokens"] == whole_run
+    with psycopg.connect(pg_url) as conn:  # the keyless runs left no trace in the database
+        assert conn.execute("SELECT COUNT(*) FROM mur_runs").fetchone() == (0,)
+        assert conn.execute("SELECT COUNT(*) FROM checkpoints").fetchone() == (0,)
 
 
 # ------------------------------------------------------------------ the command, no processes

@@ -1,4 +1,5 @@
-"""Durable endpoint runs over SQLite: every run checkpointed, idempotency keys, leases, pruning.
+"""Durable endpoint runs over SQLite: keyed runs checkpointed, keyless ones not, idempotency keys,
+leases, pruning.
 
 Real uvicorn, the scripted fake as backbone (model `mur-critic-never`: drafts at steps 1 and 2,
 the answer at step 3), the checkpointer an SQLite file of the test's own, read by the test
@@ -26,6 +27,7 @@ from fakes import FakeLogprobChat, Scripted
 from mur.endpoint import create_app
 from mur.endpoint.checkpointing import checkpointer_target
 from mur.endpoint.cli import PROG, build_parser, main
+from mur.endpoint.refusals import lease_lost
 from mur.graphs.checkpointers import CheckpointerUnavailable
 from waiting import wait_until
 
@@ -414,25 +416,94 @@ def test_two_live_replicas_given_one_key_never_both_go_on(
 # ------------------------------------------------------------- checkpoints, pruning
 
 
-def test_a_run_without_a_key_is_checkpointed_then_deleted(
+def count_rows(database: Path) -> dict[str, int]:
+    """Rows in LangGraph's two SQLite tables and in the run ledger."""
+    return {
+        table: rows(database, f"SELECT COUNT(*) FROM {table}")[0][0]
+        for table in ("checkpoints", "writes", "mur_runs")
+    }
+
+
+def streamed_chunks(url: str, key: str | None = None) -> list[dict[str, Any]]:
+    """A whole stream (with its usage chunk), its JSON chunks; it must end with [DONE]."""
+    body = {"model": MODEL, "messages": QUESTION, "stream": True}
+    body["stream_options"] = {"include_usage": True}
+    headers = {"Idempotency-Key": key} if key is not None else {}
+    with httpx.stream("POST", f"{url}/chat/completions", json=body, headers=headers) as streamed:
+        chunks = [line.removeprefix("data: ") for line in streamed.iter_lines() if line]
+    assert chunks[-1] == "[DONE]"
+    return [json.loads(chunk) for chunk in chunks[:-1]]
+
+
+def test_a_run_without_a_key_writes_no_checkpoint_and_no_ledger_row(
     serve: Callable[..., tuple[str, Any]], database: Path
 ) -> None:
+    """The OpenAI SDK sends no Idempotency-Key. Such a run can never be resumed or replayed,
+    so it writes nothing: no checkpoint and no ledger row while it runs (held at step 2, when
+    a checkpointed run has written step 1's) or after. Its reply is whole, its usage exact
+    (the same as a keyed run's), and it says it has no key; streamed too."""
     backbone = Backbone(hold_at=2)
     url, _ = serve(backbone)
     answers: list[httpx.Response] = []
     holder = threading.Thread(target=lambda: answers.append(ask(url)))
     holder.start()
-    try:  # held at step 2: step 1's checkpoints are written
-        assert wait_until(lambda: bool(rows(database, "SELECT * FROM checkpoints")), 5)
-        threads = rows(database, "SELECT DISTINCT thread_id FROM checkpoints")
-        assert len(threads) == 1 and threads[0][0].startswith("once-")
-        assert rows(database, "SELECT status FROM mur_runs") == [("running",)]
+    try:
+        assert backbone.held.wait(5), "step 2 was not asked for"
+        while_running = count_rows(database)
     finally:
         backbone.release.set()
         holder.join(30)
-    assert answers[0].status_code == 200 and answers[0].json()["mur"]["run"]["outcome"] == "new"
-    assert rows(database, "SELECT COUNT(*) FROM checkpoints") == [(0,)]
-    assert rows(database, "SELECT COUNT(*) FROM mur_runs") == [(0,)]
+    assert while_running == {"checkpoints": 0, "writes": 0, "mur_runs": 0}
+    reply = answers[0].json()
+    assert answers[0].status_code == 200 and reply["choices"][0]["message"]["content"] == CONTENT
+    assert reply["mur"]["run"] == {"outcome": "new", "idempotency_key": None}
+    assert reply["usage"] == reply["mur"]["usage_total"]
+    assert reply["usage"]["completion_tokens"] == 14
+    parsed = streamed_chunks(url)
+    text = "".join(c["choices"][0]["delta"].get("content") or "" for c in parsed if c["choices"])
+    assert text == CONTENT
+    assert parsed[-2]["mur"]["run"] == {"outcome": "new", "idempotency_key": None}
+    assert parsed[-1]["usage"] == reply["usage"]
+    assert backbone.asked() == [1, 2, 3] * 2
+    assert count_rows(database) == {"checkpoints": 0, "writes": 0, "mur_runs": 0}
+    keyed = ask(url, "with-a-key").json()  # the same endpoint checkpoints a keyed run
+    assert keyed["usage"] == reply["usage"] and keyed["mur"]["run"]["idempotency_key"]
+    after = count_rows(database)
+    assert after["checkpoints"] > 0 and after["writes"] > 0 and after["mur_runs"] == 1
+
+
+def test_a_run_without_a_key_needs_no_database(
+    serve: Callable[..., tuple[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A keyless run is claimed nowhere: with the ledger's database not answering, it is
+    answered all the same, while a keyed request gets 503 naming the checkpointer."""
+    backbone = Backbone()
+    url, app = serve(backbone)
+
+    async def down(*args: Any, **kwargs: Any) -> Any:
+        raise CheckpointerUnavailable("the checkpointer is unavailable: cut off by the test")
+
+    monkeypatch.setattr(app.state.service.store.database, "execute", down)
+    keyless, keyed = ask(url), ask(url, "needs-the-ledger")
+    assert (
+        keyless.status_code == 200 and keyless.json()["choices"][0]["message"]["content"] == CONTENT
+    )
+    assert keyed.status_code == 503
+    assert keyed.json()["error"]["code"] == "checkpointer_unavailable"
+    assert backbone.asked() == [1, 2, 3]
+
+
+def test_a_keyless_run_stopped_as_taken_over_is_told_to_send_a_key() -> None:
+    """lease_lost's wording: with a key, retry it; without one (a keyless run has no claim to
+    lose, but were it ever stopped so), no "idempotency key None" but what to do instead."""
+    keyed = lease_lost("order-7")
+    assert keyed.status == 409 and "'order-7'" in keyed.message
+    assert "retry with the same key" in keyed.message
+    keyless = lease_lost(None)
+    assert keyless.status == 409 and keyless.headers == {"Retry-After": "1"}
+    assert "None" not in keyless.message and "same key" not in keyless.message
+    assert keyless.message.startswith("this run (sent without an Idempotency-Key)")
+    assert "retry with an Idempotency-Key header to make a run resumable" in keyless.message
 
 
 def test_finished_runs_are_pruned_after_keep_finished(
