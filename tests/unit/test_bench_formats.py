@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from mur.benchmarks import formats
-from mur.benchmarks.formats import FormatRun, table
+from mur.benchmarks.formats import FormatRun, reason, table
+from mur.servers.clients.errors import ModelError
 from mur.servers.processes.launcher import RunningServer
 
 
@@ -31,3 +32,11 @@ def test_it_refuses_to_time_beside_another_server(
     assert formats.main(["--formats", "bf16"]) == 2
     err = capsys.readouterr().err
     assert "cpu-qwen-1.5b (http://127.0.0.1:8022/v1)" in err and "mur servers down --all" in err
+
+
+def test_a_failure_fits_one_cell_with_its_cause() -> None:
+    failed = ModelError(
+        "quantizing X to w4a16 failed (exit 1):\nTraceback\n  ...\nboom: 576 columns\n"
+    )
+    assert reason(failed) == "quantizing X to w4a16 failed (exit 1): ... boom: 576 columns"
+    assert reason(ModelError("one line")) == "one line"
