@@ -211,7 +211,7 @@ def _reuse(p: Profile) -> RunningServer:
         raise ServerError(
             f"the {p.name} server on port {p.port} serves {serving} weights, not "
             f"{p.weights}: stop it (`mur servers down --profile {p.name}`) and start again, "
-            "or ask for its format (--format)"
+            f"or ask for its format (MUR_CPU_WEIGHTS={serving}, or `mur servers up --format`)"
         )
     log = Path(record["log"]) if record and pid and record.get("log") else None
     detail = str(record.get("detail") or "") if record and pid else ""

@@ -290,6 +290,29 @@ def test_up_rejects_a_server_serving_another_model() -> None:
     assert str(fake.port) in message and "stop it" in message
 
 
+def test_up_never_reuses_the_profiles_server_in_another_weight_format(
+    mur_home: Path, tmp_path: Path
+) -> None:
+    folder = tmp_path / "SmolLM2-135M-Instruct-w8a8"
+    folder.mkdir()
+    (folder / "mur-manifest.json").write_text(json.dumps({"weights": "w8a8"}))
+    with FakeVLLM(["SmolLM2-135M-Instruct"]) as fake:
+        profile = tiny_on(fake.port)
+        pids.write_record(
+            profile.name,
+            {"pid": os.getpid(), "base_url": profile.base_url,
+             "argv": ["python", "-m", "vllm", "--model", str(folder)]},
+        )  # fmt: skip
+        with pytest.raises(ServerError) as info:
+            launcher.up(profile, progress=False, command=["false"], model_path=Path("/x"))
+        message = str(info.value)
+        assert "serves w8a8 weights, not bf16" in message and "\n" not in message
+        assert f"mur servers down --profile {profile.name}" in message
+        (folder / "mur-manifest.json").write_text(json.dumps({"weights": "bf16"}))
+        server = launcher.up(profile, progress=False, command=["false"], model_path=Path("/x"))
+    assert server.started is False and server.healthy is True
+
+
 def test_up_rejects_a_port_held_by_something_else() -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
