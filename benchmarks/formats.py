@@ -29,7 +29,7 @@ from typing import Any
 from mur.evals.questions import load_dataset
 from mur.graphs.mur import build_graph
 from mur.graphs.state import Context
-from mur.servers.cli import OneLineParser, positive_float, positive_int
+from mur.servers.cli import OneLineParser, comma_choices, positive_float, positive_int
 from mur.servers.clients.chat_models import make_chat_model
 from mur.servers.clients.errors import ServerError
 from mur.servers.clients.metrics import generation_tokens
@@ -150,23 +150,15 @@ def table(runs: Sequence[FormatRun]) -> str:
     return "\n".join(lines)
 
 
-def _formats(text: str) -> tuple[str, ...]:
-    chosen = tuple(part.strip() for part in text.split(",") if part.strip())
-    unknown = [name for name in chosen if name not in WEIGHT_FORMATS]
-    if unknown or not chosen:
-        named = ", ".join(repr(name) for name in unknown) or repr(text)
-        raise argparse.ArgumentTypeError(
-            f"unknown format {named}: choose from {', '.join(WEIGHT_FORMATS)}"
-        )
-    return chosen
-
-
 def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     cpu = sorted(name for name, p in profiles().items() if p.package is not None)
     parser = OneLineParser(prog=prog, description=__doc__.split("\n\n")[0])
     parser.add_argument("--profile", default="cpu-qwen-1.5b", choices=cpu)
     parser.add_argument(
-        "--formats", type=_formats, default=tuple(WEIGHT_FORMATS), help="comma list, in order"
+        "--formats",
+        type=comma_choices(WEIGHT_FORMATS, "format"),
+        default=tuple(WEIGHT_FORMATS),
+        help="comma list, in order",
     )
     parser.add_argument("--offset", type=int, default=200, help="first MATH-500 question")
     parser.add_argument("--questions", type=positive_int, default=40, help="the load's questions")

@@ -30,7 +30,7 @@ from mur.graphs.mur import build_graph
 from mur.graphs.state import Context
 from mur.graphs.traces import MUR_ESC
 from mur.nodes.branching import MUR_RULE
-from mur.servers.cli import OneLineParser, positive_int
+from mur.servers.cli import OneLineParser, comma_choices, positive_int
 from mur.servers.clients.chat_models import make_chat_model
 from mur.servers.clients.errors import ServerError
 from mur.servers.clients.metrics import generation_tokens, settled
@@ -115,22 +115,16 @@ def table(runs: Sequence[Timed], arms: Sequence[str]) -> str:
     return "\n".join(lines)
 
 
-def _arms(text: str) -> tuple[str, ...]:
-    chosen = tuple(part.strip() for part in text.split(",") if part.strip())
-    unknown = [arm for arm in chosen if arm not in ARMS]
-    if unknown or not chosen:
-        named = ", ".join(repr(arm) for arm in unknown) or repr(text)
-        raise argparse.ArgumentTypeError(f"unknown arm {named}: choose from {', '.join(ARMS)}")
-    return chosen
-
-
 def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     parser = OneLineParser(prog=prog, description=__doc__.split("\n\n")[0])
     parser.add_argument("--dataset", default="math500")
     parser.add_argument("--offset", type=int, default=200, help="skip the first N questions")
     parser.add_argument("--limit", type=positive_int, default=10, help="questions to time")
     parser.add_argument(
-        "--arms", type=_arms, default=tuple(ARMS), help=f"comma list of {', '.join(ARMS)}"
+        "--arms",
+        type=comma_choices(ARMS, "arm"),
+        default=tuple(ARMS),
+        help=f"comma list of {', '.join(ARMS)}",
     )
     parser.add_argument("--top-logprobs", type=int, default=20, help="as the experiments")
     parser.add_argument("--max-steps", type=positive_int, help="override the profile's")

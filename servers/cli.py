@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any, NoReturn, TypeVar
 
 USAGE_EXIT = 2  # argparse's own status for a usage error
@@ -62,3 +62,20 @@ def _positive(text: str, kind: Callable[[str], Number], noun: str) -> Number:
     if not 0 < value < math.inf:
         raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
     return value
+
+
+def comma_choices(choices: Collection[str], noun: str) -> Callable[[str], tuple[str, ...]]:
+    """argparse type: a comma list of `choices` in the given order (`--arms a,b`); anything
+    else is the parser's one-line error naming the unknown ones and the choices."""
+
+    def parse(text: str) -> tuple[str, ...]:
+        chosen = tuple(part.strip() for part in text.split(",") if part.strip())
+        unknown = [name for name in chosen if name not in choices]
+        if unknown or not chosen:
+            named = ", ".join(repr(name) for name in unknown) or repr(text)
+            raise argparse.ArgumentTypeError(
+                f"unknown {noun} {named}: choose from {', '.join(choices)}"
+            )
+        return chosen
+
+    return parse
