@@ -35,7 +35,6 @@ from mur.servers.clients.errors import ServerError
 from mur.servers.clients.metrics import generation_tokens
 from mur.servers.processes.facts import server_facts
 from mur.servers.processes.launcher import down, status, up
-from mur.servers.processes.model import ensure_model
 from mur.servers.processes.profiles import get_profile, profiles
 from mur.servers.processes.weights import WEIGHT_FORMATS
 
@@ -82,9 +81,7 @@ async def measure(weights: str, args: argparse.Namespace) -> FormatRun:
     run = FormatRun(weights)
     base = get_profile(args.profile)
     profile = replace(base, name=f"bench-{weights}", port=args.port, weights=weights)
-    try:
-        assert base.package is not None
-        ensure_model(base.package, weights=weights)  # made before the clock starts
+    try:  # up() makes the format's folder first if it is missing (untimed)
         server = up(profile, eager=args.eager, timeout=args.timeout)
     except ServerError as exc:
         run.failed = reason(exc)

@@ -234,7 +234,6 @@ def ensure_model(package: ModelPackage, home: Path | None = None, weights: str =
     final = model_dir(package, home, weights)
     if is_ready(final, package, home, weights):
         return final
-    bf16 = None if scheme is None else ensure_model(package, home)
     parent = final.parent
     with _file_lock(parent / f".{final.name}.lock"):
         if is_ready(final, package, home, weights):  # another process made it while we waited
@@ -243,10 +242,10 @@ def ensure_model(package: ModelPackage, home: Path | None = None, weights: str =
             shutil.rmtree(leftover, ignore_errors=True)
         if final.exists():
             shutil.rmtree(final)
-        if bf16 is None:
+        if scheme is None:
             source, make = _conversion(package, home)
-        else:
-            source, make = _quantization(bf16, scheme, weights)
+        else:  # from the bf16 folder, made first if needed (its own lock)
+            source, make = _quantization(ensure_model(package, home), scheme, weights)
         tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=parent))
         try:
             make(tmp)
@@ -277,12 +276,12 @@ def _conversion(
 
 
 def _quantization(
-    bf16: Path, scheme: str | None, weights: str
+    bf16: Path, scheme: str, weights: str
 ) -> tuple[dict[str, Any], Callable[[Path], None]]:
     """The bf16 folder's source record (the GGUF it came from), and what quantizes it."""
     manifest = read_manifest(bf16) or {}
     source = {**manifest.get("source", {}), "quantized_from": str(bf16)}
-    return source, lambda dest: _run_quantizer(str(scheme), bf16, dest, weights)
+    return source, lambda dest: _run_quantizer(scheme, bf16, dest, weights)
 
 
 def ensure_tiny_model(home: Path | None = None) -> Path:
