@@ -160,10 +160,10 @@ def busy_replica_pid(router: str) -> int:
     raise AssertionError("no replica has a run in flight")
 
 
-def check_computed_once(server: FaultyServer, reply: dict[str, Any], kept_before: int) -> None:
+def check_computed_once(bodies: list[Any], reply: dict[str, Any], kept_before: int) -> None:
     """The backbone was asked for one run's steps plus the one in flight at the kill; the
     reply's usage counts what this request generated, usage_total each kept token once."""
-    assert [step_of(body) for body in server.bodies] == [
+    assert [step_of(body) for body in bodies] == [
         *range(1, kept_before + 2),
         *range(kept_before + 1, STEPS + 1),
     ]
@@ -191,7 +191,7 @@ def test_a_replica_killed_mid_run_is_finished_by_another_with_the_same_key(
     assert set(seen) <= {409}, seen
     data = reply.json()
     assert data["choices"][0]["message"]["content"].count("Step") == STEPS
-    check_computed_once(server, data, kept_before=2)
+    check_computed_once(server.bodies, data, kept_before=2)
 
 
 def test_postgres_stopping_mid_run_gives_503_naming_it_then_the_run_resumes(
@@ -228,11 +228,18 @@ def test_postgres_stopping_mid_run_gives_503_naming_it_then_the_run_resumes(
     assert "Traceback" not in text and PASSWORD not in text
 
 
-def test_a_stream_through_the_router_survives_a_killed_replica(pg_url: str, tmp_path: Path) -> None:
-    """`mur endpoint --replicas 2`: a streamed run through vllm-router loses its replica to
-    SIGKILL; the client retries through the router with the same key and gets the whole
-    stream (the kept steps first), the supervisor restarts the replica, and SIGTERM stops it
-    all with status 0."""
+def test_the_router_carries_a_stream_and_a_keyless_run_past_killed_replicas(
+    pg_url: str, tmp_path: Path
+) -> None:
+    """`mur endpoint --replicas 2` behind vllm-router, one supervisor for both cases.
+
+    A streamed run loses its replica to SIGKILL during step 3: the client retries through the
+    router with the same key and gets the whole stream (the kept steps first), and the
+    supervisor restarts the replica. Then a keyless non-streamed run (nothing can resume it)
+    loses its replica during step 3: the connection closes before any reply, the router
+    retries the request on the other replica, which runs it from step 1; the client gets 200,
+    a new run whose usage is that run's alone (steps 1-3 were computed twice, spent on the
+    model server, in no reply). SIGTERM then stops it all with status 0."""
     log = tmp_path / "supervisor.log"
     with faulty_server(SCRIPT) as server:
         flags = ["--replicas", "2", "--log-level", "warning", *backbone_flags(server)]
@@ -247,8 +254,23 @@ def test_a_stream_through_the_router_survives_a_killed_replica(pg_url: str, tmp_
             replay = ask(router, "streamed").json()
             restarted = wait_until(lambda: "answers again" in log.read_text(), 60)
             assert restarted, log.read_text()[-3000:]
+
+            streamed_calls = server.requests
+            thread, got = in_thread(lambda: ask(router, None))
+            assert wait_until(lambda: server.requests == streamed_calls + 3, 30), "step 3"
+            time.sleep(0.3)  # the call for step 3 is in flight
+            os.kill(busy_replica_pid(router), signal.SIGKILL)
+            thread.join(60)
             supervisor.send_signal(signal.SIGTERM)
             assert supervisor.wait(60) == 0, log.read_text()[-3000:]
+    check_the_stream(server.bodies[:streamed_calls], reply, replay)
+    assert "restarting it" in log.read_text()
+    check_the_keyless_run(server.bodies[streamed_calls:], got[0], pg_url)
+
+
+def check_the_stream(bodies: list[Any], reply: httpx.Response, replay: dict[str, Any]) -> None:
+    """The resumed stream sent steps 1-2 as restored, 3-6 afresh, each kept token counted
+    once, and a replay with the key gets the same run."""
     chunks = [
         json.loads(line.removeprefix("data: "))
         for line in reply.text.splitlines()
@@ -259,45 +281,24 @@ def test_a_stream_through_the_router_survives_a_killed_replica(pg_url: str, tmp_
         (1, True), (2, True), (3, False), (4, False), (5, False), (6, False)
     ]  # fmt: skip
     final = next(chunk for chunk in chunks if "mur" in chunk)
-    check_computed_once(server, {"usage": chunks[-1]["usage"], "mur": final["mur"]}, 2)
+    check_computed_once(bodies, {"usage": chunks[-1]["usage"], "mur": final["mur"]}, 2)
     assert replay["mur"]["run"]["outcome"] == "replayed" and replay["id"] == final["id"]
-    assert "restarting it" in log.read_text()
 
 
-def test_a_keyless_run_whose_replica_dies_is_run_afresh_through_the_router(
-    pg_url: str, tmp_path: Path
-) -> None:
-    """Without an Idempotency-Key nothing can resume a run. A non-streamed keyless request
-    through vllm-router loses its replica to SIGKILL during step 3: the connection closes
-    before any reply, the router retries the request on the other replica, which runs it from
-    step 1. The client gets 200, a new run whose usage is that run's alone; the backbone
-    computed steps 1-3 twice (spent on the model server, in no reply)."""
-    log = tmp_path / "supervisor.log"
-    with faulty_server(SCRIPT) as server:
-        flags = ["--replicas", "2", "--log-level", "warning", *backbone_flags(server)]
-        with endpoints([flags], pg_url, log) as [(router, supervisor)]:
-            thread, got = in_thread(lambda: ask(router, None))
-            assert wait_until(lambda: server.requests == 3, 30), "step 3 asked for"
-            time.sleep(0.3)  # the call for step 3 is in flight
-            os.kill(busy_replica_pid(router), signal.SIGKILL)
-            thread.join(60)
-            supervisor.send_signal(signal.SIGTERM)
-            assert supervisor.wait(60) == 0, log.read_text()[-3000:]
-    reply = got[0]
+def check_the_keyless_run(bodies: list[Any], reply: Any, pg_url: str) -> None:
+    """Steps 1-3 on the killed replica, then the whole run on the other; a new run with its
+    own usage; the database holds no row or checkpoint of it."""
     assert isinstance(reply, httpx.Response) and reply.status_code == 200, reply
     data = reply.json()
     assert data["mur"]["run"] == {"outcome": "new", "idempotency_key": None}
     assert data["choices"][0]["message"]["content"].count("Step") == STEPS
-    assert [step_of(body) for body in server.bodies] == [1, 2, 3, *range(1, STEPS + 1)]
+    assert [step_of(body) for body in bodies] == [1, 2, 3, *range(1, STEPS + 1)]
     whole_run = (STEPS - 1) * STEP_USAGE + ANSWER_USAGE
     assert data["usage"]["completion_tokens"] == whole_run
     assert data["mur"]["usage_total"]["completion_tokens"] == whole_run
-    with psycopg.connect(pg_url) as conn:  # the keyless runs left no trace in the database
-        assert conn.execute("SELECT COUNT(*) FROM mur_runs").fetchone() == (0,)
-        assert conn.execute("SELECT COUNT(*) FROM checkpoints").fetchone() == (0,)
-
-
-# ------------------------------------------------------------------ the command, no processes
+    with psycopg.connect(pg_url) as conn:  # only the keyed stream's run left rows
+        assert conn.execute("SELECT COUNT(*) FROM mur_runs").fetchone() == (1,)
+        assert conn.execute("SELECT COUNT(DISTINCT thread_id) FROM checkpoints").fetchone() == (1,)
 
 
 def test_replicas_need_a_postgres_checkpointer(
