@@ -35,6 +35,7 @@ from mur.servers.processes.profiles import (
     CPU_DTYPE_ENV,
     CPU_DTYPES,
     DEFAULT_PROFILE,
+    flag_value,
     get_profile,
     profiles,
 )
@@ -215,7 +216,15 @@ def _cmd_status(args: argparse.Namespace) -> int:
         print("no servers started by `mur servers up` are running")
     for s in servers:
         health = "healthy" if s.healthy else "NOT healthy (starting or stuck)"
-        print(f"{s.profile}: {s.base_url} model={s.model} pid={s.pid} {health} log={s.log_path}")
+        serves = "".join(
+            f" {name}={value}"
+            for name, value in (("weights", s.weights), ("dtype", s.dtype))
+            if value
+        )
+        print(
+            f"{s.profile}: {s.base_url} model={s.model}{serves} pid={s.pid} {health} "
+            f"log={s.log_path}"
+        )
         if s.detail:
             print(f"  {s.detail}")
     return 0
@@ -234,7 +243,8 @@ def _cmd_model(args: argparse.Namespace) -> int:
 
 def _cmd_profiles(_: argparse.Namespace) -> int:
     for p in profiles().values():
-        print(f"{p.name:14} {p.role:9} {p.device}  {p.base_url}  {p.served_model_name}")
+        serves = f"  {p.weights} weights, {flag_value(p.args, '--dtype')}" * (p.device == "cpu")
+        print(f"{p.name:14} {p.role:9} {p.device}  {p.base_url}  {p.served_model_name}{serves}")
         print(f"{'':14} {p.description}")
     return 0
 

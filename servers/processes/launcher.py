@@ -77,6 +77,10 @@ class RunningServer:
     log_path: Path | None
     detail: str = ""
     """What else the record says (a router: its policy and replicas)."""
+    weights: str | None = None
+    """The weight format of the folder it serves (None: not a folder the project made)."""
+    dtype: str | None = None
+    """Its `--dtype` (None: not given, vLLM's choice)."""
 
     def to_json(self) -> dict[str, Any]:
         """Plain JSON-able dict (for `status --json`)."""
@@ -205,8 +209,7 @@ def _reuse(p: Profile) -> RunningServer:
         )
     record = read_record(p.name)
     pid = record.get("pid") if record and record_alive(record) else None
-    argv = record.get("argv") if record and pid else None
-    serving = served_weights(argv if isinstance(argv, list) else None)
+    serving = served_weights(_record_argv(record) if record and pid else None)
     if p.package is not None and serving not in (None, p.weights):
         raise ServerError(
             f"the {p.name} server on port {p.port} serves {serving} weights, not "
@@ -439,6 +442,7 @@ def status(probe: Callable[[str], bool] = healthy) -> list[RunningServer]:
             remove_record(name)
             continue
         base_url = str(record.get("base_url", ""))
+        argv = _record_argv(record)
         servers.append(
             RunningServer(
                 profile=name,
@@ -449,6 +453,8 @@ def status(probe: Callable[[str], bool] = healthy) -> list[RunningServer]:
                 started=False,
                 log_path=Path(record["log"]) if record.get("log") else None,
                 detail=str(record.get("detail") or ""),
+                weights=served_weights(argv),
+                dtype=flag_value(argv, "--dtype") if argv is not None else None,
             )
         )
     return servers
@@ -463,9 +469,14 @@ def recorded_command(base_url: str) -> list[str] | None:
         if record is None or not record_alive(record):
             continue
         if normalize_base_url(str(record.get("base_url", ""))) == wanted:
-            argv = record.get("argv")
-            return [str(arg) for arg in argv] if isinstance(argv, list) else None
+            return _record_argv(record)
     return None
+
+
+def _record_argv(record: Mapping[str, Any]) -> list[str] | None:
+    """The command line a run record says started its server (None: an older record)."""
+    argv = record.get("argv")
+    return [str(arg) for arg in argv] if isinstance(argv, list) else None
 
 
 def served_weights(argv: Sequence[str] | None) -> str | None:

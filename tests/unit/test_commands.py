@@ -206,8 +206,12 @@ def test_mur_servers_lists_its_profiles_and_status(
 ) -> None:
     """The read-only server commands, in a MUR_HOME of their own (the running servers untouched)."""
     monkeypatch.setenv("MUR_HOME", str(tmp_path))
+    monkeypatch.setenv("MUR_CPU_WEIGHTS", "w8a8")
+    monkeypatch.setenv("MUR_CPU_DTYPE", "float32")
     assert run_mur(["servers", "profiles"]) == 0
-    assert "cpu-qwen-1.5b" in capsys.readouterr().out
+    listed = capsys.readouterr().out
+    assert "Qwen2.5-Coder-1.5B-Instruct  w8a8 weights, float32\n" in listed  # what `up` serves
+    assert "Qwen3-8B\n" in listed  # a GPU profile: vLLM's own choices
     assert run_mur(["servers", "status", "--json"]) == 0
     assert json.loads(capsys.readouterr().out) == []
 

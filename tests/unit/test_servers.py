@@ -395,9 +395,17 @@ def test_timeout_kills_the_process_and_reports(mur_home: Path) -> None:
     assert launcher.status() == [] and set(pids.CHILDREN) == before
 
 
-def test_start_record_status_and_down(mur_home: Path) -> None:
-    """A fake server process started by `up`: recorded, listed by status, stopped by down."""
+def test_start_record_status_and_down(
+    mur_home: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fake server process started by `up`: recorded, listed by status with the format its
+    command line serves (the folder's manifest, the --dtype flag), reused by an `up` that
+    asks for that format, stopped by down."""
+    monkeypatch.setenv("MUR_CPU_WEIGHTS", "w8a8")
     port = free_port()
+    folder = mur_home / "models" / "SmolLM2-135M-Instruct-w8a8"
+    folder.mkdir(parents=True)
+    (folder / "mur-manifest.json").write_text(json.dumps({"weights": "w8a8"}))
     script = (
         "import http.server as h\n"
         "class H(h.BaseHTTPRequestHandler):\n"
@@ -407,16 +415,21 @@ def test_start_record_status_and_down(mur_home: Path) -> None:
         "        self.end_headers(); self.wfile.write(body)\n"
         f"h.HTTPServer(('127.0.0.1', {port}), H).serve_forever()\n"
     )
-    server = launcher.up(
-        tiny_on(port), progress=False, timeout=30, command=[sys.executable, "-c", script]
-    )
+    command = [sys.executable, "-c", script, "--model", str(folder), "--dtype", "bfloat16"]
+    server = launcher.up(tiny_on(port), progress=False, timeout=30, command=command)
     try:
         assert server.started and server.healthy and server.pid
         record = json.loads((mur_home / "run" / "cpu-tiny.json").read_text())
         assert record["pid"] == server.pid and record["port"] == port
         assert record["base_url"] == server.base_url and record["model"] == server.model
         listed = launcher.status()
-        assert [(s.profile, s.pid, s.healthy) for s in listed] == [("cpu-tiny", server.pid, True)]
+        assert [(s.profile, s.pid, s.healthy, s.weights, s.dtype) for s in listed] == [
+            ("cpu-tiny", server.pid, True, "w8a8", "bfloat16")
+        ]
+        assert main(["status"]) == 0
+        assert "model=SmolLM2-135M-Instruct weights=w8a8 dtype=bfloat16 pid=" in (
+            capsys.readouterr().out
+        )
         again = launcher.up(tiny_on(port), progress=False, command=["false"])
         assert again.started is False and again.pid == server.pid
     finally:
