@@ -162,7 +162,7 @@ def test_cpu_profiles_serve_bf16_weights_unless_a_format_is_asked(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.delenv("MUR_CPU_WEIGHTS", raising=False)
-    assert get_profile("cpu-qwen-1.5b").weights == "bf16"  # until results/prereg-int8.md decides
+    assert get_profile("cpu-qwen-1.5b").weights == "bf16"  # int8 not adopted: prereg-int8.md
     assert command_line(get_profile("cpu-qwen-1.5b"), eager=False, python="py")[4].endswith(
         "/Qwen2.5-Coder-1.5B-Instruct"
     )
