@@ -69,3 +69,6 @@ class TraceSummary(TypedDict):
     """A branch: the first step it drew itself."""
     branch_token: NotRequired[int | None]
     """A branch inside a step: the first token of `branch_step` it drew itself."""
+    branch_points: NotRequired[int]
+    """Under a branch rule: how many points the rule finds in its steps (kept ones included),
+    what it offers a later branch as a parent (EAGer's: its tokens over the entropy threshold)."""

@@ -27,7 +27,7 @@ from langgraph.types import Send
 from mur.graphs.loop import settings_of, trace_confidences
 from mur.graphs.records import StepRecord, TraceSummary
 from mur.graphs.state import Context, QuestionState, TraceInput, TraceOutput
-from mur.nodes.branching import ParentStep, Spike, plan_branch
+from mur.nodes.branching import ParentStep, Spike, branch_points, plan_branch
 from mur.nodes.confidence import TraceConfidence, trace_confidence
 from mur.nodes.settling import next_batch
 from mur.nodes.stopping import stop_threshold
@@ -63,7 +63,7 @@ def summarize_trace(
         if confidences
         else None
     )
-    return TraceSummary(
+    summary = TraceSummary(
         index=index,
         answer=output.get("answer"),
         finish_reason=output.get("finish_reason"),
@@ -77,6 +77,12 @@ def summarize_trace(
         branch_step=start.get("branch_step") if start else None,
         branch_token=start.get("branch_token") if start else None,
     )
+    if ctx.branch != "none":
+        params = ctx.branch_params(output.get("question", ""))
+        summary["branch_points"] = len(
+            branch_points(index, parent_steps(steps), ctx.branch, params)
+        )
+    return summary
 
 
 def parent_steps(steps: Sequence[StepRecord]) -> list[ParentStep]:

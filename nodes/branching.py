@@ -150,20 +150,27 @@ else:  # the registry's names as a Literal: Context's choices, the CLI's and Stu
     BranchName = Literal[BRANCH_RULES]
 
 
+def branch_points(
+    parent: int, steps: Sequence[ParentStep], rule: str, params: BranchParams
+) -> list[BranchPoint]:
+    """Every point `rule` finds in trace `parent` (its kept `steps`), best first."""
+    if rule not in REGISTRY:
+        raise ValueError(f"unknown branch rule {rule!r}: choose one of {', '.join(BRANCH_RULES)}")
+    return REGISTRY[rule].points(parent, steps, params)
+
+
 def plan_branch(
     n: int, parents: Sequence[Sequence[ParentStep]], rule: str, params: BranchParams
 ) -> BranchPoint | None:
     """Where the n-th branch (from 0) of a question starts: parent n mod len(parents), its
     (n div len(parents))-th point in the rule's order, cycling; None: no branching, or the
     parent has no point (the trace then starts afresh)."""
-    if rule not in REGISTRY:
-        raise ValueError(f"unknown branch rule {rule!r}: choose one of {', '.join(BRANCH_RULES)}")
     if n < 0:
         raise ValueError(f"branches are numbered from 0, got {n}")
-    if not parents or rule == "none":
+    if not parents:
         return None
     parent = n % len(parents)
-    points = REGISTRY[rule].points(parent, parents[parent], params)
+    points = branch_points(parent, parents[parent], rule, params)
     if not points:
         return None
     return points[(n // len(parents)) % len(points)]

@@ -9,13 +9,14 @@ recorded traces, paired per question.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from mur.evals.harness.records import load_records
+from mur.evals.harness.records import has_records, load_records
 from mur.evals.harness.run_record import RunRecord, setting_of, total_tokens
 from mur.evals.report import stats
 from mur.evals.report.traces import Replayed
@@ -32,6 +33,11 @@ class LiveQuestion:
     drawn: int
     branched: int
     stopped: int
+    parents: int
+    """The first batch's traces (the warm-ups a branch may start from)."""
+    parents_with_points: int | None
+    """Of those, how many offered the branch rule a point (EAGer's: a token over its entropy
+    threshold); None where the records do not say (written before `branch_points` was)."""
 
 
 @dataclass(frozen=True)
@@ -43,6 +49,8 @@ class LiveArm:
     rule: str
     """The trace settings that differ from one plain trace (the folder's Context)."""
     per_question: Mapping[str, LiveQuestion]
+    config: Mapping[str, Any]
+    """Its trace settings (TRACE_FIELDS), as its records' Context has them."""
 
 
 TRACE_FIELDS = (
@@ -58,23 +66,27 @@ TRACE_FIELDS = (
 
 
 def load_arm(name: str, folder: str | Path) -> LiveArm:
-    """The live folder's one run per question (its first sample), with its rule."""
-    records = load_records(folder)
-    if not records:
-        raise ValueError(f"the live folder {folder} has no records")
+    """The live folder's one run per question (its first sample), with its rule; a folder
+    the run has not written into yet is an arm without questions (its hypotheses wait)."""
+    if not Path(folder).is_dir():
+        raise FileNotFoundError(f"the live folder {folder} ({name}) does not exist")
+    records = load_records(folder) if has_records(folder) else []
     settings = {setting_of(r["strategy"], r["gate"], r["gamma"]) for r in records}
     configs = {tuple((f, r["trace"]["config"].get(f)) for f in TRACE_FIELDS) for r in records}
-    if len(settings) != 1 or len(configs) != 1:
+    if len(settings) > 1 or len(configs) > 1:
         raise ValueError(f"the live folder {folder} mixes settings: compare one rule at a time")
-    per_question = {r["problem_id"]: _question(r) for r in records if r["sample"] == 0}
-    (config,) = configs
-    rule = ", ".join(f"{field} {value}" for field, value in config if value is not None)
-    return LiveArm(name, str(folder), rule, per_question)
+    config = dict(next(iter(configs), ()))
+    first = config.get("trace_batch") or 1
+    per_question = {r["problem_id"]: _question(r, first) for r in records if r["sample"] == 0}
+    rule = ", ".join(f"{field} {value}" for field, value in config.items() if value is not None)
+    return LiveArm(name, str(folder), rule or "no records yet", per_question, config)
 
 
-def _question(record: RunRecord) -> LiveQuestion:
+def _question(record: RunRecord, first_batch: int) -> LiveQuestion:
     summaries = record["trace"].get("traces") or []
     usage = record["usage"]
+    warmups = [s for s in summaries if s["index"] < first_batch]
+    points = [s.get("branch_points") for s in warmups]
     return LiveQuestion(
         correct=bool(record["correct"]),
         tokens=total_tokens(record),
@@ -83,7 +95,26 @@ def _question(record: RunRecord) -> LiveQuestion:
         drawn=len(summaries),
         branched=sum(1 for s in summaries if s.get("parent") is not None),
         stopped=sum(1 for s in summaries if s["stopped"]),
+        parents=len(warmups),
+        parents_with_points=None if None in points else sum(1 for n in points if n),
     )
+
+
+def restricted(
+    arm: LiveArm, complete: Collection[str], incomplete: Collection[str]
+) -> tuple[LiveArm, list[str]]:
+    """`arm` on the questions whose recorded traces are complete, and the ids it left out
+    because theirs are not (the pre-registered exclusion); a live question the recorded
+    folder never ran is an error (the wrong folders paired): say which."""
+    unknown = sorted(set(arm.per_question) - set(complete) - set(incomplete))
+    if unknown:
+        raise ValueError(
+            f"{len(unknown)} questions of {arm.folder} have no recorded traces to compare "
+            f"with: {', '.join(unknown[:3])}"
+        )
+    left_out = sorted(set(arm.per_question) - set(complete))
+    kept = {q: v for q, v in arm.per_question.items() if q in complete}
+    return replace(arm, per_question=kept), left_out
 
 
 @dataclass(frozen=True)
@@ -106,23 +137,28 @@ class LiveRow:
     interval: stats.Interval | None
     token_ratio: float
     """The live arm's completion tokens over majority@K's, summed over the same questions."""
+    parents: int
+    parents_with_points: int | None
+    """Warm-ups, and those offering the branch rule a point, over its questions (None: not
+    recorded)."""
+    left_out: tuple[str, ...] = ()
+    """Questions it ran whose recorded traces are incomplete (not compared)."""
 
 
 def compare(
     arm: LiveArm,
     majority: Mapping[str, Replayed],
     *,
+    left_out: Sequence[str] = (),
     resamples: int = stats.RESAMPLES,
     seed: int = stats.SEED,
 ) -> LiveRow:
-    """`arm` against majority@K (`majority`: the replayed vote per recorded question) on the
-    questions both have; a live question without recorded traces is an error (say which)."""
-    missing = sorted(set(arm.per_question) - set(majority))
-    if missing:
-        raise ValueError(
-            f"{len(missing)} questions of {arm.folder} have no recorded traces to compare "
-            f"with: {', '.join(missing[:3])}"
-        )
+    """`arm` (`restricted` to the recorded questions) against majority@K (`majority`: the
+    replayed vote per recorded question) on the questions it ran; `left_out` is named beside."""
+    if not arm.per_question:
+        raise ValueError(f"the live folder {arm.folder} has no question to compare yet")
+    if missing := sorted(set(arm.per_question) - set(majority)):
+        raise ValueError(f"{len(missing)} questions of {arm.folder} have no majority vote")
     ids = sorted(arm.per_question)
     live = [arm.per_question[q] for q in ids]
     diffs = [float(arm.per_question[q].correct) - float(majority[q].correct) for q in ids]
@@ -145,19 +181,30 @@ def compare(
         difference=mean(diffs),
         interval=stats.bootstrap_interval(diffs, resamples=resamples, seed=seed),
         token_ratio=sum(q.tokens for q in live) / sum(majority[q].tokens for q in ids),
+        parents=sum(q.parents for q in live),
+        parents_with_points=(
+            None
+            if any(q.parents_with_points is None for q in live)
+            else sum(q.parents_with_points or 0 for q in live)
+        ),
+        left_out=tuple(left_out),
     )
 
 
 def paired_difference(
-    a: LiveArm, b: LiveArm, *, resamples: int = stats.RESAMPLES, seed: int = stats.SEED
-) -> tuple[float, stats.Interval | None, int]:
-    """Accuracy (a - b) on the questions both ran, paired per question, and how many."""
-    ids = sorted(set(a.per_question) & set(b.per_question))
+    a: LiveArm,
+    b: LiveArm,
+    ids: Sequence[str],
+    *,
+    resamples: int = stats.RESAMPLES,
+    seed: int = stats.SEED,
+) -> tuple[float, stats.Interval | None]:
+    """Accuracy (a - b) on questions `ids` (both ran each), paired per question."""
     if not ids:
         raise ValueError(f"{a.folder} and {b.folder} have no question in common")
     diffs = [float(a.per_question[q].correct) - float(b.per_question[q].correct) for q in ids]
     interval = stats.bootstrap_interval(diffs, resamples=resamples, seed=seed)
-    return float(np.mean(diffs)), interval, len(ids)
+    return float(np.mean(diffs)), interval
 
 
 def markdown(rows: Sequence[LiveRow], k: int) -> str:
@@ -184,4 +231,15 @@ def markdown(rows: Sequence[LiveRow], k: int) -> str:
             f"{r.prompt_tokens_per_question:,.0f} | {r.traces_per_question:.2f} | "
             f"{r.branched_per_question:.2f} | {r.stopped_per_question:.2f} |"
         )
-    return "\n".join(lines) + "\n"
+    lines.append("")
+    for r in rows:
+        if r.parents_with_points is not None:
+            lines.append(
+                f"- {r.name}: {r.parents_with_points} of {r.parents} warm-up traces offered "
+                "its rule a branch point (EAGer's: a token over its entropy threshold)."
+            )
+        if r.left_out:
+            lines.append(
+                f"- {r.name}: left out, the recorded traces incomplete: {', '.join(r.left_out)}."
+            )
+    return "\n".join(lines).rstrip() + "\n"

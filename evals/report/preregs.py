@@ -6,12 +6,14 @@ pre-registration (results/prereg-*.md): each names its hypotheses' rules and tes
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Literal
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 from mur.evals.report import stats
 from mur.evals.report.live import LiveArm, LiveRow, paired_difference
 from mur.evals.report.traces import PRIMARY_SIGNAL, Auroc, Question, RuleResult
+from mur.graphs.traces import MUR_ESC
+from mur.nodes.branching import MUR_RULE
 
 ECONOMY_MARGIN = -0.02
 """An economy rule may lose at most this accuracy: its interval's lower bound lies above it."""
@@ -20,7 +22,7 @@ ECONOMY_MARGIN = -0.02
 @dataclass(frozen=True)
 class Decision:
     """One hypothesis: its measured value, interval, and whether the registered test holds
-    (None: not decided yet, its folder is missing)."""
+    (None: not decided yet, a folder it reads is missing or not complete)."""
 
     name: str
     claim: str
@@ -33,10 +35,12 @@ class Decision:
 
 @dataclass(frozen=True)
 class Evidence:
-    """What a pre-registration's tests read: the recorded questions, the replayed rules by
-    name, the AUROCs, and the live arms by name with their rows against majority@K."""
+    """What a pre-registration's tests read: the recorded questions (those with all their
+    traces) and how many the folder has any trace of, the replayed rules by name, the AUROCs,
+    and the live arms by name (on the complete questions) with their rows against majority@K."""
 
     questions: Sequence[Question]
+    recorded: int
     k: int
     rules: Mapping[str, RuleResult]
     aurocs: Sequence[Auroc]
@@ -44,6 +48,28 @@ class Evidence:
     rows: Mapping[str, LiveRow]
     resamples: int
     seed: int
+    planned: int | None = None
+    """The questions the pre-registration decides on (None: whatever the folder holds)."""
+
+    def unfinished(self) -> str | None:
+        """Why the recorded folder cannot decide yet (its run has not reached every planned
+        question), or None."""
+        if self.planned is None or self.recorded >= self.planned:
+            return None
+        return (
+            f"pending: {self.recorded} of {self.planned} questions recorded "
+            f"({len(self.questions)} with all {self.k} traces)"
+        )
+
+    def uncovered(self, arm: str) -> str | None:
+        """Why live arm `arm` cannot decide yet (absent, or short of a complete recorded
+        question), or None."""
+        if arm not in self.arms:
+            return f"not decided: no live folder {arm!r}"
+        ran = len(self.arms[arm].per_question)
+        if ran < len(self.questions):
+            return f"pending: live folder {arm!r} has {ran} of {len(self.questions)} questions"
+        return self.unfinished()
 
     def paired(self, a: RuleResult, b: RuleResult) -> tuple[float, stats.Interval | None]:
         ids = sorted(a.per_question)
@@ -57,11 +83,30 @@ class Prereg:
     name: str
     document: str
     decide: Callable[[Evidence], list[Decision]]
-    arms: tuple[str, ...] = ()
-    """The live folders its hypotheses read (`--live NAME=DIR`)."""
+    questions: int | None = None
+    """The questions it decides on: a folder short of them leaves its hypotheses pending."""
+    arms: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    """The live folders its hypotheses read (`--live NAME=DIR`), each with the trace settings
+    it must have been run with (a value, or a tuple of the values allowed)."""
+
+    def check_arm(self, arm: LiveArm) -> None:
+        """A live folder given under one of this pre-registration's arm names must have been
+        run with that arm's settings: two folders swapped would decide the wrong test."""
+        for name, wanted in self.arms.get(arm.name, {}).items():
+            allowed = wanted if isinstance(wanted, tuple) else (wanted,)
+            if arm.per_question and arm.config.get(name) not in allowed:
+                raise ValueError(
+                    f"the live folder {arm.folder} ran {name}={arm.config.get(name)!r}; "
+                    f"{self.document}'s arm {arm.name!r} runs {name}="
+                    f"{' or '.join(map(repr, allowed))}: check which folder goes with which "
+                    "--live name"
+                )
 
 
 def _replication(e: Evidence, name: str) -> Decision:
+    claim = f"parallel scaling pays: majority@{e.k} - single-trace accuracy > 0"
+    if (why := e.unfinished()) is not None:
+        return _pending(name, claim, why)
     majority = e.rules["majority"]
     gains = [
         float(majority.per_question[q.problem_id].correct) - q.single_accuracy for q in e.questions
@@ -69,7 +114,7 @@ def _replication(e: Evidence, name: str) -> Decision:
     interval = stats.bootstrap_interval(gains, resamples=e.resamples, seed=e.seed)
     return Decision(
         name,
-        f"parallel scaling pays: majority@{e.k} - single-trace accuracy > 0",
+        claim,
         sum(gains) / len(gains),
         interval,
         bool(interval is not None and interval.low > 0),
@@ -77,13 +122,18 @@ def _replication(e: Evidence, name: str) -> Decision:
 
 
 def _economy(e: Evidence, name: str, rule: str, ratio_at_most: float) -> Decision:
+    claim = (
+        f"economy: {rule} - majority@{e.k}, lower bound > -2 points, at <= {ratio_at_most}x "
+        "the tokens"
+    )
+    if (why := e.unfinished()) is not None:
+        return _pending(name, claim, why)
     esc, majority = e.rules[rule], e.rules["majority"]
     diff, interval = e.paired(esc, majority)
     ratio = esc.tokens_per_question / majority.tokens_per_question
     return Decision(
         name,
-        f"economy: {rule} - majority@{e.k}, lower bound > -2 points, at <= {ratio_at_most}x "
-        "the tokens",
+        claim,
         diff,
         interval,
         bool(interval is not None and interval.low > ECONOMY_MARGIN and ratio <= ratio_at_most),
@@ -118,8 +168,8 @@ def parallel_traces(e: Evidence) -> list[Decision]:
     ]
 
 
-def _pending(name: str, claim: str, arm: str) -> Decision:
-    return Decision(name, claim, float("nan"), None, None, f"not decided: no live folder {arm!r}")
+def _pending(name: str, claim: str, why: str) -> Decision:
+    return Decision(name, claim, float("nan"), None, None, why)
 
 
 def branching_fresh(e: Evidence) -> list[Decision]:
@@ -129,9 +179,10 @@ def branching_fresh(e: Evidence) -> list[Decision]:
         f"branching economy: MUR branching - majority@{e.k}, lower bound > -2 points, at "
         "<= 0.5x the tokens"
     )
-    if (row := e.rows.get("mur")) is None:
-        decisions.append(_pending("H10", claim, "mur"))
+    if (why := e.uncovered("mur")) is not None:
+        decisions.append(_pending("H10", claim, why))
     else:
+        row = e.rows["mur"]
         decisions.append(
             Decision(
                 "H10",
@@ -149,13 +200,16 @@ def branching_fresh(e: Evidence) -> list[Decision]:
             )
         )
     claim = "MUR picks the branch point: MUR branching - random branching > 0"
-    if "mur" not in e.arms or "random" not in e.arms:
-        decisions.append(_pending("H11", claim, "random" if "mur" in e.arms else "mur"))
+    if (why := e.uncovered("mur") or e.uncovered("random")) is not None:
+        decisions.append(_pending("H11", claim, why))
     else:
-        diff, interval, count = paired_difference(
-            e.arms["mur"], e.arms["random"], resamples=e.resamples, seed=e.seed
-        )
-        branched = {n: e.rows[n].branched_per_question for n in ("mur", "random")}
+        mur, random = e.arms["mur"], e.arms["random"]
+        ids = sorted(q.problem_id for q in e.questions)
+        diff, interval = paired_difference(mur, random, ids, resamples=e.resamples, seed=e.seed)
+        branched = {
+            arm.name: sum(arm.per_question[q].branched for q in ids) / len(ids)
+            for arm in (mur, random)
+        }
         decisions.append(
             Decision(
                 "H11",
@@ -163,22 +217,37 @@ def branching_fresh(e: Evidence) -> list[Decision]:
                 diff,
                 interval,
                 bool(interval is not None and interval.low > 0),
-                f"{count} questions; branches a question: MUR {branched['mur']:.2f}, random "
+                f"{len(ids)} questions; branches a question: MUR {branched['mur']:.2f}, random "
                 f"{branched['random']:.2f}",
             )
         )
     return decisions
 
 
+BRANCHING_SCHEDULE: dict[str, Any] = {**MUR_ESC, "vote": "majority", "branch_entropy": 2.0}
+"""The schedule every branching arm of results/prereg-branching-fresh.md runs: mur-esc's, with
+branches for its later traces (EAGer's threshold theta = 2.0 nats)."""
+
+
 PREREGS: dict[str, Prereg] = {
     prereg.name: prereg
     for prereg in (
-        Prereg("parallel-traces", "results/prereg-parallel-traces.md", parallel_traces),
+        Prereg(
+            "parallel-traces",
+            "results/prereg-parallel-traces.md",
+            parallel_traces,
+            questions=200,
+        ),
         Prereg(
             "branching-fresh",
             "results/prereg-branching-fresh.md",
             branching_fresh,
-            arms=("mur", "random", "eager"),
+            questions=200,
+            arms={
+                "mur": {**BRANCHING_SCHEDULE, "branch": (MUR_RULE, "mur_max")},
+                "random": {**BRANCHING_SCHEDULE, "branch": "random"},
+                "eager": {**BRANCHING_SCHEDULE, "branch": "eager"},
+            },
         ),
     )
 }

@@ -359,6 +359,9 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     """Write and print the report of one folder (or of several, combined into --out)."""
     parser = build_parser(prog)
     args = parser.parse_args(argv)
+    names = [name for name, _ in args.live]
+    if repeated := sorted({n for n in names if names.count(n) > 1}):
+        parser.error(f"--live names each arm once: {', '.join(repeated)} given twice")
     if len(args.run_dirs) > 1 and args.out is None:
         parser.error("several folders combine into one report: name it with --out DIR")
     combined = len(args.run_dirs) > 1 or args.out is not None

@@ -15,7 +15,7 @@ from matplotlib.figure import Figure
 
 from mur.evals.harness.run_record import RunRecord, total_tokens
 from mur.evals.report import stats
-from mur.evals.report.live import LiveArm, LiveRow, compare
+from mur.evals.report.live import LiveArm, LiveRow, compare, restricted
 from mur.evals.report.live import markdown as live_markdown
 from mur.evals.report.preregs import PREREGS, Decision, Evidence
 from mur.evals.report.traces import (
@@ -66,7 +66,16 @@ def analyse(
     k = len(questions[0].traces)
     rules = {name: run_rule(name, questions, r) for name, r in named_rules(k).items()}
     majority = rules["majority"].per_question
-    rows = {arm.name: compare(arm, majority, resamples=resamples, seed=seed) for arm in arms}
+    registered = PREREGS[prereg]
+    kept: dict[str, LiveArm] = {}
+    rows: dict[str, LiveRow] = {}
+    for arm in arms:
+        registered.check_arm(arm)
+        kept[arm.name], left_out = restricted(arm, majority, incomplete)
+        if kept[arm.name].per_question:
+            rows[arm.name] = compare(
+                kept[arm.name], majority, left_out=left_out, resamples=resamples, seed=seed
+            )
     aurocs = [
         within_question_auroc(questions, signal, name, resamples=resamples, seed=seed)
         for name, signal in SIGNALS.items()
@@ -79,8 +88,19 @@ def analyse(
         at_k=[sum(majority_at(q, j) for q in questions) / len(questions) for j in range(1, k + 1)],
         aurocs=aurocs,
         rules=list(rules.values()),
-        decisions=PREREGS[prereg].decide(
-            Evidence(questions, k, rules, aurocs, {a.name: a for a in arms}, rows, resamples, seed)
+        decisions=registered.decide(
+            Evidence(
+                questions=questions,
+                recorded=len(questions) + len(incomplete),
+                k=k,
+                rules=rules,
+                aurocs=aurocs,
+                arms=kept,
+                rows=rows,
+                resamples=resamples,
+                seed=seed,
+                planned=registered.questions,
+            )
         ),
         prereg=prereg,
         live=list(rows.values()),

@@ -195,6 +195,8 @@ async def test_eager_branches_inside_the_step_at_the_first_spike() -> None:
     traces = {s["index"]: s for s in output["traces"]}
     assert (traces[2]["parent"], traces[2]["branch_step"], traces[2]["branch_token"]) == (0, 2, 2)
     assert traces[2]["answer"] == "43" and traces[2]["tokens"] == 4
+    # each warm-up offered one point (its spike); the branch redrew step 2 without one
+    assert [traces[i]["branch_points"] for i in range(3)] == [1, 1, 0]
     # the branch asked to continue its parent's first step and the start of its second
     branch_prefix = str(model.calls[-1]["messages"][-1].content)
     assert branch_prefix.endswith("First <tag 0>\n\nSo the ans")

@@ -5,6 +5,7 @@ check of a live run against the recorded traces."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -14,10 +15,12 @@ from test_traces import QUESTION, Traces
 from fakes import FakeLogprobChat
 from mur.evals.harness.records import RecordStore, load_records
 from mur.evals.harness.run_record import JobKey, RunRecord, make_record
+from mur.evals.report.preregs import PREREGS
 from mur.evals.report.tables import main, write_report
 from mur.evals.report.traces import majority_at, question_traces, within_question_auroc
 from mur.graphs.mur import build_graph
 from mur.graphs.state import Context
+from mur.graphs.traces import MUR_ESC
 
 QUESTIONS = 12
 SAMPLES = 4
@@ -115,23 +118,41 @@ async def live_folder(folder: Path, **settings: Any) -> Path:
     return write(folder, records)
 
 
+RULE = {**MUR_ESC, "traces": SAMPLES}  # mur-esc's schedule, at the 4 traces recorded here
+FRESH = ["--prereg", "branching-fresh", "--resamples", "50"]
+
+
+@pytest.fixture
+def fresh_prereg(monkeypatch: pytest.MonkeyPatch) -> None:
+    """branching-fresh as registered, but planned on this module's 12 questions and with its
+    arms' schedule at 4 traces (the recorded traces here are 4 a question)."""
+    registered = PREREGS["branching-fresh"]
+    arms = {name: {**wanted, "traces": SAMPLES} for name, wanted in registered.arms.items()}
+    scaled = replace(registered, questions=QUESTIONS, arms=arms)
+    monkeypatch.setitem(PREREGS, "branching-fresh", scaled)
+
+
+def decisions_of(folder: str) -> dict[str, dict[str, Any]]:
+    document = json.loads((Path(folder) / "report.json").read_text())["traces"]
+    return {d["name"]: d for d in document["hypotheses"]}
+
+
 async def test_live_branching_arms_decide_h8_to_h11_beside_the_replays(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], fresh_prereg: None
 ) -> None:
     recorded = str(write(tmp_path / "recorded", await recorded_traces()))
-    rule = {"traces": SAMPLES, "trace_batch": 2, "settle": "agree", "top_logprobs": 2}
-    mur = await live_folder(tmp_path / "mur", **rule, branch="mur_max")
-    random = await live_folder(tmp_path / "random", **rule, branch="random")
-    fresh = ["--prereg", "branching-fresh", "--resamples", "50"]
-    assert main([recorded, *fresh]) == 0
+    mur = await live_folder(tmp_path / "mur", **RULE, branch="mur_max", top_logprobs=2)
+    random = await live_folder(tmp_path / "random", **RULE, branch="random", top_logprobs=2)
+    assert main([recorded, *FRESH]) == 0
     pending = capsys.readouterr().out
     assert "results/prereg-branching-fresh.md" in pending
     assert "| H10: branching economy" in pending and "not decided: no live folder 'mur'" in pending
-    assert main([recorded, *fresh, "--live", f"mur={mur}", "--live", f"random={random}"]) == 0
+    assert main([recorded, *FRESH, "--live", f"mur={mur}", "--live", f"random={random}"]) == 0
     shown = capsys.readouterr().out
     assert "pending" not in shown and "Live rules, each against majority@4" in shown
+    assert "- mur: 24 of 24 warm-up traces offered its rule a branch point" in shown
     document = json.loads((Path(recorded) / "report.json").read_text())["traces"]
-    decisions = {d["name"]: d for d in document["hypotheses"]}
+    decisions = decisions_of(recorded)
     assert set(decisions) == {"H8", "H9", "H10", "H11"}
     assert all(d["supported"] is not None for d in decisions.values())
     arms = {row["name"]: row for row in document["live"]}
@@ -140,6 +161,54 @@ async def test_live_branching_arms_decide_h8_to_h11_beside_the_replays(
     # the live arm's tokens are what its runs spent, against majority@4's on the same questions
     spent = sum(r["usage"]["backbone_tokens"] for r in load_records(mur))
     assert arms["mur"]["tokens_per_question"] == pytest.approx(spent / QUESTIONS)
+
+
+async def test_hypotheses_wait_for_every_planned_question_and_name_the_left_out(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], fresh_prereg: None
+) -> None:
+    """A run in progress decides nothing: the recorded folder short of the planned questions,
+    or a live arm short of the complete ones, leaves its hypotheses pending; a question whose
+    recorded traces stay incomplete is left out of every analysis and named."""
+    traces = await recorded_traces()
+    short = str(write(tmp_path / "short", [r for r in traces if r["problem_id"] != "q11"]))
+    mur = await live_folder(tmp_path / "mur", **RULE, branch="mur_max")
+    random = await live_folder(tmp_path / "random", **RULE, branch="random")
+    assert main([short, *FRESH, "--live", f"mur={mur}"]) == 2  # q11: never recorded
+    assert "1 questions of " in capsys.readouterr().err
+    half = write(tmp_path / "half", [r for r in load_records(mur) if int(r["problem_id"][1:]) < 4])
+    assert main([short, *FRESH, "--live", f"mur={half}"]) == 0
+    decisions = decisions_of(short)
+    assert (
+        decisions["H8"]["detail"] == "pending: 11 of 12 questions recorded (11 with all 4 traces)"
+    )
+    assert decisions["H10"]["detail"] == "pending: live folder 'mur' has 4 of 11 questions"
+    # q11 recorded with 3 of its 4 traces: left out, and the live arms' q11 with it
+    gappy = [r for r in traces if (r["problem_id"], r["sample"]) != ("q11", 3)]
+    recorded = str(write(tmp_path / "gappy", gappy))
+    empty = tmp_path / "eager"
+    empty.mkdir()
+    live = ["--live", f"mur={mur}", "--live", f"random={random}", "--live", f"eager={empty}"]
+    assert main([recorded, *FRESH, *live]) == 0
+    shown = capsys.readouterr().out
+    assert "Left out (a trace missing): q11." in shown
+    assert "- mur: left out, the recorded traces incomplete: q11." in shown
+    decisions = decisions_of(recorded)
+    assert all(decisions[h]["supported"] is not None for h in ("H8", "H9", "H10", "H11"))
+    assert "11 questions" in decisions["H11"]["detail"]
+
+
+async def test_a_live_folder_under_the_wrong_arm_name_exits_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], fresh_prereg: None
+) -> None:
+    recorded = str(write(tmp_path / "recorded", await recorded_traces()))
+    random = await live_folder(tmp_path / "random", **RULE, branch="random")
+    assert main([recorded, *FRESH, "--live", f"mur={random}"]) == 2
+    err = capsys.readouterr().err
+    assert f"the live folder {random} ran branch='random';" in err
+    assert "arm 'mur' runs branch='mur' or 'mur_max'" in err
+    with pytest.raises(SystemExit) as usage:
+        main([recorded, *FRESH, "--live", f"random={random}", "--live", f"random={random}"])
+    assert usage.value.code == 2 and "random given twice" in capsys.readouterr().err
 
 
 async def test_a_live_folder_that_cannot_be_compared_exits_2(
