@@ -82,6 +82,8 @@ def test_branches_count_only_what_they_draw_by_the_servers_token_count(
     traces = {s["index"]: s for s in output["traces"]}
     assert sorted(traces) == list(range(8))
     assert all(traces[i]["parent"] is None for i in (0, 1))
+    # MUR's rule offers each step after the first of a warm-up as a branch point
+    assert all(traces[i]["branch_points"] == traces[i]["steps"] - 1 for i in (0, 1))
     branches = [traces[i] for i in range(2, 8)]
     for n, branch in enumerate(branches):  # the n-th branch takes warm-up n mod 2 as parent
         warmup = traces[n % 2]
@@ -211,6 +213,8 @@ def test_the_endpoint_serves_branching_traces(
     parents = [t["parent"] for t in traces]
     assert parents[:2] == [None, None] and set(parents[2:]) <= {0, 1, None}
     assert all(t["branch_token"] is not None for t in traces if t["parent"] is not None)
+    # every parent offered EAGer a point: a token over theta, counted in its summary
+    assert all(traces[p]["branch_points"] >= 1 for p in parents if p is not None)
     branched = sum(parent is not None for parent in parents)
     assert branched >= 1
     assert data["mur"]["traces_summary"].startswith(f"4 traces ({branched} branched, ")
