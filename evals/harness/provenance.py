@@ -138,10 +138,15 @@ def served_by(folder: str | Path) -> list[str]:
     """What served a folder's runs, one line per server set settings.json records (with the
     run it held from, and a mix said as such): for every report to name its servers."""
     path = Path(folder) / SETTINGS
-    try:
-        history = json.loads(path.read_text()).get(SERVERS, [])
-    except (OSError, ValueError):
+    if not path.exists():
         return []
+    try:
+        recorded = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        return [f"unknown: {path} is unreadable ({exc})"]
+    if not isinstance(recorded, dict):
+        return [f"unknown: {path} is not the settings object a run writes"]
+    history = recorded.get(SERVERS, [])
     lines = []
     for entry in history:
         phrases = {role: describe_recorded(entry[role]) for role in ROLES if role in entry}

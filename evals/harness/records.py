@@ -20,14 +20,16 @@ between another's append and its own reading of it.
 
 from __future__ import annotations
 
+import argparse
 import gzip
 import io
 import json
 import os
 import sys
+import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any, TypedDict, cast
 
 from filelock import FileLock
 
@@ -57,21 +59,49 @@ class ErrorRecord(TypedDict):
     message: str
 
 
+class CorruptRecordsError(ValueError):
+    """A records file that is not what a run writes (a line edited by hand, a volume cut
+    short by a copy): reading on would make a table of whatever survived, silently."""
+
+
+def _record(raw: bytes, path: Path, line: int) -> RunRecord:
+    """One line of a records file as a run record, or an error naming the file and line."""
+    try:
+        record = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise CorruptRecordsError(
+            f"{path} line {line} is not JSON ({exc}): fix or delete that line"
+        ) from None
+    if not isinstance(record, dict) or not isinstance(record.get("key"), str):
+        raise CorruptRecordsError(
+            f"{path} line {line} is not a run record (a JSON object with a key): fix or "
+            "delete that line"
+        )
+    return cast(RunRecord, record)
+
+
 def _complete_lines(path: Path) -> Iterator[RunRecord]:
     if not path.exists():
         return
     with path.open("rb") as handle:
-        for raw in handle:
+        for line, raw in enumerate(handle, start=1):
             if not raw.endswith(b"\n"):
                 return  # a line cut short by a crash: not a record
-            yield json.loads(raw)
+            yield _record(raw, path, line)
 
 
 def _packed_lines(path: Path) -> Iterator[RunRecord]:
-    if path.exists():
+    if not path.exists():
+        return
+    try:
         with gzip.open(path, "rb") as handle:
-            for raw in handle:
-                yield json.loads(raw)
+            for line, raw in enumerate(handle, start=1):
+                yield _record(raw, path, line)
+    except (OSError, EOFError, zlib.error) as exc:  # gzip.BadGzipFile is an OSError
+        raise CorruptRecordsError(
+            f"{path} is cut short or not gzip ({exc}): restore it (`git checkout -- {path}`) "
+            "or move it away, and its runs are run again"
+        ) from None
 
 
 def _volume(folder: Path, number: int) -> Path:
@@ -300,15 +330,20 @@ class RecordStore:
 
 def load_records(folder: str | os.PathLike[str]) -> list[RunRecord]:
     """The complete records of a run folder, packed and plain (read-only; a cut-short tail is
-    skipped)."""
+    skipped); a folder without any is an error."""
     if not has_records(folder):
         raise FileNotFoundError(f"no {RECORDS} in {folder}: run a benchmark with --out {folder}")
-    return _folder_records(Path(folder))
+    records = _folder_records(Path(folder))
+    if not records:
+        raise FileNotFoundError(
+            f"{Path(folder) / RECORDS} holds no records yet: its run has not finished a question"
+        )
+    return records
 
 
 def records_so_far(folder: str | os.PathLike[str]) -> list[RunRecord]:
     """The complete records of a folder a benchmark may not have written into yet."""
-    return load_records(folder) if has_records(folder) else []
+    return _folder_records(Path(folder)) if has_records(folder) else []
 
 
 def main(argv: Sequence[str] | None = None, prog: str = "mur records") -> int:
@@ -333,6 +368,14 @@ def main(argv: Sequence[str] | None = None, prog: str = "mur records") -> int:
     if not has_records(args.folder):
         print(f"{prog}: error: no {RECORDS} in {args.folder}: not a run folder", file=sys.stderr)
         return 2
+    try:
+        return _maintain(args, prog)
+    except CorruptRecordsError as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _maintain(args: argparse.Namespace, prog: str) -> int:
     store = RecordStore(args.folder)
     if args.command == "pack":
         store.pack()
@@ -341,15 +384,15 @@ def main(argv: Sequence[str] | None = None, prog: str = "mur records") -> int:
         print(f"{args.folder}: {len(store.load())} records in {volumes} of "
               f"{', '.join(f'{size / 1e6:.2f}' for size in sizes)} MB")  # fmt: skip
         return 0
-    dropped = store.drop(args.gate)
-    if not dropped:
-        gates = sorted({record["gate"] for record in store.load()})
+    gates = sorted({record["gate"] for record in store.load()})
+    if args.gate not in gates:  # refused before drop() packs anything
         print(
             f"{prog}: error: {args.folder} has no runs of gate {args.gate!r} (its gates: "
             f"{', '.join(gates)})",
             file=sys.stderr,
         )
         return 2
+    dropped = store.drop(args.gate)
     print(f"dropped {dropped} runs of {args.gate} from {args.folder}; rerun its command.txt "
           "to record them again")  # fmt: skip
     return 0

@@ -173,7 +173,7 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     args = parser.parse_args(argv)
     try:
         selected = [first_samples(load_records(f), args.samples) for f in (args.a, args.b)]
-    except FileNotFoundError as exc:  # not a results folder: the user's to fix
+    except (FileNotFoundError, ValueError) as exc:  # not a results folder, or a corrupt one
         print(f"{prog}: {exc}", file=sys.stderr)
         return 2
     a, b = selected
@@ -191,5 +191,6 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
         text += "\n" + traces_markdown(traces)
     print(text, end="")
     if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(text)
     return 0

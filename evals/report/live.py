@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from mur.evals.harness.records import has_records, load_records
+from mur.evals.harness.records import records_so_far
 from mur.evals.harness.run_record import RunRecord, setting_of, total_tokens
 from mur.evals.report import stats
 from mur.evals.report.traces import Replayed
@@ -70,7 +70,7 @@ def load_arm(name: str, folder: str | Path) -> LiveArm:
     the run has not written into yet is an arm without questions (its hypotheses wait)."""
     if not Path(folder).is_dir():
         raise FileNotFoundError(f"the live folder {folder} ({name}) does not exist")
-    records = load_records(folder) if has_records(folder) else []
+    records = records_so_far(folder)
     settings = {setting_of(r["strategy"], r["gate"], r["gamma"]) for r in records}
     configs = {tuple((f, r["trace"]["config"].get(f)) for f in TRACE_FIELDS) for r in records}
     if len(settings) > 1 or len(configs) > 1:

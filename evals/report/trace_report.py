@@ -48,6 +48,8 @@ class TraceAnalysis:
     decisions: list[Decision]
     prereg: str
     live: list[LiveRow]
+    waiting: list[str]
+    """Live folders given with no question to compare yet (their run has not finished one)."""
 
 
 def analyse(
@@ -104,6 +106,7 @@ def analyse(
         ),
         prereg=prereg,
         live=list(rows.values()),
+        waiting=[f"{a.name} (`{a.folder}`)" for a in kept.values() if a.name not in rows],
     )
 
 
@@ -171,6 +174,9 @@ def to_markdown(analysis: TraceAnalysis, plot: str | None = None) -> str:
         )
     if analysis.live:
         lines += ["", live_markdown(analysis.live, k)]
+    if analysis.waiting:
+        waiting = ", ".join(analysis.waiting)
+        lines += ["", f"Live folders with no question to compare yet: {waiting}."]
     if plot:
         lines += ["", f"![accuracy against tokens]({plot})"]
     return "\n".join(lines) + "\n"

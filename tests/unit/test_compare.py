@@ -49,7 +49,7 @@ def test_each_shared_setting_is_paired_on_common_questions_only() -> None:
 def test_the_cli_prints_the_table_and_says_when_nothing_is_shared(tmp_path: Path, capsys) -> None:
     a = write_records(tmp_path / "a", [record(1, "never", True), record(1, "always", True)])
     b = write_records(tmp_path / "b", [record(1, "always", False)])
-    out = tmp_path / "compare.md"
+    out = tmp_path / "new" / "compare.md"  # its folder made as needed
     assert main([str(a), str(b), "--out", str(out)]) == 0
     assert "| math500 critic always | 1 |" in capsys.readouterr().out
     assert "math500 critic always" in out.read_text()
@@ -58,6 +58,10 @@ def test_the_cli_prints_the_table_and_says_when_nothing_is_shared(tmp_path: Path
     assert "share no setting" in capsys.readouterr().err
     assert main([str(a), str(tmp_path / "missing")]) == 2
     assert "no records.jsonl" in capsys.readouterr().err
+    with (c / "records.jsonl").open("a") as plain:
+        plain.write("oops\n")
+    assert main([str(a), str(c)]) == 2
+    assert "records.jsonl line 2 is not JSON" in capsys.readouterr().err
 
 
 # --------------------------------------------------------------------------- --samples

@@ -91,6 +91,9 @@ def test_servers_are_recorded_once_and_a_change_of_dtype_is_refused(tmp_path: Pa
     served = served_by(tmp_path)  # what the folder's reports say served it
     assert served[0] == "from run 0: vLLM 0.32.0, bfloat16 on AMD EPYC (backbone and verifier)"
     assert "float32" in served[2] and "MIX" in served[2] and "MIX" not in served[1]
+    (tmp_path / "settings.json").write_text("{not json")  # edited by hand: said, not hidden
+    assert served_by(tmp_path)[0].startswith(f"unknown: {tmp_path / 'settings.json'} is unreadable")
+    assert served_by(tmp_path / "nowhere") == []  # no settings.json: nothing recorded
 
 
 def _claim_server(home: Path, base_url: str, dtype: str) -> None:

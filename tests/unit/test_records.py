@@ -124,6 +124,49 @@ def test_a_folder_without_records_says_so(tmp_path: Path) -> None:
         load_records(tmp_path)
 
 
+def test_an_empty_records_file_is_no_run_folder_yet(tmp_path: Path) -> None:
+    RecordStore(tmp_path)  # a run that has not finished its first question
+    assert has_records(tmp_path) and records_module.records_so_far(tmp_path) == []
+    with pytest.raises(FileNotFoundError, match=r"records\.jsonl holds no records yet"):
+        load_records(tmp_path)
+
+
+def add_line(folder: Path, text: str) -> None:
+    with (folder / RECORDS).open("a") as plain:
+        plain.write(text + "\n")
+
+
+def cut_volume(folder: Path) -> None:
+    (folder / PACKED).write_bytes((folder / PACKED).read_bytes()[:-30])
+
+
+@pytest.mark.parametrize(
+    ("damage", "says"),
+    [
+        (lambda f: add_line(f, "[1, 2]"), r"records\.jsonl line 2 is not a run record"),
+        (lambda f: add_line(f, "{}"), r"records\.jsonl line 2 is not a run record"),
+        (lambda f: add_line(f, "oops"), r"records\.jsonl line 2 is not JSON"),
+        (cut_volume, r"records\.jsonl\.gz is cut short or not gzip"),
+        (lambda f: (f / PACKED).write_text("hello"), r"records\.jsonl\.gz is cut short"),
+    ],
+)
+def test_a_damaged_records_file_is_named_with_its_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], damage, says: str
+) -> None:
+    """A line edited by hand or a volume cut short by a copy: one line naming the file (and
+    line) for every reader, never a table of what survived or a traceback."""
+    store = RecordStore(tmp_path)
+    store.append(gated(0, "never"))
+    store.pack()
+    with (tmp_path / RECORDS).open("a") as plain:
+        plain.write(json.dumps(gated(1, "never")) + "\n")
+    damage(tmp_path)
+    with pytest.raises(records_module.CorruptRecordsError, match=says):
+        load_records(tmp_path)
+    assert records_module.main(["pack", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.startswith("mur records: error: ")
+
+
 def gated(n: int, gate: str) -> dict:
     return {"key": f"math500/{n}/critic/{gate}/-/0", "gate": gate, "n": n}
 
@@ -151,6 +194,10 @@ def test_drop_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert "dropped 1 runs of random@0.2" in capsys.readouterr().out
     assert records_module.main(["drop", str(tmp_path), "--gate", "mur"]) == 2
     assert "has no runs of gate 'mur' (its gates: never)" in capsys.readouterr().err
+    RecordStore(fresh := tmp_path / "fresh").append(gated(0, "never"))
+    assert records_module.main(["drop", str(fresh), "--gate", "mur"]) == 2
+    assert not (fresh / PACKED).exists()  # refused before anything was packed
+    capsys.readouterr()
     assert records_module.main(["drop", str(tmp_path / "none"), "--gate", "mur"]) == 2
     assert "not a run folder" in capsys.readouterr().err
 

@@ -192,6 +192,7 @@ async def test_hypotheses_wait_for_every_planned_question_and_name_the_left_out(
     shown = capsys.readouterr().out
     assert "Left out (a trace missing): q11." in shown
     assert "- mur: left out, the recorded traces incomplete: q11." in shown
+    assert f"Live folders with no question to compare yet: eager (`{empty}`)." in shown
     decisions = decisions_of(recorded)
     assert all(decisions[h]["supported"] is not None for h in ("H8", "H9", "H10", "H11"))
     assert "11 questions" in decisions["H11"]["detail"]
