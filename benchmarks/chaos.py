@@ -43,7 +43,7 @@ import psycopg
 from mur.benchmarks.chaos_load import Outcome, load
 from mur.endpoint.replicas import REPLICA_HOST, child_env, router_argv
 from mur.endpoint.supervisor import Child, Supervisor
-from mur.servers.cli import OneLineParser
+from mur.servers.cli import OneLineParser, port_number
 from mur.servers.clients.errors import ServerError
 from mur.servers.processes.facts import cpu_model
 from mur.servers.processes.postgres import PostgresServer
@@ -272,7 +272,10 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
         "--stream-share", type=float, default=0.25, help="share of streamed requests (0.25)"
     )
     parser.add_argument(
-        "--port", type=int, default=8061, help="the router's port; replicas take the next (8061)"
+        "--port",
+        type=port_number,
+        default=8061,
+        help="the router's port; replicas take the next (8061)",
     )
     parser.add_argument("--seed", type=int, default=0, help="of the kill schedule (0)")
     return parser

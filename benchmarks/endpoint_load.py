@@ -38,7 +38,7 @@ import httpx
 import numpy as np
 
 from mur.benchmarks.fake_endpoint import expected_content
-from mur.servers.cli import OneLineParser
+from mur.servers.cli import OneLineParser, port_number
 from mur.servers.clients.metrics import generation_tokens
 from mur.servers.connect import add_connection_arguments, connection_argv
 from mur.servers.processes.facts import cpu_model
@@ -397,7 +397,9 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
         "--fault-share", type=float, default=0.05, help="fake: share with injected faults (0.05)"
     )
     parser.add_argument("--max-runs", type=int, help="the endpoint's run limit (default: clients)")
-    parser.add_argument("--port", type=int, help="the endpoint's port (fake 8051, cpu 8052)")
+    parser.add_argument(
+        "--port", type=port_number, help="the endpoint's port (fake 8051, cpu 8052)"
+    )
     add_connection_arguments(
         parser,
         defaults="--backbone cpu: the servers the endpoint under test uses (passed on to "

@@ -34,7 +34,7 @@ from mur.endpoint.checkpointing import CHECKPOINTER_ENV
 from mur.endpoint.cli import KEEP_ALIVE_SECONDS
 from mur.endpoint.runs import DEFAULT_LEASE_SECONDS
 from mur.graphs.checkpointers import MEMORY
-from mur.servers.cli import OneLineParser
+from mur.servers.cli import OneLineParser, port_number
 
 DRAFT_UNCERTAINTY = {1: 1.0, 2: 1.3, 3: 0.15}  # the gamma-gate scales step 2 only
 
@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> None:
         description="Serve the MUR endpoint over the scripted load-test backbone.",
     )
     parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8051)
+    parser.add_argument("--port", type=port_number, default=8051)
     parser.add_argument("--max-runs", type=int, default=64)
     parser.add_argument(
         "--checkpointer", default=os.environ.get(CHECKPOINTER_ENV) or MEMORY, metavar="TARGET"

@@ -29,7 +29,13 @@ from typing import Any
 from mur.evals.questions import load_dataset
 from mur.graphs.mur import build_graph
 from mur.graphs.state import Context
-from mur.servers.cli import OneLineParser, comma_choices, positive_float, positive_int
+from mur.servers.cli import (
+    OneLineParser,
+    comma_choices,
+    port_number,
+    positive_float,
+    positive_int,
+)
 from mur.servers.clients.chat_models import make_chat_model
 from mur.servers.clients.errors import ServerError
 from mur.servers.clients.metrics import generation_tokens
@@ -162,7 +168,7 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     parser.add_argument("--alone", type=positive_int, default=2, help="questions timed alone")
     parser.add_argument("--warmup", type=positive_float, default=30, help="seconds before a window")
     parser.add_argument("--window", type=positive_float, default=60, help="seconds measured")
-    parser.add_argument("--port", type=int, default=BENCH_PORT, help="the servers' port")
+    parser.add_argument("--port", type=port_number, default=BENCH_PORT, help="the servers' port")
     parser.add_argument("--timeout", type=positive_float, default=900, help="start timeout")
     parser.add_argument(
         "--eager", action="store_true", help="--enforce-eager servers (faster start, slower)"

@@ -39,7 +39,7 @@ from mur.endpoint.replicas import serve_replicas
 from mur.endpoint.schemas import MODELS
 from mur.graphs.checkpointers import CheckpointerError, parse_target
 from mur.servers import ServerError
-from mur.servers.cli import OneLineParser, positive_int, usage_error
+from mur.servers.cli import MAX_PORT, OneLineParser, port_number, positive_int, usage_error
 from mur.servers.connect import add_connection_arguments, check_connection_flags, connection_options
 from mur.servers.connect import connect as connect_servers
 
@@ -65,7 +65,12 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     parser.add_argument(
         "--host", default=DEFAULT_HOST, help=f"interface to listen on (default {DEFAULT_HOST})"
     )
-    parser.add_argument("--port", type=int, default=DEFAULT_PORT)
+    parser.add_argument(
+        "--port",
+        type=port_number,
+        default=DEFAULT_PORT,
+        help=f"port to listen on, 1-{MAX_PORT} (default {DEFAULT_PORT})",
+    )
     add_connection_arguments(parser)
     parser.add_argument(
         "--eager", action="store_true", help="start the embedded server eager (faster start)"

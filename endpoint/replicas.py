@@ -40,7 +40,7 @@ import mur
 from mur.endpoint.checkpointing import CHECKPOINTER_ENV, check_checkpointer
 from mur.endpoint.supervisor import Child, Supervisor
 from mur.graphs.checkpointers import CheckpointerError, parse_target
-from mur.servers.cli import usage_error
+from mur.servers.cli import MAX_PORT, usage_error
 from mur.servers.clients.errors import ServerError
 from mur.servers.processes.replicas import check_router_installed, free_port, router_command
 
@@ -126,7 +126,7 @@ def check_replicas(args: argparse.Namespace, checkpointer: str) -> str | None:
             f"(--checkpointer postgresql://USER:PASSWORD@HOST:PORT/DB or {CHECKPOINTER_ENV}), "
             f"got {target}"
         )
-    if not 0 < args.port <= 65535 - args.replicas:
+    if args.port > MAX_PORT - args.replicas:  # the parser took 1..MAX_PORT (port_number)
         return f"--port {args.port} leaves no room for {args.replicas} replica ports above it"
     return None
 

@@ -41,7 +41,7 @@ from pathlib import Path
 from types import FrameType
 
 from mur.evals.harness.plan import gate_variants
-from mur.evals.harness.records import records_so_far
+from mur.evals.harness.records import CorruptRecordsError, records_so_far
 from mur.evals.harness.run_record import RunRecord
 from mur.evals.harness.stopping import STOP_SIGNALS, STOPPED_EXIT
 from mur.evals.questions import (
@@ -56,8 +56,9 @@ from mur.evals.questions import (
 from mur.evals.report.headlines import matched_random_rate
 from mur.experiments.presets import PRESETS, DatasetRun, Preset, Tokens, budget_lines, run_tokens
 from mur.graphs.refine import STRATEGIES
+from mur.graphs.state import context_for
 from mur.nodes.gate_labels import PAPER_TABLE_LABELS
-from mur.servers.cli import OneLineParser
+from mur.servers.cli import OneLineParser, positive_int
 from mur.servers.clients.errors import ServerError
 from mur.servers.connect import add_connection_arguments, connection_argv
 from mur.servers.processes.profiles import DEFAULT_PROFILE, get_profile
@@ -349,14 +350,14 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     add("--strategies", type=_csv(str), help=f"comma list (default {','.join(DEFAULT_STRATEGIES)})")
     add("--dataset", type=_csv(str), help=f"one of {', '.join(DATASETS)} (default math500); "
         "with --preset, the preset's datasets to run (comma list)")  # fmt: skip
-    add("--limit", type=int, help="first N questions (default 100; with --preset, at most N "
-        "of each dataset)")  # fmt: skip
+    add("--limit", type=positive_int, help="first N questions (default 100; with --preset, at "
+        "most N of each dataset)")  # fmt: skip
     add("--gamma", type=float, help="MUR's gamma in the main table (default 0.9)")
     add("--sweep", type=_csv(float), help="gammas of the sweep (default "
         f"{','.join(map(str, DEFAULT_SWEEP))}; with --preset, none)")  # fmt: skip
     add("--sweep-strategies", type=_csv(str), help="default: the first strategy")
     add("--gates", type=_csv(str), default=PAPER_TABLE_LABELS, help="the main phase's gates")
-    add("--concurrency", type=int, help="questions in flight (default: measured by mur)")
+    add("--concurrency", type=positive_int, help="questions in flight (default: measured by mur)")
     add("--data-dir", help=f"where the datasets the project does not ship ({', '.join(unshipped)}) "
         f"are read from, or 'hf': passed to their {COMMAND} commands (default: ${DATA_DIR_ENV}, "
         "else ../shared/data)")  # fmt: skip
@@ -425,10 +426,6 @@ def _servers(args: argparse.Namespace, preset: Preset | None) -> argparse.Namesp
 def make_plan(args: argparse.Namespace, extra: Sequence[str]) -> Table1Plan:
     preset: Preset | None = args.preset
     datasets = _datasets(args, preset)
-    if any(d.limit <= 0 for d in datasets) or (
-        args.concurrency is not None and args.concurrency <= 0
-    ):
-        raise Table1Error("--limit and --concurrency must be positive")
     if "mur" not in args.gates:
         raise Table1Error(f"--gates {','.join(args.gates)}: the random phase needs mur")
     strategies = args.strategies or (preset.strategies if preset else DEFAULT_STRATEGIES)
@@ -441,7 +438,7 @@ def make_plan(args: argparse.Namespace, extra: Sequence[str]) -> Table1Plan:
     servers = _servers(args, preset)
     settings = preset.mur_args() if preset else ()
     sweep = args.sweep if args.sweep is not None else () if preset else DEFAULT_SWEEP
-    return Table1Plan(
+    plan = Table1Plan(
         strategies=strategies,
         datasets=datasets,
         sweep=sweep,
@@ -453,6 +450,26 @@ def make_plan(args: argparse.Namespace, extra: Sequence[str]) -> Table1Plan:
         data_dir=args.data_dir,
         preset=preset,
     )
+    check_settings(plan)
+    return plan
+
+
+def check_settings(plan: Table1Plan) -> None:
+    """Refuse a gate or gamma its `mur solve` would refuse, by the same check (every gate x
+    gamma through graphs.state.context_for, as cli.validation does), before any phase runs
+    or is printed. Raises Table1Error naming the flag and the value at fault."""
+    for phase in plan.phases():  # the random phase has no gates: the main phase's settings
+        for label in phase.gates:
+            try:
+                context_for(label)
+            except ValueError as exc:
+                raise Table1Error(f"--gates {label}: {exc}") from None
+            for gamma in phase.gammas:
+                try:
+                    context_for(label, gamma=gamma)
+                except ValueError as exc:
+                    flag = "--sweep" if phase.name == "sweep" else "--gamma"
+                    raise Table1Error(f"{flag} {gamma:g}: {exc}") from None
 
 
 def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
@@ -464,7 +481,7 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     args = build_parser(prog).parse_args(own)
     try:
         return run_table(make_plan(args, extra), dry_run=args.dry_run, prog=prog)
-    except (Table1Error, ServerError) as exc:
+    except (Table1Error, ServerError, CorruptRecordsError) as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

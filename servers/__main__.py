@@ -19,7 +19,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import replace
 
-from mur.servers.cli import OneLineParser
+from mur.servers.cli import OneLineParser, port_number
 from mur.servers.clients.errors import ServerError
 from mur.servers.processes.launcher import (
     CORE_SHARING,
@@ -87,7 +87,7 @@ def _parser(prog: str = PROG) -> argparse.ArgumentParser:
     p_up.add_argument("--quiet", action="store_true", help="no progress display")
     p_up.add_argument(
         "--port",
-        type=int,
+        type=port_number,
         default=None,
         help="port of the server (with --replicas: of the router; replicas take the next "
         "ones) (default: the profile's)",

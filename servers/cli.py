@@ -16,6 +16,7 @@ from collections.abc import Callable, Collection
 from typing import Any, NoReturn, TypeVar
 
 USAGE_EXIT = 2  # argparse's own status for a usage error
+MAX_PORT = 65535  # the highest TCP port
 Number = TypeVar("Number", int, float)
 
 
@@ -52,6 +53,20 @@ def positive_int(text: str) -> int:
 def positive_float(text: str) -> float:
     """argparse type: a finite number > 0."""
     return _positive(text, float, "a number")
+
+
+def port_number(text: str) -> int:
+    """argparse type: a TCP port to listen on, 1 to 65535 (a bad value is the parser's
+    one-line error)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number (1-{MAX_PORT})") from None
+    if not 0 < value <= MAX_PORT:
+        raise argparse.ArgumentTypeError(
+            f"{text} is not a port number: give one from 1 to {MAX_PORT}"
+        )
+    return value
 
 
 def _positive(text: str, kind: Callable[[str], Number], noun: str) -> Number:

@@ -88,6 +88,7 @@ def add_connection_arguments(
         )
     group.add_argument(
         "--profile",
+        type=profile_name,
         metavar="NAME",
         help="a server profile (`mur servers profiles`) whose recommended graph settings "
         "apply; without --base-url a CPU profile is also the server used here (default: the "
@@ -96,12 +97,22 @@ def add_connection_arguments(
     if verifier:
         group.add_argument(
             "--verifier-profile",
+            type=profile_name,
             metavar="NAME",
             help="a second profile as the external verifier/critic: without --verifier-url, "
             "that profile's server here (`mur servers up --profile B "
             "--verifier-profile V` starts both)",
         )
     return group
+
+
+def profile_name(name: str) -> str:
+    """argparse type of --profile and --verifier-profile: a known profile's name, else the
+    parser's one-line error listing them (`get_profile`'s, the one list of profiles)."""
+    try:
+        return get_profile(name).name
+    except ServerError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def connection_options(args: argparse.Namespace) -> dict[str, Any]:

@@ -83,6 +83,14 @@ BAD = {
         ["--strategy", "critic", "--verifier-url", "a:1,b:2"],
         "--verifier-url takes one URL",
     ),
+    "unknown profile": (
+        ["--strategy", "critic", "--profile", "nope", "--base-url", "http://127.0.0.1:9/v1"],
+        "argument --profile: unknown server profile 'nope': choose one of cpu-qwen-0.5b, ",
+    ),
+    "unknown verifier profile": (
+        ["--strategy", "critic", "--verifier-profile", "nope"],
+        "argument --verifier-profile: unknown server profile 'nope': choose one of ",
+    ),
 }
 
 

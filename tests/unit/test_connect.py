@@ -24,6 +24,7 @@ from mur.servers import (
     make_chat_model,
 )
 from mur.servers import connect as connect_module
+from mur.servers.cli import OneLineParser
 from mur.servers.clients.errors import SeedRefused
 from mur.servers.connect import (
     Healer,
@@ -33,7 +34,7 @@ from mur.servers.connect import (
     connection_options,
 )
 from mur.servers.processes.launcher import RunningServer
-from mur.servers.processes.profiles import DEFAULT_PROFILE, get_profile
+from mur.servers.processes.profiles import DEFAULT_PROFILE, get_profile, profiles
 
 TINY = get_profile(DEFAULT_PROFILE)
 
@@ -178,6 +179,21 @@ def test_a_one_server_command_has_no_verifier_flags() -> None:
     args = parser.parse_args(["--profile", "cpu-tiny"])
     assert connection_argv(args) == ["--profile", "cpu-tiny"]
     assert "the server under test" in parser.format_help()
+
+
+def test_an_unknown_profile_is_the_parsers_usage_error(capsys: pytest.CaptureFixture) -> None:
+    """Every command's --profile and --verifier-profile: exit 2 at parse time, naming the flag,
+    the value and the profiles (not exit 1 once a server is looked for)."""
+    parser = OneLineParser(prog="mur x")
+    add_connection_arguments(parser)
+    for flag in ("--profile", "--verifier-profile"):
+        with pytest.raises(SystemExit) as exited:
+            parser.parse_args([flag, "nope"])
+        assert exited.value.code == 2
+        assert capsys.readouterr().err == (
+            f"mur x: error: argument {flag}: unknown server profile 'nope': choose one of "
+            f"{', '.join(sorted(profiles()))}; see --help\n"
+        )
 
 
 # --------------------------------------------------------------------- unreachable servers

@@ -285,6 +285,15 @@ def test_cli_defaults_to_loopback_and_rejects_bad_flags(capsys: pytest.CaptureFi
     with pytest.raises(SystemExit) as caught:
         main(["--max-runs", "0"])
     assert caught.value.code == 2 and "--max-runs: must be > 0" in capsys.readouterr().err
+    for port in ("99999", "-1", "0"):  # uvicorn would take 99999 modulo 65536
+        for path in ([], ["--replicas", "2"]):
+            with pytest.raises(SystemExit) as caught:
+                main(["--port", port, *path, "--base-url", "http://127.0.0.1:9/v1"])
+            assert caught.value.code == 2
+            assert capsys.readouterr().err == (
+                f"mur endpoint: error: argument --port: {port} is not a port number: give one "
+                "from 1 to 65535; see --help\n"
+            )
     assert main(["--model", "m"]) == 2  # refused before any server is probed
     assert (
         capsys.readouterr().err.strip()

@@ -491,6 +491,9 @@ def test_cli_bad_args_exit_2() -> None:
     with pytest.raises(SystemExit) as info:
         main(["down", "--all", "--profile", "cpu-tiny"])
     assert info.value.code == 2
+    with pytest.raises(SystemExit) as info:  # checked before any server starts
+        main(["up", "--port", "99999"])
+    assert info.value.code == 2
 
 
 # -------------------------------------------------------------------------------- clients

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from mur.experiments import table1
 from mur.experiments.presets import DatasetRun
 from mur.experiments.table1 import Table1Error, Table1Plan, main, mur_program, run_mur, run_table
 from mur.nodes.gate_labels import PAPER_TABLE_LABELS as MAIN_GATES
@@ -162,18 +163,61 @@ def test_cli_dry_run_and_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture
     assert "--gate never,always,mur,mur+bc,average,smart --gamma 0.9" in out
     assert "--concurrency" not in out  # mur measures it on the servers
     assert "--gamma 0.7,0.8,0.95 --max-steps 8 --out" in out
-    pair = ["--gates", "never,always,mur", "--profile", "p", "--verifier-profile", "v"]
+    profiles = ["--profile", "cpu-tiny", "--verifier-profile", "cpu-tiny"]
+    pair = ["--gates", "never,always,mur", *profiles]
     assert "# critic / main (0 of 600 runs recorded)\nmur solve --strategy critic" in out
     assert "# critic / random (0 of 100 runs recorded): the random baseline needs MUR's" in out
+    damaged = Path(out.split("--out ")[1].split()[0])  # the main phase's folder
+    damaged.mkdir(parents=True)
+    (damaged / "records.jsonl").write_text("oops\n")
+    assert main(args) == 2  # its progress cannot be counted: named, not a traceback
+    assert "records.jsonl line 1 is not JSON" in capsys.readouterr().err
+    (damaged / "records.jsonl").unlink()
     assert main([*args, *pair, "--concurrency", "4", "--sweep", ""]) == 0
     out = capsys.readouterr().out
-    assert "--gate never,always,mur --gamma 0.9 --concurrency 4 --profile p" in out
-    assert "--verifier-profile v --out" in out and "sweep" not in out
+    assert "--gate never,always,mur --gamma 0.9 --concurrency 4 --profile cpu-tiny" in out
+    assert "--verifier-profile cpu-tiny --out" in out and "sweep" not in out
     assert main(["--strategies", "critic,beam", "--dry-run"]) == 2
     assert capsys.readouterr().err.strip() == (
         "mur experiment table1: unknown strategy beam: "
         "choose from critic, best_of_n, foresight, thinking"
     )
+    with pytest.raises(SystemExit) as exited:  # the parser's, as for every command's --profile
+        main([*args, "--profile", "nope"])
+    err = capsys.readouterr().err.strip()
+    assert exited.value.code == 2 and len(err.splitlines()) == 1
+    assert err.startswith("mur experiment table1: error: argument --profile: unknown server "
+                          "profile 'nope': choose one of cpu-qwen-0.5b, ")  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("flags", "error"),
+    [
+        (["--gates", "mur,bogus"], "--gates bogus: gate must be 'never', 'always', 'mur', "),
+        (["--gamma", "0"], "--gamma 0: gamma must be greater than 0, got 0.0"),
+    ],
+)
+def test_settings_mur_solve_refuses_stop_the_table_before_anything_runs(
+    flags: list[str],
+    error: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """By mur solve's own check (the Context's), with and without --dry-run: exit 2, one line
+    naming the flag and the value, no phase printed or started."""
+
+    def no_command(*args: object, **kwargs: object) -> None:
+        raise AssertionError("no mur solve may start for bad settings")
+
+    monkeypatch.setattr(table1.subprocess, "Popen", no_command)
+    for dry_run in ([], ["--dry-run"]):
+        assert main(["--results", str(tmp_path), *flags, *dry_run]) == 2
+        captured = capsys.readouterr()
+        assert captured.out == ""
+        assert captured.err.startswith(f"mur experiment table1: {error}")
+        assert len(captured.err.splitlines()) == 1
+    assert not any(tmp_path.iterdir())
 
 
 def test_the_mur_command_is_the_one_beside_the_interpreter(

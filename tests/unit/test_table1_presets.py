@@ -123,8 +123,21 @@ def test_the_random_baseline_waits_for_every_sample_of_mur(tmp_path: Path) -> No
          "dataset 'gsm8k'; valid names: math500, aime24, aime25, gpqa_diamond"),
         (["--dataset", "aime24,aime25"], "mur experiment table1: --dataset aime24,aime25: one "
          "dataset (several: --preset)"),
-        (["--preset", "paper-gpu", "--limit", "0"], "mur experiment table1: --limit and "
-         "--concurrency must be positive"),
+        (["--preset", "paper-gpu", "--limit", "0"], "mur experiment table1: error: argument "
+         "--limit: must be > 0, got 0; see --help"),
+        (["--limit", "-5"], "mur experiment table1: error: argument --limit: must be > 0, got -5; "
+         "see --help"),
+        (["--concurrency", "0"], "mur experiment table1: error: argument --concurrency: must be "
+         "> 0, got 0; see --help"),
+        # mur solve's own check of a gate and a gamma (graphs.state.context_for), not a plan
+        (["--gates", "mur,bogus"], "mur experiment table1: --gates bogus: gate must be 'never', "
+         "'always', 'mur', 'average', 'smart' or 'random', got 'bogus'"),
+        (["--gates", "mur,mur@0.5"], "mur experiment table1: --gates mur@0.5: gate label "
+         "'mur@0.5': only random takes a rate (random@0.12)"),
+        (["--gamma", "0"], "mur experiment table1: --gamma 0: gamma must be greater than 0, got "
+         "0.0"),
+        (["--sweep", "0.8,-1"], "mur experiment table1: --sweep -1: gamma must be greater than 0, "
+         "got -1.0"),
     ],
 )  # fmt: skip
 def test_bad_input_is_one_line_and_exit_2(
