@@ -101,20 +101,26 @@ def _question(record: RunRecord, first_batch: int) -> LiveQuestion:
 
 
 def restricted(
-    arm: LiveArm, complete: Collection[str], incomplete: Collection[str]
-) -> tuple[LiveArm, list[str]]:
-    """`arm` on the questions whose recorded traces are complete, and the ids it left out
-    because theirs are not (the pre-registered exclusion); a live question the recorded
-    folder never ran is an error (the wrong folders paired): say which."""
+    arm: LiveArm,
+    complete: Collection[str],
+    incomplete: Collection[str],
+    *,
+    recording: bool = False,
+) -> tuple[LiveArm, list[str], list[str]]:
+    """`arm` on the questions whose recorded traces are complete; the ids it ran whose
+    recorded traces are incomplete (the pre-registered exclusion), and those the recorded
+    folder has none of yet. While that folder is `recording` (short of its planned questions)
+    the latter wait; once it is not, a live question it never ran is an error (the wrong
+    folders paired): say which."""
     unknown = sorted(set(arm.per_question) - set(complete) - set(incomplete))
-    if unknown:
+    if unknown and not recording:
         raise ValueError(
             f"{len(unknown)} questions of {arm.folder} have no recorded traces to compare "
             f"with: {', '.join(unknown[:3])}"
         )
-    left_out = sorted(set(arm.per_question) - set(complete))
+    left_out = sorted(set(arm.per_question) & set(incomplete))
     kept = {q: v for q, v in arm.per_question.items() if q in complete}
-    return replace(arm, per_question=kept), left_out
+    return replace(arm, per_question=kept), left_out, unknown
 
 
 @dataclass(frozen=True)
@@ -143,6 +149,8 @@ class LiveRow:
     recorded)."""
     left_out: tuple[str, ...] = ()
     """Questions it ran whose recorded traces are incomplete (not compared)."""
+    unrecorded: int = 0
+    """Questions it ran that the recorded folder has no trace of yet (not compared)."""
 
 
 def compare(
@@ -150,6 +158,7 @@ def compare(
     majority: Mapping[str, Replayed],
     *,
     left_out: Sequence[str] = (),
+    unrecorded: int = 0,
     resamples: int = stats.RESAMPLES,
     seed: int = stats.SEED,
 ) -> LiveRow:
@@ -188,6 +197,7 @@ def compare(
             else sum(q.parents_with_points or 0 for q in live)
         ),
         left_out=tuple(left_out),
+        unrecorded=unrecorded,
     )
 
 
@@ -240,6 +250,12 @@ def markdown(rows: Sequence[LiveRow], k: int) -> str:
             )
         if r.left_out:
             lines.append(
-                f"- {r.name}: left out, the recorded traces incomplete: {', '.join(r.left_out)}."
+                f"- {r.name}: not compared, the recorded traces incomplete: "
+                f"{', '.join(r.left_out)}."
+            )
+        if r.unrecorded:
+            lines.append(
+                f"- {r.name}: {r.unrecorded} questions not compared yet: the recorded folder "
+                "has no trace of them."
             )
     return "\n".join(lines).rstrip() + "\n"

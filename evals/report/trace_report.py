@@ -71,12 +71,21 @@ def analyse(
     registered = PREREGS[prereg]
     kept: dict[str, LiveArm] = {}
     rows: dict[str, LiveRow] = {}
+    recorded = len(questions) + len(incomplete)
+    recording = registered.questions is not None and recorded < registered.questions
     for arm in arms:
         registered.check_arm(arm)
-        kept[arm.name], left_out = restricted(arm, majority, incomplete)
+        kept[arm.name], left_out, unrecorded = restricted(
+            arm, majority, incomplete, recording=recording
+        )
         if kept[arm.name].per_question:
             rows[arm.name] = compare(
-                kept[arm.name], majority, left_out=left_out, resamples=resamples, seed=seed
+                kept[arm.name],
+                majority,
+                left_out=left_out,
+                unrecorded=len(unrecorded),
+                resamples=resamples,
+                seed=seed,
             )
     aurocs = [
         within_question_auroc(questions, signal, name, resamples=resamples, seed=seed)
@@ -93,7 +102,7 @@ def analyse(
         decisions=registered.decide(
             Evidence(
                 questions=questions,
-                recorded=len(questions) + len(incomplete),
+                recorded=recorded,
                 k=k,
                 rules=rules,
                 aurocs=aurocs,

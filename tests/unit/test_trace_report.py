@@ -173,8 +173,10 @@ async def test_hypotheses_wait_for_every_planned_question_and_name_the_left_out(
     short = str(write(tmp_path / "short", [r for r in traces if r["problem_id"] != "q11"]))
     mur = await live_folder(tmp_path / "mur", **RULE, branch="mur_max")
     random = await live_folder(tmp_path / "random", **RULE, branch="random")
-    assert main([short, *FRESH, "--live", f"mur={mur}"]) == 2  # q11: never recorded
-    assert "1 questions of " in capsys.readouterr().err
+    assert main([short, *FRESH, "--live", f"mur={mur}"]) == 0  # q11 not recorded yet: waits
+    assert "- mur: 1 questions not compared yet: the recorded folder has no" in (
+        capsys.readouterr().out
+    )
     half = write(tmp_path / "half", [r for r in load_records(mur) if int(r["problem_id"][1:]) < 4])
     assert main([short, *FRESH, "--live", f"mur={half}"]) == 0
     decisions = decisions_of(short)
@@ -191,7 +193,7 @@ async def test_hypotheses_wait_for_every_planned_question_and_name_the_left_out(
     assert main([recorded, *FRESH, *live]) == 0
     shown = capsys.readouterr().out
     assert "Left out (a trace missing): q11." in shown
-    assert "- mur: left out, the recorded traces incomplete: q11." in shown
+    assert "- mur: not compared, the recorded traces incomplete: q11." in shown
     assert f"Live folders with no question to compare yet: eager (`{empty}`)." in shown
     decisions = decisions_of(recorded)
     assert all(decisions[h]["supported"] is not None for h in ("H8", "H9", "H10", "H11"))
@@ -213,8 +215,12 @@ async def test_a_live_folder_under_the_wrong_arm_name_exits_2(
 
 
 async def test_a_live_folder_that_cannot_be_compared_exits_2(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Once the recorded folder has every planned question (3 here), a live question it
+    never ran means the wrong folders were paired."""
+    registered = PREREGS["parallel-traces"]
+    monkeypatch.setitem(PREREGS, "parallel-traces", replace(registered, questions=3))
     recorded = str(write(tmp_path / "recorded", (await recorded_traces())[: SAMPLES * 3]))
     mur = await live_folder(tmp_path / "mur", traces=SAMPLES, trace_batch=2, branch="mur_max")
     assert main([recorded, "--live", f"mur={mur}"]) == 2  # 12 live questions, 3 recorded
