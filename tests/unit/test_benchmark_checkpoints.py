@@ -12,7 +12,7 @@ from fakes import FakeLogprobChat, Scripted
 from mur.evals.harness.checkpoints import CHECKPOINTS, open_checkpoints
 from mur.evals.harness.plan import BenchmarkPlan
 from mur.evals.harness.progress import RunProgress
-from mur.evals.harness.records import RecordStore, load_records
+from mur.evals.harness.records import RecordStore, load_records, records_so_far
 from mur.evals.harness.runner import run_jobs
 from mur.evals.questions import load_dataset
 from mur.graphs import build_graph
@@ -82,7 +82,7 @@ async def test_a_stopped_question_resumes_where_it_stopped(
     # The server goes away inside the question, after a few finished nodes (and the graph's
     # retries): the question fails, and its checkpoints stay for the next run.
     await run(folder, failing_after(5, ConnectionError("server gone")), folder)
-    assert (folder / CHECKPOINTS).exists() and not load_records(folder)
+    assert (folder / CHECKPOINTS).exists() and not records_so_far(folder)
 
     rest = await run(folder, respond, folder)
     [record] = load_records(folder)
@@ -109,7 +109,7 @@ async def test_a_question_that_fails_on_its_own_starts_afresh(tmp_path: Path) ->
     await run(tmp_path, failing_after(5, ValueError("bad request")), tmp_path)
     async with open_checkpoints(tmp_path) as saver:
         assert [t async for t in saver.alist(None)] == []
-    assert not load_records(tmp_path)
+    assert not records_so_far(tmp_path)
 
 
 async def test_a_checkpoint_of_an_older_graph_starts_afresh(tmp_path: Path) -> None:
