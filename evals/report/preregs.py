@@ -33,6 +33,12 @@ class Decision:
     unit: Literal["points", "auroc"] = "points"
 
 
+def still_recording(recorded: int, planned: int | None) -> bool:
+    """Whether a traces folder with `recorded` questions is short of the `planned` ones (None:
+    whatever it holds is the plan)."""
+    return planned is not None and recorded < planned
+
+
 @dataclass(frozen=True)
 class Evidence:
     """What a pre-registration's tests read: the recorded questions (those with all their
@@ -54,7 +60,7 @@ class Evidence:
     def unfinished(self) -> str | None:
         """Why the recorded folder cannot decide yet (its run has not reached every planned
         question), or None."""
-        if self.planned is None or self.recorded >= self.planned:
+        if not still_recording(self.recorded, self.planned):
             return None
         return (
             f"pending: {self.recorded} of {self.planned} questions recorded "

@@ -17,7 +17,7 @@ from mur.evals.harness.run_record import RunRecord, total_tokens
 from mur.evals.report import stats
 from mur.evals.report.live import LiveArm, LiveRow, compare, restricted
 from mur.evals.report.live import markdown as live_markdown
-from mur.evals.report.preregs import PREREGS, Decision, Evidence
+from mur.evals.report.preregs import PREREGS, Decision, Evidence, still_recording
 from mur.evals.report.traces import (
     SIGNALS,
     Auroc,
@@ -72,7 +72,7 @@ def analyse(
     kept: dict[str, LiveArm] = {}
     rows: dict[str, LiveRow] = {}
     recorded = len(questions) + len(incomplete)
-    recording = registered.questions is not None and recorded < registered.questions
+    recording = still_recording(recorded, registered.questions)
     for arm in arms:
         registered.check_arm(arm)
         kept[arm.name], left_out, unrecorded = restricted(
