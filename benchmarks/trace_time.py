@@ -30,7 +30,7 @@ from mur.graphs.mur import build_graph
 from mur.graphs.state import Context
 from mur.graphs.traces import MUR_ESC
 from mur.nodes.branching import MUR_RULE
-from mur.servers.cli import OneLineParser, comma_choices, positive_int
+from mur.servers.cli import OneLineParser, comma_choices, positive_int, usage_error
 from mur.servers.clients.chat_models import make_chat_model
 from mur.servers.clients.errors import ServerError
 from mur.servers.clients.metrics import generation_tokens, settled
@@ -142,6 +142,10 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
 
 async def run(args: argparse.Namespace) -> int:
     profile = get_profile(args.profile)
+    try:  # bad questions are found before a server is started for them
+        questions = load_dataset(args.dataset, limit=args.limit, offset=args.offset)
+    except (ValueError, OSError) as exc:
+        return usage_error(PROG, str(exc))
     try:
         if args.base_url:
             url, model = args.base_url, args.model
@@ -152,7 +156,6 @@ async def run(args: argparse.Namespace) -> int:
     except ServerError as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
         return 2
-    questions = load_dataset(args.dataset, limit=args.limit, offset=args.offset)
     settings = {
         **profile.recommended,
         "strategy": "critic",

@@ -7,9 +7,10 @@ started; here each one is a UsageError (one line, exit status 2) naming the flag
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from mur.cli.flags import budget_labels, budget_settings, flag_settings, gammas, gates
-from mur.graphs.checkpointers import CheckpointerError, parse_target
+from mur.graphs.checkpointers import CheckpointerError, check_folder, parse_target
 from mur.graphs.state import context_for
 from mur.nodes.draft import check_question
 from mur.servers.clients.errors import ServerError
@@ -41,11 +42,15 @@ def validate(args: argparse.Namespace) -> None:
             check_question(args.question)
     elif args.question or args.checkpoint:
         raise UsageError("--question and --checkpoint solve one question: drop --dataset")
+    if args.out and Path(args.out).exists() and not Path(args.out).is_dir():
+        raise UsageError(f"--out {args.out} is a file: give a folder (new or a run's to resume)")
+    if args.out and not args.dataset:
+        raise UsageError("--out is a benchmark's folder: add --dataset")
     if args.thread_id and not args.checkpoint:
         raise UsageError("--thread-id needs --checkpoint")
     if args.checkpoint:
         try:
-            parse_target(args.checkpoint)
+            check_folder(parse_target(args.checkpoint))
         except CheckpointerError as exc:  # names the target, its password as ***
             raise UsageError(f"--checkpoint: {exc}") from None
     try:

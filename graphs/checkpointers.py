@@ -234,17 +234,25 @@ async def open_checkpointer(
             yield store
 
 
+def check_folder(target: CheckpointTarget) -> None:
+    """CheckpointerError when an SQLite file's folder is missing (SQLite would say only
+    "unable to open database file"); a Postgres target is checked when it is opened."""
+    if target.kind != "sqlite" or target.location == MEMORY:
+        return
+    folder = Path(target.location).expanduser().parent
+    if not folder.is_dir():
+        raise CheckpointerError(
+            f"cannot open the checkpointer {target}: the folder {folder} does not exist; "
+            "create it or choose another file"
+        )
+
+
 @asynccontextmanager
 async def _sqlite(
     target: CheckpointTarget, schema: Sequence[str]
 ) -> AsyncIterator[CheckpointStore]:
     path = target.location
-    folder = Path(path).expanduser().parent
-    if path != MEMORY and not folder.is_dir():
-        raise CheckpointerError(
-            f"cannot open the checkpointer {target}: the folder {folder} does not exist; "
-            "create it or choose another file"
-        )
+    check_folder(target)
     try:
         conn = await aiosqlite.connect(path if path == MEMORY else str(Path(path).expanduser()))
     except sqlite3.Error as exc:

@@ -133,7 +133,7 @@ def load_dataset(
     the first ``offset`` problems (questions 201-400 are offset 200, limit 200); ``limit``:
     keep only the first ``limit`` problems after them. Raises ``ValueError`` for an unknown name,
     ``DataNotFoundError`` for a missing directory or file, ``MalformedRecordError`` (with file
-    and line) for a bad record.
+    and line) for a bad record, ``ValueError`` for an offset past the last question.
     """
     entry = check_dataset(name)
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
@@ -159,6 +159,11 @@ def load_dataset(
         seen[problem.id] = line
         if index >= offset:
             problems.append(problem)
+    if offset and not problems and limit != 0:
+        raise ValueError(
+            f"offset {offset} skips every question of {entry.name}, which has {len(seen)}: "
+            f"give an offset below {len(seen)}"
+        )
     return problems
 
 

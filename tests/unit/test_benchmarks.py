@@ -10,7 +10,7 @@ from typing import Any, ClassVar
 
 import pytest
 
-from mur.benchmarks import bench, measure
+from mur.benchmarks import bench, measure, trace_time
 from mur.benchmarks.analysis import (
     ClientTime,
     client_time,
@@ -439,3 +439,18 @@ def test_render_has_every_table_and_goal_and_no_prose() -> None:
     assert "8 questions in flight: graph / raw" in text and "| one request: n=4 |" in text
     longest = max(len(line) for line in text.splitlines() if not line.startswith("|"))
     assert longest < 400  # explanations live in BENCHMARKS.md's notes, not in the code
+
+
+def test_trace_time_refuses_an_offset_past_the_questions_before_starting_a_server(
+    capsys, monkeypatch
+) -> None:
+    def no_server(*args, **kwargs):
+        raise AssertionError("no server may be started for bad input")
+
+    monkeypatch.setattr(trace_time, "up", no_server)
+    assert trace_time.main(["--offset", "100000"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err == [
+        f"{trace_time.PROG}: error: offset 100000 skips every question of math500, which has "
+        "500: give an offset below 500; see --help"
+    ]

@@ -61,6 +61,20 @@ BAD = {
         ["--strategy", "critic", "--dataset", "math500", "--offset", "-1"],
         "--offset must be >= 0, got -1",
     ),
+    "offset past the last question": (
+        ["--strategy", "critic", "--dataset", "math500", "--offset", "100000"],
+        "offset 100000 skips every question of math500, which has 500: give an offset below 500",
+    ),
+    "out naming a file": (
+        ["--strategy", "critic", "--dataset", "math500", "--out", str(ROOT / "README.md")],
+        "README.md is a file: give a folder",
+    ),
+    "out without dataset": (["--strategy", "critic", "--out", "runs"], "add --dataset"),
+    "checkpoint in a missing folder": (
+        ["--strategy", "critic", "--checkpoint", "/nonexistent/runs/x.sqlite"],
+        "--checkpoint: cannot open the checkpointer /nonexistent/runs/x.sqlite: the folder "
+        "/nonexistent/runs does not exist",
+    ),
     "offset without dataset": (["--strategy", "critic", "--offset", "200"], "add --dataset"),
     "unknown dataset": (["--strategy", "critic", "--dataset", "mathx"], "unknown dataset"),
     "unreadable data dir": (
