@@ -195,8 +195,10 @@ class Supervisor:
     def drain(self, grace: float, signals: Callable[[], int]) -> int:
         """SIGTERM to every replica (each drains its runs), a second SIGTERM when a second
         signal arrives (`signals()` counts them), SIGKILL after `grace`; then the router goes.
-        0 when every replica exited 0 of its own accord."""
+        0 when every replica that was serving exited 0 of its own accord: one dead and waiting
+        for its restart, or started again and not yet answering, has no run to drain."""
         self.stopping.set()
+        serving = [c for c in self.replicas if c.alive() and (c.ready or healthy(c.root))]
         self.say(f"stopping: the replicas drain (at most {grace:.0f} s), then the router stops")
         self.signal_replicas(signal.SIGTERM)
         deadline = time.monotonic() + grace
@@ -212,7 +214,7 @@ class Supervisor:
                 forced = True
             time.sleep(POLL_S)
         self.stop_router()
-        codes = [child.process.returncode for child in self.replicas if child.process]
+        codes = [child.process.returncode for child in serving if child.process]
         return 0 if not forced and all(code == 0 for code in codes) else 1
 
     def stop_router(self) -> None:

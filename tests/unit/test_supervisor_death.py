@@ -275,3 +275,49 @@ def test_the_supervisor_gives_the_router_its_own_environment() -> None:
         assert supervisor.env["MUR_API_KEY"] == API_KEY
     finally:
         supervisor.close()
+
+
+# A stand-in replica that drains as a real one does: SIGTERM ends it with status 0.
+GRACEFUL = (
+    "import runpy, signal, sys; signal.signal(signal.SIGTERM, lambda *_: sys.exit(0)); "
+    "sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
+)
+NEVER_READY = [sys.executable, "-c", "import time; time.sleep(600)"]
+
+
+@pytest.mark.parametrize("state", ["dead, its restart pending", "started again, not answering"])
+def test_a_replica_between_death_and_restart_does_not_fail_the_drain(state: str) -> None:
+    """A stop signal while a replica is down (killed, restart scheduled) or starting again:
+    the serving replicas drain and exit 0, so the supervisor exits 0 (it said 1 when a SIGTERM
+    met a replica the supervisor was restarting)."""
+    port = free_ports(3)
+
+    def replica(name: str, at: int) -> Child:
+        command = [sys.executable, "-c", GRACEFUL, str(FAKE_REPLICA), str(at), MODEL]
+        return Child(name, command, f"http://127.0.0.1:{at}")
+
+    router = Child(
+        "router", [sys.executable, str(FAKE_REPLICA), str(port), MODEL], f"http://127.0.0.1:{port}"
+    )
+    supervisor = Supervisor(
+        [replica("r1", port + 1), replica("r2", port + 2)],
+        router,
+        env=os.environ,
+        out=sys.stderr,
+        prog="t",
+    )
+    try:
+        supervisor.start(timeout=60)
+        first = supervisor.replicas[0]
+        supervisor.kill(0)
+        assert wait_until(lambda: not first.alive(), 10)
+        supervisor.check()  # its death is seen and its restart scheduled
+        assert first.start_after > 0
+        if state.startswith("started"):
+            first.command, first.start_after = NEVER_READY, time.monotonic()
+            supervisor.check()
+            assert first.alive() and not first.ready
+        assert supervisor.drain(10, lambda: 1) == 0
+        assert supervisor.replicas[1].process.returncode == 0
+    finally:
+        supervisor.close()
