@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from mur.servers.clients.probes import normalize_base_url, root_url
-from mur.servers.processes.launcher import recorded_command, served_weights
+from mur.servers.processes.launcher import recorded_command, served_dtype, served_weights
 from mur.servers.processes.profiles import cpu_flags, flag_value
 
 TOKEN_FACTS = ("vllm_version", "dtype", "weights", "logprobs_mode")
@@ -123,7 +123,7 @@ def server_facts(base_url: str, model: str, timeout: float = 3.0) -> ServerFacts
         base_url=normalize_base_url(base_url),
         model=model,
         vllm_version=vllm_version(base_url, timeout),
-        dtype=(flag_value(argv, "--dtype") or "auto") if argv is not None else None,
+        dtype=served_dtype(argv),
         weights=served_weights(argv),
         logprobs_mode=flag_value(argv, "--logprobs-mode") if argv is not None else None,
         cpu=cpu_model() if local else None,

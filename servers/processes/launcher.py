@@ -80,7 +80,7 @@ class RunningServer:
     weights: str | None = None
     """The weight format of the folder it serves (None: not a folder the project made)."""
     dtype: str | None = None
-    """Its `--dtype` (None: not given, vLLM's choice)."""
+    """Its `--dtype` ("auto": not given, vLLM's choice; None: no command line known)."""
 
     def to_json(self) -> dict[str, Any]:
         """Plain JSON-able dict (for `status --json`)."""
@@ -454,7 +454,7 @@ def status(probe: Callable[[str], bool] = healthy) -> list[RunningServer]:
                 log_path=Path(record["log"]) if record.get("log") else None,
                 detail=str(record.get("detail") or ""),
                 weights=served_weights(argv),
-                dtype=flag_value(argv, "--dtype") if argv is not None else None,
+                dtype=served_dtype(argv),
             )
         )
     return servers
@@ -477,6 +477,12 @@ def _record_argv(record: Mapping[str, Any]) -> list[str] | None:
     """The command line a run record says started its server (None: an older record)."""
     argv = record.get("argv")
     return [str(arg) for arg in argv] if isinstance(argv, list) else None
+
+
+def served_dtype(argv: Sequence[str] | None) -> str | None:
+    """The `--dtype` of a server's command line ("auto", vLLM's default, when it passed none;
+    None when no command line is known)."""
+    return (flag_value(argv, "--dtype") or "auto") if argv is not None else None
 
 
 def served_weights(argv: Sequence[str] | None) -> str | None:

@@ -16,6 +16,7 @@ from faulty_server import faulty_server
 from mur.evals.harness.provenance import ServerMixError, record_servers, served_by
 from mur.evals.harness.records import RecordStore
 from mur.servers.processes.facts import flag_value, served_weights, token_differences
+from mur.servers.processes.launcher import served_dtype
 from mur.servers.processes.throughput import StreamRate, choose
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -138,3 +139,10 @@ def test_run_py_refuses_to_resume_on_another_dtype_in_one_line(tmp_path: Path, t
     history = json.loads((out / "settings.json").read_text())["servers"]
     assert history[-1]["mixed"] is True and history[-1]["backbone"]["dtype"] == "float32"
     assert history[-1]["concurrency_chosen_by"] == "--concurrency"
+
+
+def test_the_dtype_comes_from_the_command_line_and_auto_when_it_gives_none() -> None:
+    """One reading for `mur servers status` and the run folders' settings.json."""
+    assert served_dtype(["vllm", "--model", "m", "--dtype", "bfloat16"]) == "bfloat16"
+    assert served_dtype(["vllm", "--model", "m"]) == "auto"
+    assert served_dtype(None) is None
