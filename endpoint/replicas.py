@@ -32,6 +32,7 @@ import ipaddress
 import os
 import signal
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
@@ -142,7 +143,7 @@ class Signals:
 
     def handle(self, sig: int, frame: FrameType | None) -> None:
         self.count += 1
-        self.supervisor.stopping.set()
+        self.supervisor.stopping = True  # a flag: no lock taken inside a signal handler
 
     def restore(self) -> None:
         for sig, handler in self.before.items():
@@ -210,9 +211,9 @@ def _run(supervisor: Supervisor, args: argparse.Namespace, checkpointer: str, ke
                 f"warning: the router listens on {args.host} without an API key: anyone who "
                 f"reaches it can spend the backbone's compute (set {API_KEY_ENV})"
             )
-        while not supervisor.stopping.is_set():
+        while not supervisor.stopping:
             supervisor.check()
-            supervisor.stopping.wait(0.5)
+            time.sleep(0.5)
         grace = args.drain_seconds + CLOSE_MARGIN_S
         return supervisor.drain(grace, lambda: signals.count)
     except ServerError as exc:

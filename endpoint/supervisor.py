@@ -33,10 +33,15 @@ from mur.servers.processes.orphans import Tether
 from mur.servers.processes.replicas import router_env as minimal_router_env
 
 START_TIMEOUT_S = 300.0
-"""The first replica may start (or wait for) the embedded model server."""
+"""For the replicas and the router to answer; a first replica started alone (it fetches,
+converts and starts the embedded model server) is bounded by that server's own timeouts."""
 RESTART_PAUSE_S = 1.0
 RESTART_PAUSE_MAX_S = 60.0
 ROUTER_STOP_S = 10.0
+RESIGNAL_S = 1.0
+"""How often forced replicas get SIGTERM again: signals sent close together may arrive as one
+(the kernel and Python each keep one pending signal of a kind), and a replica exits at once
+only on its second."""
 POLL_S = 0.25
 
 
@@ -82,7 +87,9 @@ class Supervisor:
         self.replicas, self.router = list(replicas), router
         self.env, self.out, self.prog = dict(env), out, prog
         self.router_env = dict(minimal_router_env() if router_env is None else router_env)
-        self.stopping = threading.Event()
+        self.stopping = False
+        """Set to stop: a plain flag, so a signal handler may set it (an Event's lock may be
+        held by the very thread the handler interrupts)."""
         self._lock = threading.Lock()
         self.tether = Tether()
 
@@ -91,17 +98,20 @@ class Supervisor:
             print(f"[{name or self.prog}] {text}", file=self.out, flush=True)
 
     def _spawn(self, child: Child) -> None:
-        child.process = subprocess.Popen(
-            self.tether.command(child.command),  # it dies with this process (orphans.py)
-            env=self.router_env if child is self.router else self.env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            bufsize=1,
-            process_group=0,  # a terminal's Ctrl-C reaches the supervisor alone
-            pass_fds=self.tether.pass_fds,
-        )
+        try:
+            child.process = subprocess.Popen(
+                self.tether.command(child.command),  # it dies with this process (orphans.py)
+                env=self.router_env if child is self.router else self.env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                bufsize=1,
+                process_group=0,  # a terminal's Ctrl-C reaches the supervisor alone
+                pass_fds=self.tether.pass_fds,
+            )
+        except OSError as exc:  # fork refused (no memory, too many processes)
+            raise ServerError(f"could not start {child.name}: {exc}") from None
         child.ready = False
         stream = child.process.stdout
         assert stream is not None
@@ -117,19 +127,20 @@ class Supervisor:
     def start(self, *, first_alone: bool = False, timeout: float = START_TIMEOUT_S) -> None:
         """The replicas, then the router, each answering /health (else ServerError). With
         `first_alone` the first replica starts before the others: it may start the embedded
-        model server, which they then reuse instead of racing to start it too."""
-        deadline = time.monotonic() + timeout
+        model server, which they then reuse instead of racing to start it too; that wait is
+        bounded by the model server's own timeouts (the replica exits if they pass)."""
         first, *rest = self.replicas
         self._spawn(first)
         if first_alone:
-            self._wait_ready([first], deadline)
+            self._wait_ready([first], None)
+        deadline = time.monotonic() + timeout
         for child in rest:
             self._spawn(child)
         self._wait_ready(self.replicas, deadline)
         self._spawn(self.router)
         self._wait_ready([self.router], deadline)
 
-    def _wait_ready(self, children: Sequence[Child], deadline: float) -> None:
+    def _wait_ready(self, children: Sequence[Child], deadline: float | None) -> None:
         waiting = list(children)
         while waiting:
             for child in list(waiting):
@@ -143,9 +154,9 @@ class Supervisor:
                 if healthy(child.root):
                     child.ready = True
                     waiting.remove(child)
-            if self.stopping.is_set():
+            if self.stopping:
                 raise ServerError("stopped before every replica had started")
-            if waiting and time.monotonic() > deadline:
+            if waiting and deadline is not None and time.monotonic() > deadline:
                 names = ", ".join(child.name for child in waiting)
                 raise ServerError(f"{names} did not answer /health in time: see the lines above")
             if waiting:
@@ -173,9 +184,15 @@ class Supervisor:
                 )
                 if not child.ready:  # it died starting: wait longer next time
                     child.pause = min(child.pause * 2, RESTART_PAUSE_MAX_S)
-            elif now >= child.start_after and not self.stopping.is_set():
+            elif now >= child.start_after and not self.stopping:
+                try:
+                    self._spawn(child)
+                except ServerError as exc:  # try again later, as after a failed start
+                    child.pause = min(child.pause * 2, RESTART_PAUSE_MAX_S)
+                    child.start_after = now + child.pause
+                    self.say(f"{exc}: trying again in {child.pause:.0f} s")
+                    continue
                 child.start_after, child.restarts = 0.0, child.restarts + 1
-                self._spawn(child)
 
     def kill(self, index: int, sig: int = signal.SIGKILL) -> int:
         """Send `sig` to replica `index` (a fault to inject); its pid."""
@@ -197,21 +214,24 @@ class Supervisor:
         signal arrives (`signals()` counts them), SIGKILL after `grace`; then the router goes.
         0 when every replica that was serving exited 0 of its own accord: one dead and waiting
         for its restart, or started again and not yet answering, has no run to drain."""
-        self.stopping.set()
+        self.stopping = True
         serving = [c for c in self.replicas if c.alive() and (c.ready or healthy(c.root))]
         self.say(f"stopping: the replicas drain (at most {grace:.0f} s), then the router stops")
         self.signal_replicas(signal.SIGTERM)
         deadline = time.monotonic() + grace
-        forced = False
+        forced, killed, resignal_at = False, False, 0.0
         while any(child.alive() for child in self.replicas):
+            now = time.monotonic()
             if signals() > 1 and not forced:
                 self.say("second signal: the replicas exit now")
-                self.signal_replicas(signal.SIGTERM)
                 forced = True
-            if time.monotonic() > deadline:
+            if forced and not killed and now >= resignal_at:
+                self.signal_replicas(signal.SIGTERM)
+                resignal_at = now + RESIGNAL_S
+            if now > deadline and not killed:
                 self.say("the replicas did not exit in time: killing them")
                 self.signal_replicas(signal.SIGKILL)
-                forced = True
+                forced = killed = True
             time.sleep(POLL_S)
         self.stop_router()
         codes = [child.process.returncode for child in serving if child.process]
@@ -230,7 +250,7 @@ class Supervisor:
 
     def close(self) -> None:
         """Kill every child still running and reap them (error paths, tests); untie them."""
-        self.stopping.set()
+        self.stopping = True
         for child in [*self.replicas, self.router]:
             if child.process is not None and child.process.poll() is None:
                 with contextlib.suppress(ProcessLookupError):

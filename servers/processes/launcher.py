@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from filelock import FileLock
+from filelock import FileLock, Timeout
 from rich.console import Console
 from rich.markup import escape
 
@@ -439,7 +439,7 @@ def status(probe: Callable[[str], bool] = healthy) -> list[RunningServer]:
     for name in recorded_profiles():
         record = read_record(name)
         if record is None or not record_alive(record):
-            remove_record(name)
+            _remove_dead_record(name)
             continue
         base_url = str(record.get("base_url", ""))
         argv = _record_argv(record)
@@ -458,6 +458,19 @@ def status(probe: Callable[[str], bool] = healthy) -> list[RunningServer]:
             )
         )
     return servers
+
+
+def _remove_dead_record(profile: str) -> None:
+    """Remove the profile's record if it is still a dead one, under the profile's lock: an
+    `up` that holds the lock may be writing the record of the server it starts. Busy: left
+    for the next status."""
+    try:
+        with _profile_lock(profile).acquire(timeout=0):
+            record = read_record(profile)
+            if record is None or not record_alive(record):
+                remove_record(profile)
+    except Timeout:
+        return
 
 
 def recorded_command(base_url: str) -> list[str] | None:

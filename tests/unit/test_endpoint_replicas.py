@@ -288,7 +288,7 @@ def check_the_stream(bodies: list[Any], reply: httpx.Response, replay: dict[str,
 def check_the_keyless_run(bodies: list[Any], reply: Any, pg_url: str) -> None:
     """Steps 1-3 on the killed replica, then the whole run on the other; a new run with its
     own usage; the database holds no row or checkpoint of it."""
-    assert isinstance(reply, httpx.Response) and reply.status_code == 200, reply
+    assert isinstance(reply, httpx.Response) and reply.status_code == 200, (reply, reply.text)
     data = reply.json()
     assert data["mur"]["run"] == {"outcome": "new", "idempotency_key": None}
     assert data["choices"][0]["message"]["content"].count("Step") == STEPS

@@ -464,6 +464,21 @@ def test_status_cleans_stale_records(mur_home: Path) -> None:
     assert not (run / "cpu-tiny.json").exists()
 
 
+def test_status_leaves_a_record_alone_while_up_holds_the_profile(mur_home: Path) -> None:
+    """`up` holds the profile's lock while it starts a server and writes its record: status
+    neither waits for it nor removes what is there (the next status does, if still dead)."""
+    run = mur_home / "run"
+    run.mkdir(parents=True)
+    record = run / "cpu-tiny.json"
+    record.write_text(json.dumps({"pid": 2**22 + 12345, "base_url": "http://x:1/v1"}))
+    with launcher._profile_lock("cpu-tiny"):
+        holder = threading.Thread(target=lambda: launcher.status())  # another process's status
+        holder.start()
+        holder.join(10)
+        assert not holder.is_alive() and record.exists()
+    assert launcher.status() == [] and not record.exists()
+
+
 # ----------------------------------------------------------------------------------- CLI
 
 

@@ -285,12 +285,9 @@ GRACEFUL = (
 NEVER_READY = [sys.executable, "-c", "import time; time.sleep(600)"]
 
 
-@pytest.mark.parametrize("state", ["dead, its restart pending", "started again, not answering"])
-def test_a_replica_between_death_and_restart_does_not_fail_the_drain(state: str) -> None:
-    """A stop signal while a replica is down (killed, restart scheduled) or starting again:
-    the serving replicas drain and exit 0, so the supervisor exits 0 (it said 1 when a SIGTERM
-    met a replica the supervisor was restarting)."""
-    port = free_ports(3)
+def stand_ins(port: int, first: list[str] | None = None) -> Supervisor:
+    """Two graceful stand-in replicas on port+1, port+2 (the first's command may be given)
+    behind a stand-in router on `port`."""
 
     def replica(name: str, at: int) -> Child:
         command = [sys.executable, "-c", GRACEFUL, str(FAKE_REPLICA), str(at), MODEL]
@@ -299,13 +296,18 @@ def test_a_replica_between_death_and_restart_does_not_fail_the_drain(state: str)
     router = Child(
         "router", [sys.executable, str(FAKE_REPLICA), str(port), MODEL], f"http://127.0.0.1:{port}"
     )
-    supervisor = Supervisor(
-        [replica("r1", port + 1), replica("r2", port + 2)],
-        router,
-        env=os.environ,
-        out=sys.stderr,
-        prog="t",
-    )
+    replicas = [replica("r1", port + 1), replica("r2", port + 2)]
+    if first is not None:
+        replicas[0].command = first
+    return Supervisor(replicas, router, env=os.environ, out=sys.stderr, prog="t")
+
+
+@pytest.mark.parametrize("state", ["dead, its restart pending", "started again, not answering"])
+def test_a_replica_between_death_and_restart_does_not_fail_the_drain(state: str) -> None:
+    """A stop signal while a replica is down (killed, restart scheduled) or starting again:
+    the serving replicas drain and exit 0, so the supervisor exits 0 (it said 1 when a SIGTERM
+    met a replica the supervisor was restarting)."""
+    supervisor = stand_ins(free_ports(3))
     try:
         supervisor.start(timeout=60)
         first = supervisor.replicas[0]
@@ -319,5 +321,78 @@ def test_a_replica_between_death_and_restart_does_not_fail_the_drain(state: str)
             assert first.alive() and not first.ready
         assert supervisor.drain(10, lambda: 1) == 0
         assert supervisor.replicas[1].process.returncode == 0
+    finally:
+        supervisor.close()
+
+
+def test_a_first_replica_started_alone_is_not_held_to_the_start_timeout() -> None:
+    """It may fetch, convert and start the embedded model server (minutes on a busy machine,
+    bounded by that server's own timeouts): the start timeout counts from its answer."""
+    port = free_ports(3)
+    slow = "import time; time.sleep(3); " + GRACEFUL
+    command = [sys.executable, "-c", slow, str(FAKE_REPLICA), str(port + 1), MODEL]
+    supervisor = stand_ins(port, first=command)
+    try:
+        supervisor.start(first_alone=True, timeout=1.5)
+        assert all(child.ready for child in supervisor.replicas)
+    finally:
+        supervisor.close()
+
+
+# Drains as a real replica does: the first SIGTERM starts a long drain, the second exits now.
+TWO_SIGNALS = (
+    "import runpy, signal, sys\n"
+    "seen = []\n"
+    "def handle(*_):\n"
+    "    seen.append(1)\n"
+    "    if len(seen) > 1: sys.exit(0)\n"
+    "signal.signal(signal.SIGTERM, handle)\n"
+    "sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
+)
+
+
+def test_a_second_signal_reaches_every_replica_even_when_signals_merge() -> None:
+    """Two SIGTERMs sent together may arrive as one; forced replicas get SIGTERM again each
+    second until they exit, so they exit of their own accord, not by SIGKILL at the grace."""
+    port = free_ports(3)
+    command = [sys.executable, "-c", TWO_SIGNALS, str(FAKE_REPLICA), str(port + 1), MODEL]
+    supervisor = stand_ins(port, first=command)
+    try:
+        supervisor.start(timeout=60)
+        began = time.monotonic()
+        assert supervisor.drain(20, lambda: 2) == 1  # forced: not a clean drain
+        assert time.monotonic() - began < 15
+        assert supervisor.replicas[0].process.returncode == 0
+    finally:
+        supervisor.close()
+
+
+def test_a_restart_the_system_refuses_is_tried_again_later(monkeypatch, capsys) -> None:
+    """fork failing (no memory) while a dead replica is restarted: said, tried again after a
+    longer pause, not a traceback that skips the drain."""
+    port = free_ports(3)
+    supervisor = stand_ins(port)
+    try:
+        supervisor.start(timeout=60)
+        first = supervisor.replicas[0]
+        supervisor.kill(0)
+        assert wait_until(lambda: not first.alive(), 10)
+        supervisor.check()
+        real = subprocess.Popen
+
+        def refused(*args, **kwargs):
+            raise OSError(12, "Cannot allocate memory")
+
+        monkeypatch.setattr(subprocess, "Popen", refused)
+        first.start_after = time.monotonic()
+        supervisor.check()
+        assert "could not start r1: [Errno 12] Cannot allocate memory: trying again in 2 s" in (
+            capsys.readouterr().err
+        )
+        monkeypatch.setattr(subprocess, "Popen", real)
+        first.start_after = time.monotonic()
+        supervisor.check()
+        assert wait_until(lambda: (supervisor.check(), first.ready)[1], 30)
+        assert first.restarts == 1
     finally:
         supervisor.close()
