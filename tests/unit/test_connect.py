@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import socket
+import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
@@ -352,6 +355,42 @@ def test_the_healer_starts_a_dead_server_again_once(monkeypatch) -> None:
     assert said and f"the {TINY.name} server at {TINY.base_url} had died" in said[0]
     asyncio.run(failures())
     assert started == [TINY.name]  # healthy: left alone
+
+
+def test_a_stop_does_not_wait_for_a_recovery_in_progress(monkeypatch) -> None:
+    """Ctrl-C while the dead server starts again: the run stops at once, the start goes on
+    in its own thread (asyncio.run would otherwise join it, minutes, on its way out)."""
+    release = threading.Event()
+
+    def slow_up(profile, **_) -> RunningServer:
+        release.wait(20)
+        return RunningServer(profile.name, profile.base_url, "m", 1, True, True, None)
+
+    monkeypatch.setattr(connect_module, "healthy", lambda root: False)
+    monkeypatch.setattr(connect_module, "up", slow_up)
+    healer = Healer(TINY, eager=True, say=lambda line: None)
+
+    async def stopped() -> None:
+        task = asyncio.create_task(healer.recover())
+        await asyncio.sleep(0.2)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    began = time.monotonic()
+    asyncio.run(stopped())
+    assert time.monotonic() - began < 5
+    release.set()
+
+
+def test_a_recovery_that_fails_raises_in_the_awaiting_task(monkeypatch) -> None:
+    def failing_up(profile, **_) -> RunningServer:
+        raise ServerError("port 8021 is in use")
+
+    monkeypatch.setattr(connect_module, "healthy", lambda root: False)
+    monkeypatch.setattr(connect_module, "up", failing_up)
+    with pytest.raises(ServerError, match="port 8021 is in use"):
+        asyncio.run(Healer(TINY, eager=True, say=lambda line: None).recover())
 
 
 def test_only_the_embedded_servers_clients_heal() -> None:
