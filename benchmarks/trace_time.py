@@ -10,6 +10,9 @@ arms' ratios to majority@8 are what compares. A rule that draws in batches waits
 before the next (a branch waits for its parent): that is the price the table shows.
 
     mur bench trace_time --profile cpu-qwen-1.5b --offset 200 --limit 10 --out trace_time.json
+
+With --out, each timed run is saved as it finishes, and the same command resumes where a stopped
+one left off (refused on a server whose CPU, dtype or weights differ: no table mixes two).
 """
 
 from __future__ import annotations
@@ -35,7 +38,12 @@ from mur.servers.clients.chat_models import make_chat_model
 from mur.servers.clients.errors import ServerError
 from mur.servers.clients.metrics import generation_tokens, settled
 from mur.servers.connect import add_connection_arguments
-from mur.servers.processes.facts import server_facts
+from mur.servers.processes.facts import (
+    ServerFacts,
+    describe_recorded,
+    server_facts,
+    token_differences,
+)
 from mur.servers.processes.launcher import up
 from mur.servers.processes.profiles import get_profile
 
@@ -88,6 +96,55 @@ async def solve_alone(
     )
 
 
+def resume(out: Path | None, facts: ServerFacts, plan: Mapping[str, Any]) -> list[Timed]:
+    """The runs an earlier --out holds ([] for none): ValueError naming the file when it is
+    not such a result, was timed on another kind of server, or with other settings."""
+    if out is None or not out.exists():
+        return []
+    try:
+        document = json.loads(out.read_text())
+        runs = [Timed(**run) for run in document["runs"]]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"{out} is not a trace_time result ({exc}): give another --out") from None
+    recorded = document.get("server") or {}
+    differ = token_differences(recorded, facts.as_json())
+    differ += ["cpu"] * (recorded.get("cpu") != facts.cpu)
+    if differ:
+        raise ValueError(
+            f"{out} was timed on {describe_recorded(recorded)}, this server is "
+            f"{facts.describe()} ({', '.join(differ)} differ): one table times one kind of "
+            "server; give another --out"
+        )
+    if document.get("plan") != plan:
+        raise ValueError(
+            f"{out} timed {document.get('plan')}, not {plan}: rerun with its flags, or give "
+            "another --out"
+        )
+    return runs
+
+
+def save(out: Path, facts: ServerFacts, plan: Mapping[str, Any], runs: Sequence[Timed]) -> None:
+    """Every run so far, written whole and renamed into place (a kill leaves the last copy)."""
+    document = {"server": facts.as_json(), "plan": plan, "runs": [asdict(r) for r in runs]}
+    partial = out.with_name(f".{out.name}.partial")
+    partial.write_text(json.dumps(document, indent=1) + "\n")
+    partial.replace(out)
+
+
+def schedule(
+    ids: Sequence[str], arms: Sequence[str], done: Sequence[Timed]
+) -> list[tuple[str, str]]:
+    """(question id, arm) still to time, in order: the arms' order rotates from question to
+    question (the first arm of question i is arm i), so no arm always runs first."""
+    timed = {(run.problem_id, run.arm) for run in done}
+    return [
+        (problem_id, arm)
+        for i, problem_id in enumerate(ids)
+        for arm in [*arms[i % len(arms) :], *arms[: i % len(arms)]]
+        if (problem_id, arm) not in timed
+    ]
+
+
 def table(runs: Sequence[Timed], arms: Sequence[str]) -> str:
     """Per arm: wall time a question (mean, median, max), tokens, the server's rate, and the
     ratios to the first arm."""
@@ -129,7 +186,11 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     parser.add_argument("--top-logprobs", type=int, default=20, help="as the experiments")
     parser.add_argument("--max-steps", type=positive_int, help="override the profile's")
     parser.add_argument("--max-step-tokens", type=positive_int, help="override the profile's")
-    parser.add_argument("--out", type=Path, help="write every timed run and the table as JSON")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        help="save every timed run (JSON) as it finishes; the same command resumes from it",
+    )
     add_connection_arguments(
         parser,
         verifier=False,
@@ -146,6 +207,8 @@ async def run(args: argparse.Namespace) -> int:
         questions = load_dataset(args.dataset, limit=args.limit, offset=args.offset)
     except (ValueError, OSError) as exc:
         return usage_error(PROG, str(exc))
+    if args.out and (args.out.is_dir() or not args.out.parent.is_dir()):
+        return usage_error(PROG, f"--out {args.out}: give a file in a folder that exists")
     try:
         if args.base_url:
             url, model = args.base_url, args.model
@@ -169,19 +232,27 @@ async def run(args: argparse.Namespace) -> int:
     }
     graph = build_graph(backbone=backbone)
     facts = server_facts(url, backbone.model_name)
-    print(f"timing {len(questions)} questions alone on {facts.describe()}", file=sys.stderr)
-    runs: list[Timed] = []
-    for i, question in enumerate(questions):
-        order = [*args.arms[i % len(args.arms) :], *args.arms[: i % len(args.arms)]]
-        for arm in order:
-            runs.append(await solve_alone(graph, arm, question, settings, url))
-            r = runs[-1]
-            print(f"{question.id} {arm}: {r.wall_s:.1f} s, {r.tokens} tokens", file=sys.stderr)
-    shown = table(runs, args.arms)
-    print(shown)
-    if args.out:
-        document = {"server": facts.as_json(), "runs": [asdict(r) for r in runs], "table": shown}
-        args.out.write_text(json.dumps(document, indent=1) + "\n")
+    plan = json.loads(json.dumps(
+        {"dataset": args.dataset, "offset": args.offset, "arms": args.arms, "settings": settings}
+    ))  # fmt: skip
+    try:
+        runs = resume(args.out, facts, plan)
+    except ValueError as exc:
+        return usage_error(PROG, str(exc))
+    by_id = {question.id: question for question in questions}
+    todo = schedule(list(by_id), args.arms, runs)
+    kept = f"{len(by_id) * len(args.arms) - len(todo)} runs already in {args.out}, " if runs else ""
+    print(f"timing {len(questions)} questions alone on {facts.describe()}: {kept}"
+          f"{len(todo)} to go", file=sys.stderr)  # fmt: skip
+    for problem_id, arm in todo:
+        runs.append(await solve_alone(graph, arm, by_id[problem_id], settings, url))
+        if args.out:
+            save(args.out, facts, plan, runs)
+        print(
+            f"{problem_id} {arm}: {runs[-1].wall_s:.1f} s, {runs[-1].tokens} tokens",
+            file=sys.stderr,
+        )
+    print(table([run for run in runs if run.problem_id in by_id], args.arms))
     return 0
 
 

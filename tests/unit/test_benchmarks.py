@@ -37,6 +37,7 @@ from mur.benchmarks.tables import (
     scaling_table,
     verdict,
 )
+from mur.servers.processes.facts import ServerFacts
 
 METRICS = """\
 # HELP vllm:generation_tokens_total Number of generation tokens processed.
@@ -454,3 +455,52 @@ def test_trace_time_refuses_an_offset_past_the_questions_before_starting_a_serve
         f"{trace_time.PROG}: error: offset 100000 skips every question of math500, which has "
         "500: give an offset below 500; see --help"
     ]
+
+
+def timed(problem_id: str, arm: str) -> trace_time.Timed:
+    return trace_time.Timed(arm, problem_id, 1.5, 100, 100, 2, 1)
+
+
+def facts_of(**changed: Any) -> ServerFacts:
+    base = {
+        "base_url": "http://127.0.0.1:8022/v1", "model": "m", "vllm_version": "0.32.0",
+        "dtype": "bfloat16", "weights": "bf16", "logprobs_mode": "processed_logprobs",
+        "cpu": "AMD EPYC (family 25, model 17)", "cpu_flags": ("avx512_bf16",),
+    }  # fmt: skip
+    return ServerFacts(**{**base, **changed})
+
+
+def test_trace_time_rotates_the_arms_and_skips_what_an_earlier_run_timed() -> None:
+    arms = ["a", "b", "c"]
+    assert trace_time.schedule(["q1", "q2"], arms, []) == [
+        ("q1", "a"), ("q1", "b"), ("q1", "c"), ("q2", "b"), ("q2", "c"), ("q2", "a"),
+    ]  # fmt: skip
+    done = [timed("q1", "b"), timed("q2", "b")]
+    assert trace_time.schedule(["q1", "q2"], arms, done) == [
+        ("q1", "a"), ("q1", "c"), ("q2", "c"), ("q2", "a"),
+    ]  # fmt: skip
+
+
+def test_trace_time_resumes_only_the_same_plan_on_the_same_kind_of_server(tmp_path) -> None:
+    out, plan = tmp_path / "trace_time.json", {"dataset": "math500", "offset": 200}
+    assert trace_time.resume(out, facts_of(), plan) == []
+    runs = [timed("q1", "a"), timed("q1", "b")]
+    trace_time.save(out, facts_of(), plan, runs)
+    assert trace_time.resume(out, facts_of(base_url="http://other:8022/v1"), plan) == runs
+    with pytest.raises(ValueError, match=r"this server is vLLM 0\.32\.0, float32.*dtype differ"):
+        trace_time.resume(out, facts_of(dtype="float32"), plan)
+    with pytest.raises(ValueError, match=r"\(cpu differ\): one table times one kind of server"):
+        trace_time.resume(out, facts_of(cpu="Intel Xeon"), plan)
+    with pytest.raises(ValueError, match="rerun with its flags"):
+        trace_time.resume(out, facts_of(), {**plan, "offset": 0})
+    out.write_text('{"runs": [{"arm": "a"}]}')
+    with pytest.raises(ValueError, match="is not a trace_time result"):
+        trace_time.resume(out, facts_of(), plan)
+
+
+def test_trace_time_refuses_an_out_it_cannot_write_before_starting_a_server(
+    capsys, monkeypatch, tmp_path
+) -> None:
+    monkeypatch.setattr(trace_time, "up", lambda *a, **k: pytest.fail("no server for bad input"))
+    assert trace_time.main(["--out", str(tmp_path / "missing" / "t.json")]) == 2
+    assert "give a file in a folder that exists" in capsys.readouterr().err
