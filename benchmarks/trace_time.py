@@ -232,7 +232,7 @@ async def run(args: argparse.Namespace) -> int:
     }
     graph = build_graph(backbone=backbone)
     facts = server_facts(url, backbone.model_name)
-    plan = json.loads(json.dumps(
+    plan = json.loads(json.dumps(  # as an --out file reads it back (tuples become lists)
         {"dataset": args.dataset, "offset": args.offset, "arms": args.arms, "settings": settings}
     ))  # fmt: skip
     try:

@@ -67,6 +67,10 @@ class Child:
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
 
+    def back_off(self) -> None:
+        """Wait twice as long before the next restart (at most RESTART_PAUSE_MAX_S)."""
+        self.pause = min(self.pause * 2, RESTART_PAUSE_MAX_S)
+
 
 class Supervisor:
     """Replicas behind a router: `start`, then `check` periodically until told to stop, then
@@ -183,12 +187,12 @@ class Supervisor:
                     f"{child.process.returncode}: restarting it in {child.pause:.0f} s"
                 )
                 if not child.ready:  # it died starting: wait longer next time
-                    child.pause = min(child.pause * 2, RESTART_PAUSE_MAX_S)
+                    child.back_off()
             elif now >= child.start_after and not self.stopping:
                 try:
                     self._spawn(child)
                 except ServerError as exc:  # try again later, as after a failed start
-                    child.pause = min(child.pause * 2, RESTART_PAUSE_MAX_S)
+                    child.back_off()
                     child.start_after = now + child.pause
                     self.say(f"{exc}: trying again in {child.pause:.0f} s")
                     continue

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
+import concurrent.futures
 import os
 import sys
 import threading
@@ -191,28 +191,20 @@ class Healer:
         """`_recover` in a daemon thread of its own, not the loop's executor: asyncio.run joins
         the executor's threads without a timeout (Python 3.11), so a Ctrl-C while the server
         starts again (minutes) would wait for it."""
-        loop = asyncio.get_running_loop()
-        done: asyncio.Future[None] = loop.create_future()
-
-        def settle(error: BaseException | None) -> None:
-            if done.done():  # the awaiting task was cancelled
-                return
-            if error is None:
-                done.set_result(None)
-            else:
-                done.set_exception(error)
+        future: concurrent.futures.Future[None] = concurrent.futures.Future()
 
         def work() -> None:
-            error: BaseException | None = None
+            if not future.set_running_or_notify_cancel():  # nobody awaits it any more
+                return
             try:
                 self._recover()
-            except BaseException as exc:  # handed to the awaiting task, which raises it
-                error = exc
-            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody awaits it
-                loop.call_soon_threadsafe(settle, error)
+            except BaseException as exc:  # raised in the awaiting task
+                future.set_exception(exc)
+            else:
+                future.set_result(None)
 
         threading.Thread(target=work, name=f"recover-{self.profile.name}", daemon=True).start()
-        await done
+        await asyncio.wrap_future(future)
 
     def _recover(self) -> None:
         with self._lock:
