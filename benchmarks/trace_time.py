@@ -115,12 +115,32 @@ def resume(out: Path | None, facts: ServerFacts, plan: Mapping[str, Any]) -> lis
             f"{facts.describe()} ({', '.join(differ)} differ): one table times one kind of "
             "server; give another --out"
         )
-    if document.get("plan") != plan:
+    differ = plan_differences(document.get("plan") or {}, plan)
+    if differ:
         raise ValueError(
-            f"{out} timed {document.get('plan')}, not {plan}: rerun with its flags, or give "
-            "another --out"
+            f"{out} was timed with {differ[0]}"
+            + (f" (and {len(differ) - 1} more settings)" if len(differ) > 1 else "")
+            + ": rerun with its flags, or give another --out"
         )
     return runs
+
+
+def plan_differences(recorded: Mapping[str, Any], plan: Mapping[str, Any]) -> list[str]:
+    """Each setting (a plan's own or one of its graph settings) recorded otherwise than
+    asked, as "name=recorded, this command asks name=asked"."""
+
+    def flat(document: Mapping[str, Any]) -> dict[str, Any]:
+        return {
+            **{k: v for k, v in document.items() if k != "settings"},
+            **document.get("settings", {}),
+        }
+
+    before, now = flat(recorded), flat(plan)
+    return [
+        f"{name}={before.get(name)!r}, this command asks {name}={now.get(name)!r}"
+        for name in sorted(before.keys() | now.keys())
+        if before.get(name) != now.get(name)
+    ]
 
 
 def save(out: Path, facts: ServerFacts, plan: Mapping[str, Any], runs: Sequence[Timed]) -> None:

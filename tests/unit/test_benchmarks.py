@@ -491,8 +491,13 @@ def test_trace_time_resumes_only_the_same_plan_on_the_same_kind_of_server(tmp_pa
         trace_time.resume(out, facts_of(dtype="float32"), plan)
     with pytest.raises(ValueError, match=r"\(cpu differ\): one table times one kind of server"):
         trace_time.resume(out, facts_of(cpu="Intel Xeon"), plan)
-    with pytest.raises(ValueError, match="rerun with its flags"):
+    with pytest.raises(ValueError, match=r"with offset=200, this command asks offset=0: rerun"):
         trace_time.resume(out, facts_of(), {**plan, "offset": 0})
+    trace_time.save(out, facts_of(), {**plan, "settings": {"max_steps": 2}}, runs)
+    with pytest.raises(ValueError, match=r"max_steps=2, this command asks max_steps=3: rerun"):
+        trace_time.resume(out, facts_of(), {**plan, "settings": {"max_steps": 3}})
+    with pytest.raises(ValueError, match=r"max_steps=2, this .* \(and 1 more settings\)"):
+        trace_time.resume(out, facts_of(), {**plan, "offset": 0, "settings": {"max_steps": 3}})
     out.write_text('{"runs": [{"arm": "a"}]}')
     with pytest.raises(ValueError, match="is not a trace_time result"):
         trace_time.resume(out, facts_of(), plan)
