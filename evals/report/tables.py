@@ -71,6 +71,7 @@ class Report:
     json_path: Path
     plot_path: Path | None
     sweep_path: Path | None
+    traces_plot_path: Path | None = None
 
 
 def run_time(records: Sequence[RunRecord]) -> RunTime:
@@ -253,8 +254,9 @@ def write_report(
         listed = ", ".join(f"`{source}`" for source in sources)
         markdown = f"Combined from {listed}.\n\n{hypotheses_markdown(tests)}\n{markdown}"
     traces: dict[str, Any] = {}
+    traces_plot: Path | None = None
     if has_traces(records):
-        section, traces = trace_section(
+        section, traces, traces_plot = trace_section(
             records, folder, prereg=prereg, arms=arms, resamples=resamples, seed=seed
         )
         markdown = f"{markdown}\n{section}"
@@ -279,7 +281,9 @@ def write_report(
         "method": {"resamples": resamples, "seed": seed, "confidence": stats.CONFIDENCE},
     }
     json_path.write_text(json.dumps(_finite(document), indent=1, allow_nan=False) + "\n")
-    return Report(rows, heads, choices, markdown, markdown_path, json_path, plot_path, sweep_path)
+    return Report(
+        rows, heads, choices, markdown, markdown_path, json_path, plot_path, sweep_path, traces_plot
+    )
 
 
 def _finite(value: Any) -> Any:
@@ -380,6 +384,12 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
         print(f"{prog}: {exc}", file=sys.stderr)
         return 2
     print(report.markdown)
-    written = [report.markdown_path, report.json_path, report.plot_path, report.sweep_path]
+    written = [
+        report.markdown_path,
+        report.json_path,
+        report.plot_path,
+        report.sweep_path,
+        report.traces_plot_path,
+    ]
     print("written: " + ", ".join(str(p) for p in written if p), file=sys.stderr)
     return 0

@@ -224,8 +224,9 @@ def trace_section(
     arms: Sequence[LiveArm] = (),
     resamples: int,
     seed: int,
-) -> tuple[str, dict[str, Any]]:
-    """The section's markdown and JSON for a folder of one setting's several samples."""
+) -> tuple[str, dict[str, Any], Path]:
+    """The section's markdown, its JSON and its plot for a folder of one setting's several
+    samples."""
     analysis = analyse(records, prereg=prereg, arms=arms, resamples=resamples, seed=seed)
     mean_tokens = analysis.rules[0].tokens_per_question / analysis.traces
     path = plot(analysis, folder / PLOT_NAME, mean_tokens)
@@ -243,7 +244,7 @@ def trace_section(
         "hypotheses": [asdict(d) for d in analysis.decisions],
         "live": [asdict(row) for row in analysis.live],
     }
-    return to_markdown(analysis, path.name), document
+    return to_markdown(analysis, path.name), document, path
 
 
 @dataclass(frozen=True)

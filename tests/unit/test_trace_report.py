@@ -79,7 +79,8 @@ async def test_the_analysis_decides_h4_to_h7_from_the_records(tmp_path: Path) ->
         sum(plan(q, s)[1] == "1" for q in range(QUESTIONS) for s in range(SAMPLES))
         / (QUESTIONS * SAMPLES)
     )
-    assert (tmp_path / "run" / "traces_accuracy_vs_tokens.png").stat().st_size > 0
+    assert report.traces_plot_path == tmp_path / "run" / "traces_accuracy_vs_tokens.png"
+    assert report.traces_plot_path.stat().st_size > 0
 
 
 async def test_the_online_check_compares_a_live_run_with_the_replays(
@@ -148,8 +149,9 @@ async def test_live_branching_arms_decide_h8_to_h11_beside_the_replays(
     assert "results/prereg-branching-fresh.md" in pending
     assert "| H10: branching economy" in pending and "not decided: no live folder 'mur'" in pending
     assert main([recorded, *FRESH, "--live", f"mur={mur}", "--live", f"random={random}"]) == 0
-    shown = capsys.readouterr().out
+    shown, said = capsys.readouterr()
     assert "pending" not in shown and "Live rules, each against majority@4" in shown
+    assert str(Path(recorded) / "traces_accuracy_vs_tokens.png") in said  # "written: ..."
     assert "- mur: 24 of 24 warm-up traces offered its rule a branch point" in shown
     document = json.loads((Path(recorded) / "report.json").read_text())["traces"]
     decisions = decisions_of(recorded)
