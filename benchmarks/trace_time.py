@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from mur.evals.harness.records import describe_differences
 from mur.evals.questions import load_dataset
 from mur.graphs.mur import build_graph
 from mur.graphs.state import Context
@@ -115,32 +116,21 @@ def resume(out: Path | None, facts: ServerFacts, plan: Mapping[str, Any]) -> lis
             f"{facts.describe()} ({', '.join(differ)} differ): one table times one kind of "
             "server; give another --out"
         )
-    differ = plan_differences(document.get("plan") or {}, plan)
+    recorded_plan, asked = flat_plan(document.get("plan") or {}), flat_plan(plan)
+    differ = [
+        k for k in recorded_plan.keys() | asked.keys() if recorded_plan.get(k) != asked.get(k)
+    ]
     if differ:
         raise ValueError(
-            f"{out} was timed with {differ[0]}"
-            + (f" (and {len(differ) - 1} more settings)" if len(differ) > 1 else "")
-            + ": rerun with its flags, or give another --out"
+            f"{out} was timed with {describe_differences(differ, recorded_plan, asked)}: rerun "
+            "with its flags, or give another --out"
         )
     return runs
 
 
-def plan_differences(recorded: Mapping[str, Any], plan: Mapping[str, Any]) -> list[str]:
-    """Each setting (a plan's own or one of its graph settings) recorded otherwise than
-    asked, as "name=recorded, this command asks name=asked"."""
-
-    def flat(document: Mapping[str, Any]) -> dict[str, Any]:
-        return {
-            **{k: v for k, v in document.items() if k != "settings"},
-            **document.get("settings", {}),
-        }
-
-    before, now = flat(recorded), flat(plan)
-    return [
-        f"{name}={before.get(name)!r}, this command asks {name}={now.get(name)!r}"
-        for name in sorted(before.keys() | now.keys())
-        if before.get(name) != now.get(name)
-    ]
+def flat_plan(plan: Mapping[str, Any]) -> dict[str, Any]:
+    """A plan's own fields and its graph settings side by side, each compared by name."""
+    return {**{k: v for k, v in plan.items() if k != "settings"}, **plan.get("settings", {})}
 
 
 def save(out: Path, facts: ServerFacts, plan: Mapping[str, Any], runs: Sequence[Timed]) -> None:

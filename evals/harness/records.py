@@ -27,7 +27,7 @@ import json
 import os
 import sys
 import zlib
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypedDict, cast
 
@@ -49,6 +49,17 @@ LOCK = ".records.lock"
 class SettingsMismatchError(ValueError):
     """A folder's runs were made with other settings than the command asks for: resuming
     into it would mix two experiments in one table."""
+
+
+def describe_differences(
+    names: Iterable[str], recorded: Mapping[str, Any], asked: Mapping[str, Any]
+) -> str:
+    """The first differing setting by name, as "name=recorded, this command asks name=asked",
+    and how many more differ: what a refused resume says (a setting absent from one side shows
+    as None)."""
+    first, *more = sorted(names)
+    shown = f"{first}={recorded.get(first)!r}, this command asks {first}={asked.get(first)!r}"
+    return f"{shown} (and {len(more)} more settings)" if more else shown
 
 
 class ErrorRecord(TypedDict):
@@ -297,14 +308,12 @@ class RecordStore:
         path = self.folder / SETTINGS
         with self.lock:
             recorded = json.loads(path.read_text()) if path.exists() else {}
-            differ = {k: v for k, v in recorded.items() if k in settings and settings[k] != v}
+            differ = [k for k, v in recorded.items() if k in settings and settings[k] != v]
             if differ:
-                name = sorted(differ)[0]
                 raise SettingsMismatchError(
-                    f"{path} says the runs in {self.folder} were made with {name}="
-                    f"{differ[name]!r}, this command asks {name}={settings[name]!r}"
-                    + (f" (and {len(differ) - 1} more settings)" if len(differ) > 1 else "")
-                    + ": pass the same settings to resume, or --out a new folder"
+                    f"{path} says the runs in {self.folder} were made with "
+                    f"{describe_differences(differ, recorded, settings)}: pass the same "
+                    "settings to resume, or --out a new folder"
                 )
             path.write_text(json.dumps({**recorded, **settings}, indent=2, sort_keys=True) + "\n")
 

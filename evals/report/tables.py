@@ -71,7 +71,7 @@ class Report:
     json_path: Path
     plot_path: Path | None
     sweep_path: Path | None
-    traces_plot_path: Path | None = None
+    traces_plot_path: Path | None
 
 
 def run_time(records: Sequence[RunRecord]) -> RunTime:
