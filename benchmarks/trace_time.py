@@ -4,10 +4,12 @@ Each question is solved alone (nothing else in flight on the server), once per a
 order rotating from question to question: majority@8 (eight traces at once), mur-esc (two at
 a time until a pair agrees, a trace stopped when its momentum climbs), MUR branching and EAGer
 branching (mur-esc with every later trace a branch of a warm-up trace). Per arm: the wall time
-a question, the completion tokens (the client's count, checked against the server's counter)
-and the server's tokens per second meanwhile. Tokens and time differ from draw to draw; the
-arms' ratios to majority@8 are what compares. A rule that draws in batches waits for each batch
-before the next (a branch waits for its parent): that is the price the table shows.
+a question, the completion tokens (the client's count; a run whose count differs from the
+server's counter shared the server, or lost a request, and is refused), the prompt tokens the
+server processed, and the server's generated tokens per second meanwhile. Tokens and time
+differ from draw to draw; the arms' ratios to majority@8 are what compares. A rule that draws
+in batches waits for each batch before the next (a branch waits for its parent): its wall
+ratio above its tokens ratio is that price.
 
     mur bench trace_time --profile cpu-qwen-1.5b --offset 200 --limit 10 --out trace_time.json
 
@@ -35,17 +37,15 @@ from mur.graphs.state import Context
 from mur.graphs.traces import MUR_ESC
 from mur.nodes.branching import MUR_RULE
 from mur.servers.cli import OneLineParser, comma_choices, positive_int, usage_error
-from mur.servers.clients.chat_models import make_chat_model
 from mur.servers.clients.errors import ServerError
-from mur.servers.clients.metrics import generation_tokens, settled
-from mur.servers.connect import add_connection_arguments
+from mur.servers.clients.metrics import generation_tokens, prompt_tokens, settled
+from mur.servers.connect import add_connection_arguments, connect, connection_options
 from mur.servers.processes.facts import (
     ServerFacts,
     describe_recorded,
     server_facts,
     token_differences,
 )
-from mur.servers.processes.launcher import up
 from mur.servers.processes.profiles import get_profile
 
 TIMED_PROFILE = "cpu-qwen-1.5b"  # the experiments' server, started or reused without --base-url
@@ -69,7 +69,9 @@ class Timed:
     tokens: int
     """Completion tokens by the graph's usage."""
     server_tokens: int
-    """What the server's counter moved by meanwhile (the same, when nothing else ran)."""
+    """What the server's counter moved by meanwhile (the same: `solve_alone` checks it)."""
+    prompt_tokens: int
+    """The prompt tokens the server processed meanwhile (a branch sends its parent's steps)."""
     traces: int
     branched: int
 
@@ -77,23 +79,58 @@ class Timed:
 async def solve_alone(
     graph: Any, arm: str, question: Any, settings: Mapping[str, Any], url: str
 ) -> Timed:
-    before = settled(lambda: generation_tokens(url), quiet=1.0)
+    """Time one question under one arm; NotAlone when the server generated other tokens
+    than the run drew meanwhile (another client, or a request that failed)."""
+    before = quiet_count(url, f"before {question.id} {arm}")
+    prompts = prompt_tokens(url)
     start = time.perf_counter()
     output = await graph.ainvoke(
         {"question": question.question}, context=Context(**settings, **ARMS[arm])
     )
     wall = time.perf_counter() - start
-    server = settled(lambda: generation_tokens(url), quiet=1.0) - before
+    server = quiet_count(url, f"after {question.id} {arm}") - before
     usage = output["usage"]
+    tokens = usage["backbone_tokens"] + usage["external_tokens"]
+    if server != tokens:
+        raise NotAlone(
+            f"{question.id} {arm}: the server at {url} generated {server} tokens while the "
+            f"run drew {tokens} ({usage['failed_calls']} failed requests): another client "
+            "shared it, or a request was lost; this run is not kept. Time on a quiet server: "
+            "the same command resumes"
+        )
     summaries = output["traces"]
     return Timed(
         arm=arm,
         problem_id=question.id,
         wall_s=wall,
-        tokens=usage["backbone_tokens"] + usage["external_tokens"],
+        tokens=tokens,
         server_tokens=server,
+        prompt_tokens=prompt_tokens(url) - prompts,
         traces=len(summaries),
         branched=sum(1 for s in summaries if s.get("parent") is not None),
+    )
+
+
+class NotAlone(RuntimeError):
+    """A timed run did not have the server to itself."""
+
+
+def quiet_count(url: str, when: str) -> int:
+    """The server's generated-token counter once it has stood still for a second; NotAlone
+    when it keeps moving (another client is generating)."""
+    try:
+        return settled(lambda: generation_tokens(url), quiet=1.0)
+    except TimeoutError:
+        raise NotAlone(
+            f"the server at {url} kept generating {when}: another client is using it. Time on "
+            "a quiet server: the same command resumes"
+        ) from None
+
+
+async def warm_up(graph: Any, question: Any, settings: Mapping[str, Any]) -> None:
+    """One untimed step, so the first timed run does not pay the first request's costs."""
+    await graph.ainvoke(
+        {"question": question.question}, context=Context(**{**settings, "max_steps": 1})
     )
 
 
@@ -156,12 +193,13 @@ def schedule(
 
 
 def table(runs: Sequence[Timed], arms: Sequence[str]) -> str:
-    """Per arm: wall time a question (mean, median, max), tokens, the server's rate, and the
-    ratios to the first arm."""
+    """Per arm: wall time a question (mean, median, max), completion and prompt tokens, the
+    server's generation rate, and the ratios of the means to the first arm's."""
     lines = [
         "| arm | questions | wall s / question | median | max | tokens / question | "
-        "server tok/s | traces | branched | wall vs first | tokens vs first |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "prompt tokens / question | server gen tok/s | traces | branched | wall vs first | "
+        "tokens vs first |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     base: tuple[float, float] | None = None
     for arm in arms:
@@ -174,7 +212,8 @@ def table(runs: Sequence[Timed], arms: Sequence[str]) -> str:
         rate = sum(r.server_tokens for r in mine) / sum(walls)
         lines.append(
             f"| {arm} | {len(mine)} | {wall:.1f} | {statistics.median(walls):.1f} | "
-            f"{max(walls):.1f} | {tokens:,.0f} | {rate:.1f} | "
+            f"{max(walls):.1f} | {tokens:,.0f} | "
+            f"{statistics.fmean(r.prompt_tokens for r in mine):,.0f} | {rate:.1f} | "
             f"{statistics.fmean(r.traces for r in mine):.2f} | "
             f"{statistics.fmean(r.branched for r in mine):.2f} | {wall / base[0]:.2f}x | "
             f"{tokens / base[1]:.2f}x |"
@@ -219,13 +258,12 @@ async def run(args: argparse.Namespace) -> int:
         return usage_error(PROG, str(exc))
     if args.out and (args.out.is_dir() or not args.out.parent.is_dir()):
         return usage_error(PROG, f"--out {args.out}: give a file in a folder that exists")
-    try:
-        if args.base_url:
-            url, model = args.base_url, args.model
-        else:
-            server = up(profile)
-            url, model = server.base_url, server.model
-        backbone = make_chat_model(url, model)
+    if args.top_logprobs < 1:
+        return usage_error(PROG, f"--top-logprobs {args.top_logprobs}: EAGer reads the "
+                           "tokens' entropy from at least 1 (the experiments used 20)")  # fmt: skip
+    try:  # as mur solve: the profile's request timeouts, its server started or reused
+        backbone = connect(**connection_options(args), start=True, progress=True).backbone
+        url = backbone.openai_api_base
     except ServerError as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
         return 2
@@ -254,8 +292,14 @@ async def run(args: argparse.Namespace) -> int:
     kept = f"{len(by_id) * len(args.arms) - len(todo)} runs already in {args.out}, " if runs else ""
     print(f"timing {len(questions)} questions alone on {facts.describe()}: {kept}"
           f"{len(todo)} to go", file=sys.stderr)  # fmt: skip
+    if todo:
+        await warm_up(graph, by_id[todo[0][0]], settings)
     for problem_id, arm in todo:
-        runs.append(await solve_alone(graph, arm, by_id[problem_id], settings, url))
+        try:
+            runs.append(await solve_alone(graph, arm, by_id[problem_id], settings, url))
+        except (NotAlone, ServerError) as exc:
+            print(f"{PROG}: {exc}", file=sys.stderr)
+            return 1
         if args.out:
             save(args.out, facts, plan, runs)
         print(

@@ -448,7 +448,7 @@ def test_trace_time_refuses_an_offset_past_the_questions_before_starting_a_serve
     def no_server(*args, **kwargs):
         raise AssertionError("no server may be started for bad input")
 
-    monkeypatch.setattr(trace_time, "up", no_server)
+    monkeypatch.setattr(trace_time, "connect", no_server)
     assert trace_time.main(["--offset", "100000"]) == 2
     err = capsys.readouterr().err.splitlines()
     assert err == [
@@ -458,7 +458,7 @@ def test_trace_time_refuses_an_offset_past_the_questions_before_starting_a_serve
 
 
 def timed(problem_id: str, arm: str) -> trace_time.Timed:
-    return trace_time.Timed(arm, problem_id, 1.5, 100, 100, 2, 1)
+    return trace_time.Timed(arm, problem_id, 1.5, 100, 100, 40, 2, 1)
 
 
 def facts_of(**changed: Any) -> ServerFacts:
@@ -506,6 +506,53 @@ def test_trace_time_resumes_only_the_same_plan_on_the_same_kind_of_server(tmp_pa
 def test_trace_time_refuses_an_out_it_cannot_write_before_starting_a_server(
     capsys, monkeypatch, tmp_path
 ) -> None:
-    monkeypatch.setattr(trace_time, "up", lambda *a, **k: pytest.fail("no server for bad input"))
+    no_server = lambda *a, **k: pytest.fail("no server for bad input")  # noqa: E731
+    monkeypatch.setattr(trace_time, "connect", no_server)
     assert trace_time.main(["--out", str(tmp_path / "missing" / "t.json")]) == 2
     assert "give a file in a folder that exists" in capsys.readouterr().err
+
+
+def test_trace_time_refuses_top_logprobs_eager_cannot_read_before_starting_a_server(
+    capsys, monkeypatch
+) -> None:
+    monkeypatch.setattr(trace_time, "connect", lambda *a, **k: pytest.fail("no server"))
+    assert trace_time.main(["--top-logprobs", "0"]) == 2
+    assert "--top-logprobs 0: EAGer reads the tokens' entropy" in capsys.readouterr().err
+
+
+class CountingServer:
+    """A server's counters as trace_time reads them, and a graph whose run moves them."""
+
+    def __init__(self, drawn: int, generated: int) -> None:
+        self.drawn, self.generated, self.counter, self.prompts = drawn, generated, 1000, 50
+
+    async def ainvoke(self, state: dict, *, context: Any) -> dict:
+        self.counter += self.generated
+        self.prompts += 300
+        usage = {"backbone_tokens": self.drawn, "external_tokens": 0, "failed_calls": 0}
+        traces = [{"index": 0, "parent": None}, {"index": 1, "parent": 0}]
+        return {"usage": usage, "traces": traces}
+
+    def generation_tokens(self, url: str) -> int:
+        return self.counter
+
+    def prompt_tokens(self, url: str) -> int:
+        return self.prompts
+
+
+def test_trace_time_keeps_a_run_only_when_it_had_the_server_to_itself(monkeypatch) -> None:
+    question = SimpleNamespace(id="q7", question="What is 1 + 1?")
+    for drawn, generated in ((120, 120), (120, 150)):
+        server = CountingServer(drawn, generated)
+        monkeypatch.setattr(trace_time, "generation_tokens", server.generation_tokens)
+        monkeypatch.setattr(trace_time, "prompt_tokens", server.prompt_tokens)
+        monkeypatch.setattr(trace_time, "settled", lambda read, quiet: read())
+        solving = trace_time.solve_alone(server, "MUR branching", question, {}, "http://s/v1")
+        if drawn == generated:
+            run = asyncio.run(solving)
+            assert (run.tokens, run.server_tokens, run.prompt_tokens) == (120, 120, 300)
+            assert (run.traces, run.branched) == (2, 1)
+            continue
+        with pytest.raises(trace_time.NotAlone, match=r"q7 MUR branching: the server at "
+                           r"http://s/v1 generated 150 tokens while the run drew 120"):  # fmt: skip
+            asyncio.run(solving)
