@@ -8,8 +8,9 @@ a question, the completion tokens (the client's count; a run whose count differs
 server's counter shared the server, or lost a request, and is refused), the prompt tokens the
 server processed, and the server's generated tokens per second meanwhile. Tokens and time
 differ from draw to draw; the arms' ratios to majority@8 are what compares. A rule that draws
-in batches waits for each batch before the next (a branch waits for its parent): its wall
-ratio above its tokens ratio is that price.
+in batches waits for each batch before the next (a branch waits for its parent): the seconds
+a question spends waiting for a round's last trace, and a wall ratio above the tokens ratio,
+are that price.
 
     mur bench trace_time --profile cpu-qwen-1.5b --offset 200 --limit 10 --out trace_time.json
 
@@ -33,7 +34,7 @@ from typing import Any
 from mur.evals.harness.records import describe_differences
 from mur.evals.questions import load_dataset
 from mur.graphs.mur import build_graph
-from mur.graphs.state import Context
+from mur.graphs.state import Context, output_of
 from mur.graphs.traces import MUR_ESC
 from mur.nodes.branching import MUR_RULE
 from mur.servers.cli import OneLineParser, comma_choices, positive_int, usage_error
@@ -74,6 +75,17 @@ class Timed:
     """The prompt tokens the server processed meanwhile (a branch sends its parent's steps)."""
     traces: int
     branched: int
+    finished_s: list[float]
+    """When each trace (by index) finished, in seconds from the question's start."""
+
+
+def waiting(run: Timed) -> float:
+    """Seconds a question spent with part of a round's traces done, waiting for its last: the
+    traces start in rounds of the arm's batch (all at once without one), and a round after the
+    first starts only once the last trace before it finished (a branch needs its parent)."""
+    batch = ARMS[run.arm].get("trace_batch") or len(run.finished_s) or 1
+    rounds = [run.finished_s[i : i + batch] for i in range(0, len(run.finished_s), batch)]
+    return sum(max(times) - min(times) for times in rounds if times)
 
 
 async def solve_alone(
@@ -83,11 +95,19 @@ async def solve_alone(
     than the run drew meanwhile (another client, or a request that failed)."""
     before = quiet_count(url, f"before {question.id} {arm}")
     prompts = prompt_tokens(url)
-    start = time.perf_counter()
-    output = await graph.ainvoke(
-        {"question": question.question}, context=Context(**settings, **ARMS[arm])
-    )
+    start, finished, final = time.perf_counter(), dict[int, float](), dict[str, Any]()
+    async for mode, chunk in graph.astream(
+        {"question": question.question},
+        context=Context(**settings, **ARMS[arm]),
+        stream_mode=["updates", "values"],
+    ):
+        if mode == "values":
+            final = chunk
+        elif "trace" in chunk:  # a trace's update: its summary
+            for summary in chunk["trace"]["drawn"]:
+                finished[summary["index"]] = time.perf_counter() - start
     wall = time.perf_counter() - start
+    output = output_of(final)
     server = quiet_count(url, f"after {question.id} {arm}") - before
     usage = output["usage"]
     tokens = usage["backbone_tokens"] + usage["external_tokens"]
@@ -108,6 +128,7 @@ async def solve_alone(
         prompt_tokens=prompt_tokens(url) - prompts,
         traces=len(summaries),
         branched=sum(1 for s in summaries if s.get("parent") is not None),
+        finished_s=[finished[index] for index in sorted(finished)],
     )
 
 
@@ -197,9 +218,9 @@ def table(runs: Sequence[Timed], arms: Sequence[str]) -> str:
     server's generation rate, and the ratios of the means to the first arm's."""
     lines = [
         "| arm | questions | wall s / question | median | max | tokens / question | "
-        "prompt tokens / question | server gen tok/s | traces | branched | wall vs first | "
-        "tokens vs first |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "prompt tokens / question | server gen tok/s | traces | branched | waiting s / question | "
+        "wall vs first | tokens vs first |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     base: tuple[float, float] | None = None
     for arm in arms:
@@ -215,7 +236,8 @@ def table(runs: Sequence[Timed], arms: Sequence[str]) -> str:
             f"{max(walls):.1f} | {tokens:,.0f} | "
             f"{statistics.fmean(r.prompt_tokens for r in mine):,.0f} | {rate:.1f} | "
             f"{statistics.fmean(r.traces for r in mine):.2f} | "
-            f"{statistics.fmean(r.branched for r in mine):.2f} | {wall / base[0]:.2f}x | "
+            f"{statistics.fmean(r.branched for r in mine):.2f} | "
+            f"{statistics.fmean(waiting(r) for r in mine):.1f} | {wall / base[0]:.2f}x | "
             f"{tokens / base[1]:.2f}x |"
         )
     return "\n".join(lines)

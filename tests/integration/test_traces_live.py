@@ -242,5 +242,7 @@ def test_trace_time_times_each_arm_alone_by_the_servers_count(cpu_server: Runnin
     runs = document["runs"]
     assert [r["arm"] for r in runs] == ["majority@8", "MUR branching"]
     assert all(r["tokens"] == r["server_tokens"] > 0 and r["wall_s"] > 0 for r in runs)
+    assert all(len(r["finished_s"]) == r["traces"] and r["prompt_tokens"] > 0 for r in runs)
+    assert all(0 < max(r["finished_s"]) <= r["wall_s"] for r in runs)
     assert runs[0]["traces"] == 8 and runs[0]["branched"] == 0
     assert document["server"]["vllm_version"]

@@ -458,7 +458,7 @@ def test_trace_time_refuses_an_offset_past_the_questions_before_starting_a_serve
 
 
 def timed(problem_id: str, arm: str) -> trace_time.Timed:
-    return trace_time.Timed(arm, problem_id, 1.5, 100, 100, 40, 2, 1)
+    return trace_time.Timed(arm, problem_id, 1.5, 100, 100, 40, 2, 1, [1.0, 1.5])
 
 
 def facts_of(**changed: Any) -> ServerFacts:
@@ -526,12 +526,15 @@ class CountingServer:
     def __init__(self, drawn: int, generated: int) -> None:
         self.drawn, self.generated, self.counter, self.prompts = drawn, generated, 1000, 50
 
-    async def ainvoke(self, state: dict, *, context: Any) -> dict:
+    async def astream(self, state: dict, *, context: Any, stream_mode: list[str]):
+        assert stream_mode == ["updates", "values"]
+        traces = [{"index": 1, "parent": 0}, {"index": 0, "parent": None}]  # finishing order
+        for summary in traces:
+            yield "updates", {"trace": {"drawn": [summary], "outputs": [{}]}}
         self.counter += self.generated
         self.prompts += 300
         usage = {"backbone_tokens": self.drawn, "external_tokens": 0, "failed_calls": 0}
-        traces = [{"index": 0, "parent": None}, {"index": 1, "parent": 0}]
-        return {"usage": usage, "traces": traces}
+        yield "values", {"question": state["question"], "usage": usage, "traces": traces}
 
     def generation_tokens(self, url: str) -> int:
         return self.counter
@@ -552,7 +555,19 @@ def test_trace_time_keeps_a_run_only_when_it_had_the_server_to_itself(monkeypatc
             run = asyncio.run(solving)
             assert (run.tokens, run.server_tokens, run.prompt_tokens) == (120, 120, 300)
             assert (run.traces, run.branched) == (2, 1)
+            assert len(run.finished_s) == 2 and run.finished_s[1] <= run.finished_s[0]
             continue
         with pytest.raises(trace_time.NotAlone, match=r"q7 MUR branching: the server at "
                            r"http://s/v1 generated 150 tokens while the run drew 120"):  # fmt: skip
             asyncio.run(solving)
+
+
+def test_trace_time_waiting_is_the_time_a_round_waits_for_its_last_trace() -> None:
+    def run(arm: str, finished: list[float]) -> trace_time.Timed:
+        return trace_time.Timed(arm, "q", 30.0, 900, 900, 0, len(finished), 0, finished)
+
+    assert trace_time.waiting(run("majority@8", [4.0, 9.0, 5.0, 6.0])) == 5.0  # one round
+    # rounds of two: (2, 3) then (4, 8) then (9)
+    assert trace_time.waiting(run("MUR branching", [2.0, 3.0, 8.0, 4.0, 9.0])) == 5.0
+    assert trace_time.waiting(run("mur-esc", [])) == 0.0
+    assert "| waiting s / question |" in trace_time.table([run("mur-esc", [1.0, 3.0])], ["mur-esc"])
