@@ -88,6 +88,22 @@ def waiting(run: Timed) -> float:
     return sum(max(times) - min(times) for times in rounds if times)
 
 
+class NotAlone(RuntimeError):
+    """A timed run did not have the server to itself."""
+
+
+def quiet_count(url: str, when: str) -> int:
+    """The server's generated-token counter once it has stood still for a second; NotAlone
+    when it keeps moving (another client is generating)."""
+    try:
+        return settled(lambda: generation_tokens(url), quiet=1.0)
+    except TimeoutError:
+        raise NotAlone(
+            f"the server at {url} kept generating {when}: another client is using it. Time on "
+            "a quiet server: the same command resumes"
+        ) from None
+
+
 async def solve_alone(
     graph: Any, arm: str, question: Any, settings: Mapping[str, Any], url: str
 ) -> Timed:
@@ -130,22 +146,6 @@ async def solve_alone(
         branched=sum(1 for s in summaries if s.get("parent") is not None),
         finished_s=[finished[index] for index in sorted(finished)],
     )
-
-
-class NotAlone(RuntimeError):
-    """A timed run did not have the server to itself."""
-
-
-def quiet_count(url: str, when: str) -> int:
-    """The server's generated-token counter once it has stood still for a second; NotAlone
-    when it keeps moving (another client is generating)."""
-    try:
-        return settled(lambda: generation_tokens(url), quiet=1.0)
-    except TimeoutError:
-        raise NotAlone(
-            f"the server at {url} kept generating {when}: another client is using it. Time on "
-            "a quiet server: the same command resumes"
-        ) from None
 
 
 async def warm_up(graph: Any, question: Any, settings: Mapping[str, Any]) -> None:
@@ -280,15 +280,6 @@ async def run(args: argparse.Namespace) -> int:
         return usage_error(PROG, str(exc))
     if args.out and (args.out.is_dir() or not args.out.parent.is_dir()):
         return usage_error(PROG, f"--out {args.out}: give a file in a folder that exists")
-    if args.top_logprobs < 1:
-        return usage_error(PROG, f"--top-logprobs {args.top_logprobs}: EAGer reads the "
-                           "tokens' entropy from at least 1 (the experiments used 20)")  # fmt: skip
-    try:  # as mur solve: the profile's request timeouts, its server started or reused
-        backbone = connect(**connection_options(args), start=True, progress=True).backbone
-        url = backbone.openai_api_base
-    except ServerError as exc:
-        print(f"{PROG}: {exc}", file=sys.stderr)
-        return 2
     settings = {
         **profile.recommended,
         "strategy": "critic",
@@ -300,6 +291,17 @@ async def run(args: argparse.Namespace) -> int:
             if getattr(args, name) is not None
         },
     }
+    try:  # every arm's settings, checked before a server is started for them
+        for arm in args.arms:
+            Context(**settings, **ARMS[arm])
+    except ValueError as exc:
+        return usage_error(PROG, str(exc))
+    try:  # as mur solve: the profile's request timeouts, its server started or reused
+        backbone = connect(**connection_options(args), start=True, progress=True).backbone
+        url = backbone.openai_api_base
+    except ServerError as exc:
+        print(f"{PROG}: {exc}", file=sys.stderr)
+        return 2
     graph = build_graph(backbone=backbone)
     facts = server_facts(url, backbone.model_name)
     plan = json.loads(json.dumps(  # as an --out file reads it back (tuples become lists)

@@ -517,7 +517,7 @@ def test_trace_time_refuses_top_logprobs_eager_cannot_read_before_starting_a_ser
 ) -> None:
     monkeypatch.setattr(trace_time, "connect", lambda *a, **k: pytest.fail("no server"))
     assert trace_time.main(["--top-logprobs", "0"]) == 2
-    assert "--top-logprobs 0: EAGer reads the tokens' entropy" in capsys.readouterr().err
+    assert "branch eager reads token entropies: set top_logprobs" in capsys.readouterr().err
 
 
 class CountingServer:
