@@ -111,7 +111,9 @@ async def solve_alone(
     than the run drew meanwhile (another client, or a request that failed)."""
     before = quiet_count(url, f"before {question.id} {arm}")
     prompts = prompt_tokens(url)
-    start, finished, final = time.perf_counter(), dict[int, float](), dict[str, Any]()
+    finished: dict[int, float] = {}  # trace index -> seconds from the start
+    final: dict[str, Any] = {}
+    start = time.perf_counter()
     async for mode, chunk in graph.astream(
         {"question": question.question},
         context=Context(**settings, **ARMS[arm]),

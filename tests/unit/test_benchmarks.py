@@ -545,21 +545,20 @@ class CountingServer:
 
 def test_trace_time_keeps_a_run_only_when_it_had_the_server_to_itself(monkeypatch) -> None:
     question = SimpleNamespace(id="q7", question="What is 1 + 1?")
-    for drawn, generated in ((120, 120), (120, 150)):
-        server = CountingServer(drawn, generated)
+
+    def solving(server: CountingServer):
         monkeypatch.setattr(trace_time, "generation_tokens", server.generation_tokens)
         monkeypatch.setattr(trace_time, "prompt_tokens", server.prompt_tokens)
         monkeypatch.setattr(trace_time, "settled", lambda read, quiet: read())
-        solving = trace_time.solve_alone(server, "MUR branching", question, {}, "http://s/v1")
-        if drawn == generated:
-            run = asyncio.run(solving)
-            assert (run.tokens, run.server_tokens, run.prompt_tokens) == (120, 120, 300)
-            assert (run.traces, run.branched) == (2, 1)
-            assert len(run.finished_s) == 2 and run.finished_s[1] <= run.finished_s[0]
-            continue
-        with pytest.raises(trace_time.NotAlone, match=r"q7 MUR branching: the server at "
-                           r"http://s/v1 generated 150 tokens while the run drew 120"):  # fmt: skip
-            asyncio.run(solving)
+        return trace_time.solve_alone(server, "MUR branching", question, {}, "http://s/v1")
+
+    run = asyncio.run(solving(CountingServer(drawn=120, generated=120)))
+    assert (run.tokens, run.server_tokens, run.prompt_tokens) == (120, 120, 300)
+    assert (run.traces, run.branched) == (2, 1)
+    assert len(run.finished_s) == 2 and run.finished_s[1] <= run.finished_s[0]
+    with pytest.raises(trace_time.NotAlone, match=r"q7 MUR branching: the server at "
+                       r"http://s/v1 generated 150 tokens while the run drew 120"):  # fmt: skip
+        asyncio.run(solving(CountingServer(drawn=120, generated=150)))
 
 
 def test_trace_time_waiting_is_the_time_a_round_waits_for_its_last_trace() -> None:
