@@ -295,9 +295,10 @@ def named_rules(traces: int) -> dict[str, TraceRules]:
         ),
         "mur-esc": esc,
         # mur-esc taken apart: how much of its saving is the settling, how much the stop.
-        "mur-esc's settling alone": replace(esc, stop="none"),
+        "mur-esc's settling alone (ESC, window 2)": replace(esc, stop="none"),
         "mur-esc's momentum stop alone": replace(esc, settle="never"),
-        # The statistical stops (nodes.settling): ESC's window, the Beta stop, its_hub's doubling.
+        # The statistical stops (nodes.settling): ESC's window (2 is the settling alone above),
+        # the Beta stop, its_hub's doubling.
         "ESC, window 4": replace(full, batch=4, settle="agree"),
         "Beta stop 0.95 (Adaptive-Consistency, its_hub)": replace(full, batch=1, settle="beta"),
         "its_hub doubling, share 0.75": replace(adaptive, settle="doubling", consensus=0.75),
