@@ -338,7 +338,13 @@ async def run(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     args = build_parser(prog).parse_args(argv)
-    return asyncio.run(run(args))
+    try:
+        return asyncio.run(run(args))
+    except KeyboardInterrupt:  # the runs timed so far are in --out already (saved one by one)
+        kept = f"; the runs timed before it are in {args.out}, the same command resumes"
+        print(f"{PROG}: stopped (Ctrl-C): the run in flight is not kept"
+              f"{kept if args.out else ''}", file=sys.stderr)  # fmt: skip
+        return 130
 
 
 if __name__ == "__main__":

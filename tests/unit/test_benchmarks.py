@@ -570,3 +570,18 @@ def test_trace_time_waiting_is_the_time_a_round_waits_for_its_last_trace() -> No
     assert trace_time.waiting(run("MUR branching", [2.0, 3.0, 8.0, 4.0, 9.0])) == 5.0
     assert trace_time.waiting(run("mur-esc", [])) == 0.0
     assert "| waiting s / question |" in trace_time.table([run("mur-esc", [1.0, 3.0])], ["mur-esc"])
+
+
+def test_trace_time_stopped_by_ctrl_c_says_what_is_kept_and_exits_130(
+    monkeypatch, tmp_path, capsys
+) -> None:
+    async def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(trace_time, "run", interrupted)
+    out = tmp_path / "trace_time.json"
+    assert trace_time.main(["--out", str(out)]) == 130
+    assert capsys.readouterr().err == (
+        "mur bench trace_time: stopped (Ctrl-C): the run in flight is not kept; the runs "
+        f"timed before it are in {out}, the same command resumes\n"
+    )
