@@ -72,9 +72,15 @@ class Evidence:
         question), or None."""
         if arm not in self.arms:
             return f"not decided: no live folder {arm!r}"
-        ran = len(self.arms[arm].per_question)
-        if ran < len(self.questions):
-            return f"pending: live folder {arm!r} has {ran} of {len(self.questions)} questions"
+        ran = self.arms[arm].per_question
+        missing = [q.problem_id for q in self.questions if q.problem_id not in ran]
+        if missing:
+            more = f" and {len(missing) - 5} more" if missing[5:] else ""
+            shown = ", ".join(missing[:5]) + more
+            return (
+                f"pending: live folder {arm!r} has {len(self.questions) - len(missing)} of "
+                f"{len(self.questions)} questions (missing {shown})"
+            )
         return self.unfinished()
 
     def paired(self, a: RuleResult, b: RuleResult) -> tuple[float, stats.Interval | None]:

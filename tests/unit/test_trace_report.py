@@ -185,7 +185,9 @@ async def test_hypotheses_wait_for_every_planned_question_and_name_the_left_out(
     assert (
         decisions["H8"]["detail"] == "pending: 11 of 12 questions recorded (11 with all 4 traces)"
     )
-    assert decisions["H10"]["detail"] == "pending: live folder 'mur' has 4 of 11 questions"
+    assert decisions["H10"]["detail"] == (
+        "pending: live folder 'mur' has 4 of 11 questions (missing q4, q5, q6, q7, q8 and 2 more)"
+    )
     # q11 recorded with 3 of its 4 traces: left out, and the live arms' q11 with it
     gappy = [r for r in traces if (r["problem_id"], r["sample"]) != ("q11", 3)]
     recorded = str(write(tmp_path / "gappy", gappy))
