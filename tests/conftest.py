@@ -15,7 +15,7 @@ start. So when less than SUITE_NEEDS_GIB is available, idle servers of other pro
 this package recorded are stopped first, and the suite says so (the reasoning test starts the
 1.5B again for its module; `make run` does for you). A server with requests running is in use
 (an experiment): it is kept, as with MUR_TEST_KEEP_SERVERS=1, and the suite may then fail for
-memory.
+memory; the reasoning test, whose token check needs the 1.5B alone, fails saying it is busy.
 
 `postgres` (session scope) gives tests a real PostgreSQL server of their own (the package's
 throwaway server, servers/processes/postgres.py, with the password of tests/postgres.py),

@@ -25,6 +25,7 @@ from mur.graphs.mur import build_graph
 from mur.graphs.solve import solve
 from mur.servers import generation_tokens
 from mur.servers.clients.errors import ServerError
+from mur.servers.clients.metrics import read_counter
 from mur.servers.processes.launcher import RunningServer, down, up
 from mur.servers.processes.profiles import DEFAULT_PROFILE, get_profile
 from recorder import Recorder, choice_logprobs, choice_text, recording_model
@@ -54,6 +55,15 @@ def reasoner() -> Iterator[RunningServer]:
         server = up(DEFAULT_PROFILE, eager=eager, timeout=1800, progress=True)
     except ServerError as exc:
         pytest.fail(f"the reasoning tests need the {DEFAULT_PROFILE} server: {exc}", pytrace=False)
+    running = read_counter(server.base_url, "vllm:num_requests_running")
+    if not server.started and running:
+        pytest.fail(
+            f"the {DEFAULT_PROFILE} server at {server.base_url} is serving {running:.0f} other "
+            "requests (an experiment?): the token check counts everything it generates. Run "
+            "this test when it is idle, or after `mur servers down --profile "
+            f"{DEFAULT_PROFILE}` (the test then starts its own)",
+            pytrace=False,
+        )
     yield server
     if server.started:
         down(server.profile)
