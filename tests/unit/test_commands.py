@@ -187,6 +187,8 @@ def test_a_benchmark_then_its_report_comparison_and_records(
     """`mur solve --dataset` on the scripted model, then the commands that read its folder."""
     model = two_step_model()
     monkeypatch.setattr(solve_command, "connect", lambda args, say: Connection(model, model))
+    # As `python -m mur` sets it (not pytest's own, which differs under pytest-xdist)
+    monkeypatch.setattr(sys, "argv", [str(ROOT / "mur" / "__main__.py")])
     out = tmp_path / "run"
     benchmark = ["--strategy", "critic", "--dataset", "math500", "--data-dir", str(test_data),
                  "--limit", "2", "--gate", "never,always", "--concurrency", "2"]  # fmt: skip
