@@ -15,6 +15,7 @@ PYTEST_ARGS ?=
 # socket, so two keep both cores busy. Integration tests share the servers and their token
 # counters, so they run one at a time, after the unit tests (none of which starts vLLM).
 TEST_WORKERS ?= 2
+UNIT_TESTS = $(PY) -m pytest -m "not integration" -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
 .PHONY: setup tools test test-unit lint run server-up server-down server-status model
 
@@ -38,14 +39,14 @@ $(STAMP): pyproject.toml Makefile
 # PYTEST_ARGS leaves without tests (pytest's exit 5) is not a failure.
 test: tools setup
 	@failed=0; \
-	$(PY) -m pytest -m "not integration" -n $(TEST_WORKERS) $(PYTEST_ARGS); \
+	$(UNIT_TESTS); \
 	code=$$?; [ $$code -eq 0 ] || [ $$code -eq 5 ] || failed=1; \
 	$(PY) -m pytest -m integration $(PYTEST_ARGS); \
 	code=$$?; [ $$code -eq 0 ] || [ $$code -eq 5 ] || failed=1; \
 	exit $$failed
 
 test-unit: setup
-	$(PY) -m pytest -m "not integration" -n $(TEST_WORKERS) $(PYTEST_ARGS)
+	$(UNIT_TESTS)
 
 lint: setup
 	$(VENV)/bin/ruff check .
