@@ -20,6 +20,7 @@ from mur.evals.harness.records import records_so_far
 from mur.evals.harness.run_record import RunRecord, setting_of, total_tokens
 from mur.evals.report import stats
 from mur.evals.report.traces import Replayed
+from mur.nodes.branching import REGISTRY as BRANCH_RULES
 
 
 @dataclass(frozen=True)
@@ -147,6 +148,8 @@ class LiveRow:
     parents_with_points: int | None
     """Warm-ups, and those offering the branch rule a point, over its questions (None: not
     recorded)."""
+    branch: str | None = None
+    """Its branch rule's registry name (nodes/branching.py), None where it draws no branch."""
     left_out: tuple[str, ...] = ()
     """Questions it ran whose recorded traces are incomplete (not compared)."""
     unrecorded: int = 0
@@ -196,6 +199,7 @@ def compare(
             if any(q.parents_with_points is None for q in live)
             else sum(q.parents_with_points or 0 for q in live)
         ),
+        branch=arm.config.get("branch"),
         left_out=tuple(left_out),
         unrecorded=unrecorded,
     )
@@ -243,10 +247,10 @@ def markdown(rows: Sequence[LiveRow], k: int) -> str:
         )
     lines.append("")
     for r in rows:
-        if r.parents_with_points is not None:
+        if r.parents_with_points is not None and r.branch in BRANCH_RULES:
             lines.append(
                 f"- {r.name}: {r.parents_with_points} of {r.parents} warm-up traces offered "
-                "its rule a branch point (EAGer's: a token over its entropy threshold)."
+                f"its rule a branch point ({r.branch}: {BRANCH_RULES[r.branch].description})."
             )
         if r.left_out:
             lines.append(

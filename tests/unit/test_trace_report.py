@@ -152,7 +152,8 @@ async def test_live_branching_arms_decide_h8_to_h11_beside_the_replays(
     shown, said = capsys.readouterr()
     assert "pending" not in shown and "Live rules, each against majority@4" in shown
     assert str(Path(recorded) / "traces_accuracy_vs_tokens.png") in said  # "written: ..."
-    assert "- mur: 24 of 24 warm-up traces offered its rule a branch point" in shown
+    assert "- mur: 24 of 24 warm-up traces offered its rule a branch point (mur_max: MUR: " in shown
+    assert "- random: 24 of 24 warm-up traces offered its rule a branch point (random: " in shown
     document = json.loads((Path(recorded) / "report.json").read_text())["traces"]
     decisions = decisions_of(recorded)
     assert set(decisions) == {"H8", "H9", "H10", "H11"}
