@@ -66,6 +66,12 @@ TRACE_FIELDS = (
 )
 
 
+def first_ids(ids: Sequence[str], shown: int = 5) -> str:
+    """Up to `shown` question ids and how many more: how a message names the questions at fault."""
+    more = f" and {len(ids) - shown} more" if len(ids) > shown else ""
+    return ", ".join(ids[:shown]) + more
+
+
 def load_arm(name: str, folder: str | Path) -> LiveArm:
     """The live folder's one run per question (its first sample), with its rule; a folder
     the run has not written into yet is an arm without questions (its hypotheses wait)."""
@@ -117,7 +123,7 @@ def restricted(
     if unknown and not recording:
         raise ValueError(
             f"{len(unknown)} questions of {arm.folder} have no recorded traces to compare "
-            f"with: {', '.join(unknown[:3])}"
+            f"with: {first_ids(unknown)}"
         )
     left_out = sorted(set(arm.per_question) & set(incomplete))
     kept = {q: v for q, v in arm.per_question.items() if q in complete}

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from mur.evals.report import stats
-from mur.evals.report.live import LiveArm, LiveRow, paired_difference
+from mur.evals.report.live import LiveArm, LiveRow, first_ids, paired_difference
 from mur.evals.report.traces import PRIMARY_SIGNAL, Auroc, Question, RuleResult
 from mur.graphs.traces import MUR_ESC
 from mur.nodes.branching import MUR_RULE
@@ -75,11 +75,9 @@ class Evidence:
         ran = self.arms[arm].per_question
         missing = [q.problem_id for q in self.questions if q.problem_id not in ran]
         if missing:
-            more = f" and {len(missing) - 5} more" if missing[5:] else ""
-            shown = ", ".join(missing[:5]) + more
             return (
                 f"pending: live folder {arm!r} has {len(self.questions) - len(missing)} of "
-                f"{len(self.questions)} questions (missing {shown})"
+                f"{len(self.questions)} questions (missing {first_ids(missing)})"
             )
         return self.unfinished()
 

@@ -15,7 +15,7 @@ from matplotlib.figure import Figure
 
 from mur.evals.harness.run_record import RunRecord, total_tokens
 from mur.evals.report import stats
-from mur.evals.report.live import LiveArm, LiveRow, compare, restricted
+from mur.evals.report.live import LiveArm, LiveRow, compare, first_ids, restricted
 from mur.evals.report.live import markdown as live_markdown
 from mur.evals.report.preregs import PREREGS, Decision, Evidence, still_recording
 from mur.evals.report.traces import (
@@ -282,7 +282,9 @@ def online_check(recorded: Sequence[RunRecord], live: Sequence[RunRecord]) -> On
     by_id = {q.problem_id: q for q in questions}
     missing = sorted({r["problem_id"] for r in live} - by_id.keys())
     if missing:
-        raise ValueError(f"no recorded traces for {len(missing)} live questions: {missing[:5]}")
+        raise ValueError(
+            f"no recorded traces for {len(missing)} live questions: {first_ids(missing)}"
+        )
     subset = [by_id[r["problem_id"]] for r in live]
     summaries = [r["trace"]["traces"] for r in live]
     return OnlineCheck(

@@ -107,6 +107,13 @@ async def test_the_online_check_compares_a_live_run_with_the_replays(
     assert check["predicted"]["stopped"] == {"low": 0.0, "high": 0.0}
     assert main([str(live_folder), "--predicted-by", str(tmp_path / "nowhere")]) == 2
     assert "mur report:" in capsys.readouterr().err
+    fewer = write(tmp_path / "fewer", (await recorded_traces())[:SAMPLES])  # q0's traces only
+    assert main([str(live_folder), "--predicted-by", str(fewer)]) == 2
+    missing = sorted(f"q{q}" for q in range(1, QUESTIONS))
+    assert (
+        f"no recorded traces for {QUESTIONS - 1} live questions: {', '.join(missing[:5])} "
+        f"and {QUESTIONS - 6} more"
+    ) in capsys.readouterr().err
 
 
 async def live_folder(folder: Path, **settings: Any) -> Path:
@@ -230,7 +237,7 @@ async def test_a_live_folder_that_cannot_be_compared_exits_2(
     mur = await live_folder(tmp_path / "mur", traces=SAMPLES, trace_batch=2, branch="mur_max")
     assert main([recorded, "--live", f"mur={mur}"]) == 2  # 12 live questions, 3 recorded
     assert "9 questions of " in (err := capsys.readouterr().err)
-    assert "have no recorded traces to compare with: q10, q11, q3" in err
+    assert "have no recorded traces to compare with: q10, q11, q3, q4, q5 and 4 more" in err
     with pytest.raises(SystemExit) as usage:
         main([recorded, "--live", str(mur)])
     assert usage.value.code == 2 and "expected NAME=DIR" in capsys.readouterr().err
