@@ -15,7 +15,9 @@ are that price.
     mur bench trace_time --profile cpu-qwen-1.5b --offset 200 --limit 10 --out trace_time.json
 
 With --out, each timed run is saved as it finishes, and the same command resumes where a stopped
-one left off (refused on a server whose CPU, dtype or weights differ: no table mixes two).
+one left off (refused on a server whose CPU, dtype or weights differ: no table mixes two);
+--table prints the table of the runs it holds, without a server. The table compares the
+questions every arm timed.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from typing import Any
 
 from mur.evals.harness.records import describe_differences
 from mur.evals.questions import load_dataset
+from mur.evals.report.live import first_ids
 from mur.graphs.mur import build_graph
 from mur.graphs.state import Context, output_of
 from mur.graphs.traces import MUR_ESC
@@ -157,16 +160,21 @@ async def warm_up(graph: Any, question: Any, settings: Mapping[str, Any]) -> Non
     )
 
 
+def read(out: Path) -> tuple[dict[str, Any], list[Timed]]:
+    """An --out file and its runs; ValueError naming the file when it is not such a result."""
+    try:
+        document = json.loads(out.read_text())
+        return document, [Timed(**run) for run in document["runs"]]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"{out} is not a trace_time result ({exc}): give another --out") from None
+
+
 def resume(out: Path | None, facts: ServerFacts, plan: Mapping[str, Any]) -> list[Timed]:
     """The runs an earlier --out holds ([] for none): ValueError naming the file when it is
     not such a result, was timed on another kind of server, or with other settings."""
     if out is None or not out.exists():
         return []
-    try:
-        document = json.loads(out.read_text())
-        runs = [Timed(**run) for run in document["runs"]]
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise ValueError(f"{out} is not a trace_time result ({exc}): give another --out") from None
+    document, runs = read(out)
     recorded = document.get("server") or {}
     differ = token_differences(recorded, facts.as_json())
     differ += ["cpu"] * (recorded.get("cpu") != facts.cpu)
@@ -215,9 +223,21 @@ def schedule(
     ]
 
 
+def paired(runs: Sequence[Timed], arms: Sequence[str]) -> list[Timed]:
+    """The runs of the questions every arm timed: a ratio of means over other questions would
+    compare easy questions with hard ones (a stopped run leaves a question part-timed)."""
+    timed_by = {arm: {r.problem_id for r in runs if r.arm == arm} for arm in arms}
+    every = set.intersection(*timed_by.values()) if timed_by else set()
+    return [r for r in runs if r.arm in timed_by and r.problem_id in every]
+
+
 def table(runs: Sequence[Timed], arms: Sequence[str]) -> str:
-    """Per arm: wall time a question (mean, median, max), completion and prompt tokens, the
-    server's generation rate, and the ratios of the means to the first arm's."""
+    """Per arm, on the questions every arm timed: wall time a question (mean, median, max),
+    completion and prompt tokens, the server's generation rate, and the ratios of the means to
+    the first arm's."""
+    kept = paired(runs, arms)
+    left_out = sorted({r.problem_id for r in runs if r.arm in arms} - {r.problem_id for r in kept})
+    runs = kept
     lines = [
         "| arm | questions | wall s / question | median | max | tokens / question | "
         "prompt tokens / question | server gen tok/s | traces | branched | waiting s / question | "
@@ -242,6 +262,8 @@ def table(runs: Sequence[Timed], arms: Sequence[str]) -> str:
             f"{statistics.fmean(waiting(r) for r in mine):.1f} | {wall / base[0]:.2f}x | "
             f"{tokens / base[1]:.2f}x |"
         )
+    if left_out:
+        lines.append(f"\nLeft out, not timed by every arm yet: {first_ids(left_out)}")
     return "\n".join(lines)
 
 
@@ -264,6 +286,11 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
         type=Path,
         help="save every timed run (JSON) as it finishes; the same command resumes from it",
     )
+    parser.add_argument(
+        "--table",
+        action="store_true",
+        help="print the table of the runs --out holds and exit, without a server",
+    )
     add_connection_arguments(
         parser,
         verifier=False,
@@ -274,7 +301,23 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     return parser
 
 
+def recorded_table(out: Path | None, arms: Sequence[str]) -> int:
+    """--table: the table of an --out file's runs, with the server they were timed on."""
+    if out is None or not out.is_file():
+        given = f"{out} does not exist" if out else "none given"
+        return usage_error(PROG, f"--table reads the runs of --out FILE ({given})")
+    try:
+        document, runs = read(out)
+    except ValueError as exc:
+        return usage_error(PROG, str(exc))
+    print(f"{len(runs)} runs timed alone on {describe_recorded(document.get('server') or {})}")
+    print(table(runs, arms))
+    return 0
+
+
 async def run(args: argparse.Namespace) -> int:
+    if args.table:
+        return recorded_table(args.out, args.arms)
     profile = get_profile(args.profile)
     try:  # bad questions are found before a server is started for them
         questions = load_dataset(args.dataset, limit=args.limit, offset=args.offset)

@@ -572,6 +572,41 @@ def test_trace_time_waiting_is_the_time_a_round_waits_for_its_last_trace() -> No
     assert "| waiting s / question |" in trace_time.table([run("mur-esc", [1.0, 3.0])], ["mur-esc"])
 
 
+def test_trace_time_compares_only_the_questions_every_arm_timed() -> None:
+    """A stopped run leaves a question timed by some arms: its runs stay out of the table,
+    else a mean over a hard extra question would set one arm's ratio."""
+    arms = ["majority@8", "mur-esc"]
+    runs = [timed("q1", arms[0]), timed("q1", arms[1])]
+    runs.append(trace_time.Timed(arms[0], "q2", 900.0, 9000, 9000, 0, 8, 0, [900.0]))
+    assert trace_time.paired(runs, arms) == runs[:2]
+    text = trace_time.table(runs, arms)
+    assert "| majority@8 | 1 | 1.5 |" in text and "| mur-esc | 1 | 1.5 |" in text
+    assert text.splitlines()[3].endswith("| 1.00x | 1.00x |")
+    assert text.splitlines()[-1] == "Left out, not timed by every arm yet: q2"
+    assert "Left out" not in trace_time.table(runs[:2], arms)
+
+
+def test_trace_time_table_prints_an_out_files_runs_without_a_server(
+    capsys, monkeypatch, tmp_path
+) -> None:
+    monkeypatch.setattr(trace_time, "connect", lambda *a, **k: pytest.fail("no server"))
+    out = tmp_path / "trace_time.json"
+    trace_time.save(out, facts_of(), {"offset": 200}, [timed("q1", a) for a in trace_time.ARMS])
+    assert trace_time.main(["--table", "--out", str(out)]) == 0
+    shown = capsys.readouterr().out.splitlines()
+    assert shown[0] == (
+        "4 runs timed alone on vLLM 0.32.0, bfloat16, bf16 weights on AMD EPYC (family 25, "
+        "model 17)"
+    )
+    assert shown[1].startswith("| arm | questions |") and len(shown) == 7
+    assert trace_time.main(["--table", "--out", str(tmp_path / "none.json")]) == 2
+    assert f"--table reads the runs of --out FILE ({tmp_path / 'none.json'} does not exist)" in (
+        capsys.readouterr().err
+    )
+    assert trace_time.main(["--table"]) == 2
+    assert "--table reads the runs of --out FILE (none given)" in capsys.readouterr().err
+
+
 def test_trace_time_stopped_by_ctrl_c_says_what_is_kept_and_exits_130(
     monkeypatch, tmp_path, capsys
 ) -> None:
