@@ -32,7 +32,12 @@ if TYPE_CHECKING:
         resolve_model,
     )
     from mur.servers.clients.environment import clients_from_env
-    from mur.servers.clients.errors import ModelError, ServerError, ServerUnavailable
+    from mur.servers.clients.errors import (
+        ModelError,
+        ServerError,
+        ServerStopped,
+        ServerUnavailable,
+    )
     from mur.servers.clients.metrics import generation_tokens, prompt_tokens, read_counter
     from mur.servers.clients.probes import (
         check_endpoint,
@@ -64,7 +69,12 @@ _MODULES = {
         "resolve_model",
     ),
     "mur.servers.clients.environment": ("clients_from_env",),
-    "mur.servers.clients.errors": ("ModelError", "ServerError", "ServerUnavailable"),
+    "mur.servers.clients.errors": (
+        "ModelError",
+        "ServerError",
+        "ServerStopped",
+        "ServerUnavailable",
+    ),
     "mur.servers.clients.metrics": ("generation_tokens", "prompt_tokens", "read_counter"),
     "mur.servers.clients.probes": (
         "check_endpoint",
@@ -99,6 +109,7 @@ __all__ = [
     "RequestTimeout",
     "RunningServer",
     "ServerError",
+    "ServerStopped",
     "ServerUnavailable",
     "VLLMChatOpenAI",
     "check_endpoint",

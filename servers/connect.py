@@ -17,7 +17,8 @@ so a wrong address fails in seconds with one line naming it and what to do; the
 
 The embedded server heals: its clients carry a `Healer` that, after a failed request, finds
 whether the server died and starts it again (the graph's retry then finishes the run), so a
-long benchmark, the endpoint or Studio's graph outlives a crashed server.
+long benchmark, the endpoint or Studio's graph outlives a crashed server. A server stopped with
+`mur servers down` is not a crash: it stays down and the run stops with ServerStopped.
 
 `add_connection_arguments` declares the flags every command takes for this (run.py, the
 endpoint, the experiments, the benchmarks); `connection_options` hands them to `connect`, and
@@ -39,7 +40,7 @@ from typing import Any
 
 from mur.servers.clients.chat_models import RequestTimeout, make_chat_model
 from mur.servers.clients.environment import EnvEndpoints
-from mur.servers.clients.errors import ServerError, ServerUnavailable
+from mur.servers.clients.errors import ServerError, ServerStopped, ServerUnavailable
 from mur.servers.clients.probes import (
     EMBEDDED_HINT,
     check_endpoint,
@@ -177,7 +178,8 @@ def _hint(origin: str) -> str:
 class Healer:
     """Starts a profile's server here again when it died: the embedded server's clients await
     `recover` after a failed request. One recovery at a time (a failure of many requests at
-    once restarts the server once); a live server is left alone, whatever the failure was."""
+    once restarts the server once); a live server is left alone, whatever the failure was,
+    and one stopped with `mur servers down` stays down (ServerStopped ends the run)."""
 
     def __init__(
         self, profile: Profile, *, eager: bool, say: Callable[[str], None] | None = None
@@ -212,9 +214,11 @@ class Healer:
                 return
             start = time.monotonic()
             try:
-                server = up(self.profile, eager=self.eager, progress=False)
+                server = up(self.profile, eager=self.eager, progress=False, unless_stopped=True)
+            except ServerStopped:
+                raise
             except ServerError:  # the dying process was waited for, then exited: start anew
-                server = up(self.profile, eager=self.eager, progress=False)
+                server = up(self.profile, eager=self.eager, progress=False, unless_stopped=True)
             if server.started:
                 self.restarts += 1
                 self.say(

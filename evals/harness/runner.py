@@ -20,6 +20,7 @@ from mur.evals.harness.run_record import RunRecord, make_record, setting_of, tot
 from mur.evals.harness.stopping import StopSignals
 from mur.evals.questions import grade
 from mur.nodes.usage import CallMeter, metered
+from mur.servers.clients.errors import ServerStopped
 from mur.servers.clients.sessions import new_session_id, session
 from mur.servers.clients.transport_errors import is_transient
 
@@ -184,7 +185,8 @@ class Runner:
     async def _failed(self, job: Job, exc: Exception) -> None:
         """Record a failed question; after `give_up_after` server failures in a row the
         server is gone and no more questions start."""
-        if self.checkpointed and not is_transient(exc):
+        stopped = isinstance(exc, ServerStopped)  # on purpose: the question resumes later
+        if self.checkpointed and not is_transient(exc) and not stopped:
             await forget(self.graph, job.key.text)  # its own fault: next time it starts afresh
         self.failed += 1
         self.store.append_error(
@@ -193,5 +195,7 @@ class Runner:
         self.progress.failed_one(job.key.setting)
         transient = is_transient(exc)
         self.server_failures_in_a_row = self.server_failures_in_a_row + 1 if transient else 0
-        if self.server_failures_in_a_row >= self.give_up_after:
+        if stopped:
+            self.server_gone = str(exc)
+        elif self.server_failures_in_a_row >= self.give_up_after:
             self.server_gone = f"{type(exc).__name__}: {str(exc)[:300]}"

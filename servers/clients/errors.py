@@ -14,6 +14,11 @@ class ServerUnavailable(ServerError):
     """Nothing usable answers at an endpoint (closed port, not vLLM, or not healthy)."""
 
 
+class ServerStopped(ServerError):
+    """The embedded server was stopped on purpose (`mur servers down`) while a run used it:
+    the run's Healer does not start it again, the run stops and says how to go on."""
+
+
 class ModelError(ServerError):
     """The embedded default model is missing or could not be converted."""
 

@@ -3,7 +3,8 @@
 A server started here runs in the background in its own process session (so stopping it takes
 vLLM's engine subprocesses along), logs to `<MUR_HOME>/logs/<profile>.log`, and is recorded in
 `<MUR_HOME>/run/<profile>.json` (servers.processes.pids) so `down` and `status` work from any later
-process.
+process. `down` also marks the profile stopped on purpose, which the next `up` lifts: until
+then a run's Healer (servers.connect) does not start it again.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from filelock import FileLock, Timeout
 from rich.console import Console
 from rich.markup import escape
 
-from mur.servers.clients.errors import ServerError, ServerUnavailable
+from mur.servers.clients.errors import ServerError, ServerStopped, ServerUnavailable
 from mur.servers.clients.probes import (
     check_endpoint,
     healthy,
@@ -36,10 +37,13 @@ from mur.servers.processes.pids import (
     CHILDREN,
     STOP_GRACE_S,
     alive,
+    clear_stopped,
     create_time,
+    mark_stopped,
     read_record,
     record_alive,
     remove_record,
+    stopped_at,
     terminate,
     write_record,
 )
@@ -48,6 +52,7 @@ from mur.servers.processes.profiles import (
     command_line,
     flag_value,
     get_profile,
+    profiles,
     server_env,
     split_cpus,
     with_cpus,
@@ -231,6 +236,7 @@ def up(
     model_path: Path | None = None,
     env: Mapping[str, str] | None = None,
     detail: str = "",
+    unless_stopped: bool = False,
 ) -> RunningServer:
     """Reuse or start the profile's server and wait until `/health` answers.
 
@@ -241,11 +247,22 @@ def up(
     ServerError with the log tail is raised if it dies while starting or misses `timeout`.
     `command`, `model_path` and `env` are for tests and custom setups (default: from the
     profile); `detail` is kept in the run record and shown by `status`.
+    A server stopped with `down` stays stopped for a start nobody asked for (a run's Healer
+    passes `unless_stopped=True` and gets ServerStopped); any other `up` lifts the stop.
     """
     p = _resolve(profile_name)
     with _profile_lock(p.name):
         if healthy(p.root_url):
             return _reuse(p)
+        stopped = stopped_at(p.name)
+        if stopped is not None and unless_stopped:
+            raise ServerStopped(
+                f"the {p.name} server at {p.base_url} was stopped with `mur servers down` at "
+                f"{time.strftime('%H:%M:%S', time.localtime(stopped))}, so it was not started "
+                f"again: start it (`mur servers up --profile {p.name}`) and run the same "
+                "command again"
+            )
+        clear_stopped(p.name)
         record = read_record(p.name)
         if record and record_alive(record):
             return _wait_for(
@@ -407,12 +424,15 @@ def _reuse_started(p: Profile, pid: int, log_path: Path, started: bool) -> Runni
 
 
 def down(profile_name: str, *, grace: float = STOP_GRACE_S) -> bool:
-    """Stop the recorded server of a profile (SIGTERM its process group, then SIGKILL).
+    """Stop the recorded server of a profile (SIGTERM its process group, then SIGKILL), and
+    mark it stopped on purpose: a run using it stops instead of starting it again (`up`).
 
     Returns False when nothing recorded was running (a stale record is removed). A server this
     package did not start (no record) is never touched.
     """
     with _profile_lock(profile_name):
+        if profile_name in profiles():  # what a Healer serves; a test's or a replica's is not
+            mark_stopped(profile_name)
         record = read_record(profile_name)
         if record is None:
             return False

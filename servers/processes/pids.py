@@ -1,6 +1,7 @@
 """The server processes this machine started: which are still running, their pid records
-(`<MUR_HOME>/run/<profile>.json`, with the start time that tells a reused pid apart), and
-stopping a server's whole process group."""
+(`<MUR_HOME>/run/<profile>.json`, with the start time that tells a reused pid apart), the
+mark a deliberate stop leaves (`<MUR_HOME>/run/<profile>.stopped`), and stopping a server's
+whole process group."""
 
 from __future__ import annotations
 
@@ -82,6 +83,31 @@ def write_record(profile: str, record: Mapping[str, Any]) -> None:
 
 def remove_record(profile: str) -> None:
     record_path(profile).unlink(missing_ok=True)
+
+
+def stop_mark_path(profile: str) -> Path:
+    return run_dir() / f"{profile}.stopped"
+
+
+def mark_stopped(profile: str) -> None:
+    """Note that the profile's server was stopped on purpose (`down`): a run's Healer must
+    not start it again behind the person who stopped it. The next `up` clears it."""
+    path = stop_mark_path(profile)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"{time.time():.3f}\n")
+
+
+def stopped_at(profile: str) -> float | None:
+    """When `down` stopped the profile's server (seconds since the epoch), if it is still
+    meant to be down; None when no stop is in force."""
+    try:
+        return float(stop_mark_path(profile).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def clear_stopped(profile: str) -> None:
+    stop_mark_path(profile).unlink(missing_ok=True)
 
 
 def record_alive(record: Mapping[str, Any]) -> bool:

@@ -16,6 +16,7 @@ from mur.evals.harness.records import RecordStore, load_records, records_so_far
 from mur.evals.harness.runner import run_jobs
 from mur.evals.questions import load_dataset
 from mur.graphs import build_graph
+from mur.servers import ServerStopped
 
 TEST_DATA = Path(__file__).resolve().parents[1] / "data"
 
@@ -109,6 +110,16 @@ async def test_a_question_that_fails_on_its_own_starts_afresh(tmp_path: Path) ->
     await run(tmp_path, failing_after(5, ValueError("bad request")), tmp_path)
     async with open_checkpoints(tmp_path) as saver:
         assert [t async for t in saver.alist(None)] == []
+    assert not records_so_far(tmp_path)
+
+
+async def test_a_question_stopped_by_servers_down_resumes_later(tmp_path: Path) -> None:
+    """`mur servers down` during the question (ServerStopped): not the question's fault, so
+    its checkpoints stay for the run that follows the next `mur servers up`."""
+    stopped = ServerStopped("the cpu-tiny server was stopped with `mur servers down`")
+    await run(tmp_path, failing_after(5, stopped), tmp_path)
+    async with open_checkpoints(tmp_path) as saver:
+        assert [t async for t in saver.alist(None)] != []
     assert not records_so_far(tmp_path)
 
 

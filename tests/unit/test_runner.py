@@ -20,7 +20,7 @@ from mur.evals.harness.records import RecordStore, load_records
 from mur.evals.harness.runner import run_jobs
 from mur.evals.questions import load_dataset
 from mur.graphs import Context, build_graph
-from mur.servers import make_chat_model
+from mur.servers import ServerStopped, make_chat_model
 
 TEST_DATA = Path(__file__).resolve().parents[1] / "data"  # a math500.jsonl of the tests' own
 
@@ -212,6 +212,22 @@ async def test_a_dead_server_stops_the_run_early(tmp_path: Path) -> None:
     assert outcome.finished == 2 and outcome.failed == 2 and outcome.skipped == 2
     assert "500" in outcome.server_gone
     assert len(store.load()) == 2
+
+
+async def test_a_server_stopped_on_purpose_stops_the_run_at_once(tmp_path: Path) -> None:
+    """ServerStopped (`mur servers down` during the run, servers.connect.Healer): no question
+    starts after it, without waiting for `give_up_after` failures, and the run says why."""
+    said = "the cpu-tiny server was stopped with `mur servers down`: start it and run again"
+
+    def stopped(messages, kwargs):
+        raise ServerStopped(said)
+
+    jobs = never_jobs(load_dataset("math500", TEST_DATA, limit=4), max_steps=2)
+    graph = build_graph(backbone=FakeLogprobChat(responder=stopped))
+    store = RecordStore(tmp_path)
+    outcome = await run_jobs(graph, jobs, store, concurrency=1, show_progress=False)
+    assert (outcome.finished, outcome.failed, outcome.skipped) == (0, 1, 3)
+    assert outcome.server_gone == said
 
 
 def test_command_txt_keeps_every_command_that_filled_the_folder(tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ No vLLM server is needed: a tiny HTTP server in a thread plays one where a test 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import socket
@@ -22,8 +23,9 @@ from langchain_core.messages import AIMessage, HumanMessage
 from mur.servers.__main__ import main
 from mur.servers.clients import chat_models, probes
 from mur.servers.clients.chat_models import SAMPLING_DEFAULTS, make_chat_model
-from mur.servers.clients.errors import ServerError, ServerUnavailable
+from mur.servers.clients.errors import ServerError, ServerStopped, ServerUnavailable
 from mur.servers.clients.metrics import parse_counter
+from mur.servers.connect import Healer
 from mur.servers.processes import facts, launcher, pids
 from mur.servers.processes.profiles import (
     CPU_DTYPE_ENV,
@@ -100,6 +102,21 @@ class FakeVLLM:
 
 def tiny_on(port: int) -> Profile:
     return replace(get_profile("cpu-tiny"), port=port)
+
+
+def serving(port: int) -> list[str]:
+    """A process that answers every GET on `port` with cpu-tiny's model list, as vLLM's
+    /health and /v1/models do: a server `launcher.up` can start, record and stop."""
+    script = (
+        "import http.server as h\n"
+        "class H(h.BaseHTTPRequestHandler):\n"
+        "    def do_GET(self):\n"
+        '        body = b\'{"data": [{"id": "SmolLM2-135M-Instruct"}]}\'\n'
+        "        self.send_response(200); self.send_header('Content-Length', str(len(body)))\n"
+        "        self.end_headers(); self.wfile.write(body)\n"
+        f"h.HTTPServer(('127.0.0.1', {port}), H).serve_forever()\n"
+    )
+    return [sys.executable, "-c", script]
 
 
 # ------------------------------------------------------------------------------- profiles
@@ -406,16 +423,7 @@ def test_start_record_status_and_down(
     folder = mur_home / "models" / "SmolLM2-135M-Instruct-w8a8"
     folder.mkdir(parents=True)
     (folder / "mur-manifest.json").write_text(json.dumps({"weights": "w8a8"}))
-    script = (
-        "import http.server as h\n"
-        "class H(h.BaseHTTPRequestHandler):\n"
-        "    def do_GET(self):\n"
-        '        body = b\'{"data": [{"id": "SmolLM2-135M-Instruct"}]}\'\n'
-        "        self.send_response(200); self.send_header('Content-Length', str(len(body)))\n"
-        "        self.end_headers(); self.wfile.write(body)\n"
-        f"h.HTTPServer(('127.0.0.1', {port}), H).serve_forever()\n"
-    )
-    command = [sys.executable, "-c", script, "--model", str(folder), "--dtype", "bfloat16"]
+    command = [*serving(port), "--model", str(folder), "--dtype", "bfloat16"]
     server = launcher.up(tiny_on(port), progress=False, timeout=30, command=command)
     try:
         assert server.started and server.healthy and server.pid
@@ -436,6 +444,41 @@ def test_start_record_status_and_down(
         assert launcher.down("cpu-tiny") is True
     assert launcher.status() == [] and not (mur_home / "run" / "cpu-tiny.json").exists()
     assert launcher.down("cpu-tiny") is False
+
+
+def test_a_server_stopped_with_down_is_not_started_again_by_a_runs_healer(
+    mur_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`mur servers down` while a run uses the embedded server: the run's next request fails,
+    its Healer finds the stop mark and raises ServerStopped (one line: who stopped it, how to
+    go on) instead of starting the server behind the person who stopped it. The next `up`
+    lifts the stop."""
+    port = free_port()
+    profile = tiny_on(port)
+    server = launcher.up(profile, progress=False, timeout=30, command=serving(port))
+    client = make_chat_model(server.base_url, server.model, timeout=5)
+    client.on_failure = Healer(profile, eager=True, say=lambda line: None).recover
+
+    def start_nothing(*_: object, **__: object) -> None:
+        pytest.fail("the Healer started a server that `mur servers down` stopped")
+
+    assert main(["down", "--profile", "cpu-tiny"]) == 0
+    assert pids.stopped_at("cpu-tiny") is not None
+    with monkeypatch.context() as patch:
+        patch.setattr(launcher, "ensure_model", start_nothing)
+        patch.setattr(launcher, "_start", start_nothing)
+        with pytest.raises(ServerStopped) as stopped:
+            asyncio.run(client.ainvoke([HumanMessage("2+2?")]))
+    said = str(stopped.value)
+    assert f"the cpu-tiny server at {server.base_url} was stopped with `mur servers down`" in said
+    assert "`mur servers up --profile cpu-tiny`" in said and "\n" not in said
+    assert launcher.status() == []
+
+    again = launcher.up(profile, progress=False, timeout=30, command=serving(port))
+    try:
+        assert again.started and pids.stopped_at("cpu-tiny") is None
+    finally:
+        launcher.down("cpu-tiny")
 
 
 def test_records_guard_against_pid_reuse_and_zombies() -> None:
