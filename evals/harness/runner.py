@@ -185,15 +185,15 @@ class Runner:
     async def _failed(self, job: Job, exc: Exception) -> None:
         """Record a failed question; after `give_up_after` server failures in a row the
         server is gone and no more questions start."""
+        transient = is_transient(exc)
         stopped = isinstance(exc, ServerStopped)  # on purpose: the question resumes later
-        if self.checkpointed and not is_transient(exc) and not stopped:
+        if self.checkpointed and not transient and not stopped:
             await forget(self.graph, job.key.text)  # its own fault: next time it starts afresh
         self.failed += 1
         self.store.append_error(
             {"key": job.key.text, "error": type(exc).__name__, "message": str(exc)[:2000]}
         )
         self.progress.failed_one(job.key.setting)
-        transient = is_transient(exc)
         self.server_failures_in_a_row = self.server_failures_in_a_row + 1 if transient else 0
         if stopped:
             self.server_gone = str(exc)
