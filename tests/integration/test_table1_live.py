@@ -4,6 +4,7 @@ by a SIGTERM and finished by reruns that lose and repeat nothing."""
 
 from __future__ import annotations
 
+import re
 import signal
 import subprocess
 import sys
@@ -50,7 +51,7 @@ def test_a_sigterm_stops_the_table_then_reruns_finish_every_phase_once(
 ) -> None:
     """One table, three commands: stopped by a SIGTERM after its first record (the questions
     in flight finish and are saved), finished by a rerun (every phase: main gates, random at
-    MUR's measured rate, the gamma sweep), then found done by a third."""
+    MUR's measured rate, the gamma sweep), then found done by a third's dry run."""
     args = tiny_table(cpu_server.base_url, tmp_path, test_data, limit=QUESTIONS, concurrency=2)
     folder = tmp_path / "math500-critic-tiny"
     records_file = folder / "records.jsonl"
@@ -91,7 +92,14 @@ def test_a_sigterm_stops_the_table_then_reruns_finish_every_phase_once(
     # MUR's headline pairs it with the random run the table made at its rate.
     assert f"Against random at its rate (`{random_labels[0]}`" in (folder / "report.md").read_text()
 
-    again = table1(*args)
-    assert again.returncode == 0, again.stderr[-3000:]
-    assert again.stderr.count(", 0 to go") == 3
+    # Done: a third command would run nothing. Its dry run (one process, not four) reads each
+    # phase's progress from the folder, and the random phase's command from MUR's records.
+    planned = table1("--dry-run", *args)
+    assert planned.returncode == 0, planned.stderr[-3000:]
+    progress = re.findall(
+        r"^# critic / (\w+) \((\d+) of (\d+) runs recorded\)$", planned.stdout, re.M
+    )
+    assert [phase for phase, _, _ in progress] == ["main", "random", "sweep"], planned.stdout
+    assert all(done == total for _, done, total in progress), planned.stdout
+    assert f"--gate {random_labels[0]}" in planned.stdout
     assert len(load_records(folder)) == len(records)
