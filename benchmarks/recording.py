@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from mur.benchmarks.counters import Counters
-from mur.servers.clients.chat_models import loop_safe_async_http_client
+from mur.servers.clients.http_pool import pooled_async_http_client
 
 QUESTION: contextvars.ContextVar[int] = contextvars.ContextVar("bench_question", default=-1)
 """The question a request belongs to: the benchmark sets it per question."""
@@ -148,8 +148,8 @@ class Recorder:
         self._per_request = per_request
 
     def http_client(self) -> Any:
-        """The project's async HTTP client (no idle connections) with recording hooks."""
-        client = loop_safe_async_http_client()
+        """The project's async HTTP client (pooled per event loop) with recording hooks."""
+        client = pooled_async_http_client()
         client.event_hooks = {"request": [self._on_request], "response": [self._on_response]}
         return client
 

@@ -1,7 +1,9 @@
 """`mur solve --dataset ...`: a benchmark plan from the flags, run by evals.benchmark.
 
 The plan records the command as it was typed (command.txt in the output folder), so a folder
-says how to make it again and a rerun of that line resumes it.
+says how to make it again and a rerun of that line resumes it. With `--workers N` the questions
+run in N processes, each this command again with the hidden `--worker` flag
+(evals.harness.pool, worker).
 """
 
 from __future__ import annotations
@@ -15,11 +17,17 @@ from pathlib import Path
 
 from mur.cli.flags import budget_settings, gammas, gates, shared_settings
 from mur.evals.harness.plan import BenchmarkPlan
+from mur.evals.harness.pool import WorkerPool
+from mur.evals.harness.stopping import leave_stop_signals_to_parent
+from mur.evals.harness.worker import Channel, serve
 from mur.evals.questions import Problem, load_dataset
-from mur.servers.connect import Connection
+from mur.servers.clients.errors import ServerError
+from mur.servers.connect import Connection, connect, connection_options
 
 # The prog of the solve command when run.py runs it (the card's own entry), not `mur solve`.
 SCRIPT = "run.py"
+# The hidden flag that makes `mur solve` one worker process of a `--workers N` run.
+WORKER_FLAG = "--worker"
 
 
 def command_line(argv: Sequence[str] | None, prog: str) -> str:
@@ -69,10 +77,46 @@ def benchmark_plan(
     )
 
 
-def run_benchmark(plan: BenchmarkPlan, connection: Connection, prog: str) -> int:
-    """Run the plan and write its report; the exit status (errors start with `prog`)."""
+def run_benchmark(
+    plan: BenchmarkPlan, connection: Connection, prog: str, workers: WorkerPool | None = None
+) -> int:
+    """Run the plan (in `workers` processes, if given) and write its report; the exit status
+    (errors start with `prog`)."""
     # Here: the benchmark brings statistics and plots (scipy, matplotlib), seconds of imports
     # that a single question, or a wrong --base-url, must not wait for.
     from mur.evals.benchmark import run_benchmark as run_plan  # noqa: PLC0415
 
-    return run_plan(plan, connection.backbone, connection.verifier, prog=prog)
+    return run_plan(plan, connection.backbone, connection.verifier, prog=prog, workers=workers)
+
+
+def worker_pool(args: argparse.Namespace, argv: Sequence[str] | None) -> WorkerPool | None:
+    """`--workers N` above 1: each worker is `python -m mur solve` with this command's own
+    arguments (`argv`; None: this process's) and WORKER_FLAG, so it makes the same plan and
+    the same connection. None: the run stays in this process."""
+    if args.workers <= 1:
+        return None
+    words = list(sys.argv[1:] if argv is None else argv)
+    return WorkerPool(args.workers, (sys.executable, "-m", "mur", "solve", *words, WORKER_FLAG))
+
+
+def serve_as_worker(args: argparse.Namespace, prog: str) -> int:
+    """`mur solve ... --worker`: one worker process of a --workers run (evals.harness.worker),
+    its stdin and stdout the pipes to its parent. It starts no server: the parent started or
+    found it, and the same arguments and environment lead here to the same address (the
+    embedded server's clients still start it again if it dies, as the parent's would)."""
+    leave_stop_signals_to_parent()
+    channel = Channel.take_stdout()
+    worker = f"{prog} (worker {os.getpid()})"
+    try:
+        problems = load_problems(args)
+        connection = connect(**connection_options(args), eager=args.eager)
+    except (ValueError, OSError, ServerError) as exc:
+        print(f"{worker}: {exc}", file=sys.stderr)
+        return 1
+    plan = benchmark_plan(args, problems, connection, command="")
+    try:
+        serve(plan, connection.backbone, connection.verifier, channel)
+    except Exception as exc:  # one line, not a traceback; the parent names the worker too
+        print(f"{worker}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    return 0

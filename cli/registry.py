@@ -71,6 +71,11 @@ BENCHMARKS = Command(
             "mur.benchmarks.chaos",
         ),
         Command(
+            "client",
+            "the client's own CPU per token against an instant vLLM-shaped server, layer by layer",
+            "mur.benchmarks.client_cost",
+        ),
+        Command(
             "endpoint_load",
             "load-test the OpenAI-compatible endpoint and check every reply",
             "mur.benchmarks.endpoint_load",

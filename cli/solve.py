@@ -3,9 +3,11 @@
     mur solve --strategy critic                       # the built-in sample problem
     mur solve --strategy critic --question "..." --json
     mur solve --strategy critic --dataset math500 --limit 8 --gate mur,always,never --out DIR
+    mur solve --strategy critic --dataset math500 --workers 4 --out DIR   # in 4 processes
 
 Without --base-url (or MUR_BASE_URL) it uses the embedded CPU vLLM server (reused when
-healthy, started if not).
+healthy, started if not). With --workers each worker process is this command again, with the
+hidden --worker flag (evals.harness.pool says why).
 """
 
 from __future__ import annotations
@@ -16,7 +18,15 @@ import json
 import sys
 from collections.abc import Callable, Sequence
 
-from mur.cli.benchmark import benchmark_plan, command_line, load_problems, run_benchmark
+from mur.cli.benchmark import (
+    WORKER_FLAG,
+    benchmark_plan,
+    command_line,
+    load_problems,
+    run_benchmark,
+    serve_as_worker,
+    worker_pool,
+)
 from mur.cli.flags import add_context_flags
 from mur.cli.printer import Printer
 from mur.cli.question import solve_question
@@ -24,7 +34,7 @@ from mur.cli.validation import UsageError, validate
 from mur.evals.questions.datasets import describe as describe_datasets
 from mur.graphs.checkpointers import CheckpointerError
 from mur.graphs.model_calls import describe_failure, server_roles
-from mur.servers.cli import OneLineParser, usage_error
+from mur.servers.cli import OneLineParser, positive_int, usage_error
 from mur.servers.clients.errors import ServerError
 from mur.servers.connect import Connection, add_connection_arguments, connection_options
 from mur.servers.connect import connect as connect_servers
@@ -76,6 +86,17 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
         "streams, recorded in the folder's settings.json)",
     )
     parser.add_argument(
+        "--workers",
+        type=positive_int,
+        default=1,
+        metavar="N",
+        help="with --dataset: run the questions in N processes, --concurrency split between "
+        "them, for a fast GPU server where one client process (one core) is the bottleneck; "
+        "no help on a CPU vLLM server, which is itself the bottleneck (default 1)",
+    )
+    # A worker process of a --workers run, started by it with the same arguments.
+    parser.add_argument(WORKER_FLAG, action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument(
         "--allow-mixed-servers",
         action="store_true",
         help="resume a benchmark folder on a server whose dtype, vLLM version or logprobs "
@@ -112,6 +133,8 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     """Parse, validate, connect, then solve the question or run the benchmark; the exit
     status (2: bad input, 1: a server or the run failed, 130: interrupted)."""
     args = build_parser(prog).parse_args(argv)
+    if args.worker:
+        return serve_as_worker(args, prog)
     try:
         validate(args)
         problems = load_problems(args) if args.dataset else None
@@ -126,7 +149,7 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
         return 1
     if problems is not None:
         plan = benchmark_plan(args, problems, connection, command_line(argv, prog))
-        return run_benchmark(plan, connection, prog)
+        return run_benchmark(plan, connection, prog, worker_pool(args, argv))
     try:
         result = asyncio.run(solve_question(args, connection, printer))
     except CheckpointerError as exc:  # names the target, its password as ***

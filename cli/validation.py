@@ -40,6 +40,8 @@ def validate(args: argparse.Namespace) -> None:
             raise UsageError("lists of gates, gammas or budgets need --dataset")
         if args.question is not None:
             check_question(args.question)
+        if args.workers > 1:
+            raise UsageError("--workers runs a benchmark's questions in processes: add --dataset")
     elif args.question or args.checkpoint:
         raise UsageError("--question and --checkpoint solve one question: drop --dataset")
     if args.out and Path(args.out).exists() and not Path(args.out).is_dir():

@@ -40,6 +40,7 @@ from mur.endpoint.schemas import MODELS
 from mur.graphs.checkpointers import CheckpointerError, parse_target
 from mur.servers import ServerError
 from mur.servers.cli import MAX_PORT, OneLineParser, port_number, positive_int, usage_error
+from mur.servers.clients.collector import tune_collector
 from mur.servers.connect import add_connection_arguments, check_connection_flags, connection_options
 from mur.servers.connect import connect as connect_servers
 
@@ -184,6 +185,7 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     except (ServerError, CheckpointerError, KeyError, ValueError) as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
         return 1
+    tune_collector()  # start-up is done: what it left stays, off the collector's path
     guard = "API key required" if api_key else "no API key"
     print(
         f"MUR endpoint on http://{args.host}:{args.port}/v1 ({len(MODELS)} models, {guard}, "

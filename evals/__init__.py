@@ -3,7 +3,7 @@
 
 - ``evals.questions``: the benchmarks (one registry entry each), their loaders and grading;
 - ``evals.harness``: a benchmark run: its plan, the runner, records.jsonl, checkpoints,
-  progress and stopping;
+  progress, stopping, and worker processes (``--workers``);
 - ``evals.report``: tables, plots and comparisons recomputed from a folder's records
   (``mur report DIR``, ``mur compare A B``).
 

@@ -12,6 +12,7 @@ from langchain_core.language_models import BaseChatModel
 
 from mur.evals.harness.checkpoints import open_checkpoints
 from mur.evals.harness.plan import BenchmarkPlan
+from mur.evals.harness.pool import WorkerPool, run_in_workers
 from mur.evals.harness.provenance import (
     ROLES,
     choose_concurrency,
@@ -68,9 +69,11 @@ def run_benchmark(
     verifier: BaseChatModel,
     *,
     prog: str = "mur solve",
+    workers: WorkerPool | None = None,
 ) -> int:
     """Run a plan: skip what its folder already holds, run the rest, report. `prog`: the
-    command that asked (`mur solve`, `run.py`), the first word of an error line."""
+    command that asked (`mur solve`, `run.py`), the first word of an error line; `workers`:
+    run the questions in worker processes (`--workers N`, evals.harness.pool), else here."""
     out = plan.folder
     store = RecordStore(out)
     try:
@@ -103,7 +106,11 @@ def run_benchmark(
             return await run_jobs(graph, todo, store, concurrency=concurrency)
 
     try:
-        outcome = asyncio.run(run_checkpointed())
+        outcome = asyncio.run(
+            run_in_workers(todo, store, concurrency=concurrency, pool=workers)
+            if workers
+            else run_checkpointed()
+        )
     except KeyboardInterrupt:  # before the run's own signal handling was in place
         print(
             f"\ninterrupted: finished questions are saved in {store.folder}; rerun the same "
@@ -111,6 +118,18 @@ def run_benchmark(
             file=sys.stderr,
         )
         return STOPPED_EXIT
+    return finish(outcome, store)
+
+
+def finish(outcome: RunOutcome, store: RecordStore) -> int:
+    """Say how the run ended and write the report unless it stopped short; the exit status."""
+    if outcome.lost:  # its questions in flight wait for a rerun: no report yet
+        print(
+            f"{outcome.lost}; {outcome.finished} runs finished this time and are saved in "
+            f"{store.folder}, {outcome.skipped} left: rerun the same command to finish the rest",
+            file=sys.stderr,
+        )
+        return 1
     if outcome.stopped_by:
         print(
             f"stopped ({outcome.stopped_by}): {outcome.finished} runs finished this time and "
@@ -127,7 +146,7 @@ def run_benchmark(
             file=sys.stderr,
         )
         return 1
-    report = write_report(out)
+    report = write_report(store.folder)
     print(report.markdown)
     print(f"records: {store.folder}\nreport: {report.markdown_path}", file=sys.stderr)
     if outcome.failed:

@@ -18,8 +18,8 @@ from __future__ import annotations
 import asyncio
 import re
 import sqlite3
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -27,8 +27,16 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 
 import aiosqlite
 import psycopg
-from langgraph.checkpoint.base import BaseCheckpointSaver
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    BaseCheckpointSaver,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+)
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import DictRow, dict_row, tuple_row
@@ -53,6 +61,73 @@ so the writes queued behind a stopped server fail one after another: with psycop
 of 30 s each, a run went on waiting for minutes after PostgreSQL had stopped."""
 Kind = Literal["sqlite", "postgres"]
 Pool = AsyncConnectionPool[psycopg.AsyncConnection[DictRow]]
+
+
+class InlineSqliteSaver(SqliteSaver):
+    """LangGraph's SQLite saver, its async methods run inline on the event loop.
+
+    LangGraph's AsyncSqliteSaver sends every statement to aiosqlite's thread and waits for it:
+    a run writes a checkpoint and its task writes after each node, about nine round trips a
+    model request, and the hops (not SQLite) cost more client CPU than everything else the
+    graph does once the server answers as fast as a GPU (`mur bench client`). A write to a
+    local file takes well under a millisecond, so it is done right here. For local files
+    only: a database across a network belongs to a saver that does not hold the loop.
+    """
+
+    @classmethod
+    @contextmanager
+    def open(cls, path: Path, busy_timeout_s: float) -> Iterator[InlineSqliteSaver]:
+        """The saver of the file at `path`, set up (WAL mode, its tables). WAL with
+        `synchronous=NORMAL` commits without an fsync: a crash of the process loses nothing,
+        a power cut at most the last writes (a question then resumes a node earlier)."""
+        conn = sqlite3.connect(path, timeout=busy_timeout_s, check_same_thread=False)
+        try:
+            saver = cls(conn)
+            saver.setup()
+            conn.execute("PRAGMA synchronous=NORMAL")
+            yield saver
+        finally:
+            conn.close()
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return self.get_tuple(config)
+
+    async def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        for item in self.list(config, filter=filter, before=before, limit=limit):
+            yield item
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        return self.put(config, checkpoint, metadata, new_versions)
+
+    async def aput_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        self.put_writes(config, writes, task_id, task_path)
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        self.delete_thread(thread_id)
+
+    async def aget_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Mapping[str, Any]:
+        return self.get_delta_channel_history(config=config, channels=channels)
 
 
 class CheckpointerError(Exception):

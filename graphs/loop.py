@@ -3,6 +3,9 @@
 Pure nodes and routes are module functions; the two nodes that ask the backbone are methods
 of `Drafting`, which holds the injected model. graphs/mur.py wires them with the strategies'
 subgraphs. A run's settings are its Context (`settings_of`), the paper's when it passes none.
+The pure nodes are `async def` though they never wait: an async graph hands a plain function
+to a thread pool, a thread hop per node that a fast server makes a visible share of the
+client's CPU (every node of the graphs here is async for that reason).
 """
 
 from __future__ import annotations
@@ -187,7 +190,7 @@ def answer_overflowed(state: State, overflow: ContextOverflow) -> Update:
     return {"fallback": None, "finish_reason": "context_length"}
 
 
-def score_uncertainty(state: State) -> Update:
+async def score_uncertainty(state: State) -> Update:
     """m_t (mean -logprob) and the mean token probability of the draft."""
     draft = drafted(state)
     if draft["num_tokens"] == 0:
@@ -203,7 +206,7 @@ def score_uncertainty(state: State) -> Update:
     }
 
 
-def gamma_gate(state: State, runtime: Runtime[Context]) -> Update:
+async def gamma_gate(state: State, runtime: Runtime[Context]) -> Update:
     """Decide whether this step deserves the expensive strategy."""
     ctx = settings_of(runtime)
     steps = state.get("steps", [])
@@ -234,7 +237,7 @@ def gamma_gate(state: State, runtime: Runtime[Context]) -> Update:
     return {"gate": {**record, "threshold": decision.threshold, "scale": decision.scale}}
 
 
-def commit_step(state: State, runtime: Runtime[Context]) -> Update:
+async def commit_step(state: State, runtime: Runtime[Context]) -> Update:
     """Keep the step (refined or not), update the momentum with its uncertainty."""
     ctx = settings_of(runtime)
     gate = gated(state)
@@ -292,7 +295,7 @@ def commit_step(state: State, runtime: Runtime[Context]) -> Update:
     return update
 
 
-def finalize(state: State, runtime: Runtime[Context]) -> Update:
+async def finalize(state: State, runtime: Runtime[Context]) -> Update:
     """The answer: the text after the last 'the answer is' (or the last boxed)."""
     fallback = state.get("fallback")
     texts = [*kept_texts(state), fallback["text"] if fallback else ""]

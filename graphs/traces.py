@@ -167,7 +167,7 @@ def outcome_of(summary: TraceSummary) -> TraceOutcome:
 # ---------------------------------------------------------------------------- nodes
 
 
-def plan_traces(state: QuestionState, runtime: Runtime[Context]) -> Update:
+async def plan_traces(state: QuestionState, runtime: Runtime[Context]) -> Update:
     """After the warm-up batch, fix the threshold at which later traces stop."""
     rules = settings_of(runtime).trace_rules()
     drawn = state.get("drawn", [])
@@ -209,7 +209,7 @@ def trace_node(loop: Any) -> TraceNode:
     return trace
 
 
-def vote(state: QuestionState, runtime: Runtime[Context]) -> Update:
+async def vote(state: QuestionState, runtime: Runtime[Context]) -> Update:
     """The voted answer; the steps shown are those of the heaviest trace that gave it."""
     ctx = settings_of(runtime)
     rules = ctx.trace_rules()

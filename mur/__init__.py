@@ -2,7 +2,7 @@
 
 The public API for an app that embeds the method:
 
-    from mur import Context, build_graph
+    from mur import Context, build_graph, tune_collector
 
 The repository keeps its rooms at its root (graphs/, nodes/, prompts/, servers/, ...); this
 package names them `mur.graphs`, `mur.nodes`, ... through symbolic links, so the installed
@@ -17,12 +17,17 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from mur.graphs.mur import build_graph
     from mur.graphs.state import Context
+    from mur.servers.clients.collector import tune_collector
 
-__all__ = ["Context", "build_graph"]
+__all__ = ["Context", "build_graph", "tune_collector"]
 
 # Where each public name lives: imported on first use, so `mur servers status` or `mur --help`
 # does not pay for LangGraph.
-_PUBLIC = {"Context": "mur.graphs.state", "build_graph": "mur.graphs.mur"}
+_PUBLIC = {
+    "Context": "mur.graphs.state",
+    "build_graph": "mur.graphs.mur",
+    "tune_collector": "mur.servers.clients.collector",
+}
 
 
 def __getattr__(name: str) -> Any:

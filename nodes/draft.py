@@ -196,7 +196,7 @@ def to_candidate(choice: Generation) -> StepCandidate:
 
 def token_confidences(choice: Generation) -> list[float]:
     """Each generated token's confidence from its top logprobs (the request asked for them)."""
-    return [token_confidence([top.logprob for top in tops]) for tops in choice.top_logprobs]
+    return [token_confidence(tops) for tops in choice.top_logprobs]
 
 
 def entropy_spikes(choice: Generation, threshold: float, before: str = "") -> list[EntropySpike]:
@@ -216,7 +216,7 @@ def entropy_spikes(choice: Generation, threshold: float, before: str = "") -> li
     for index, (token, tops) in enumerate(zip(choice.tokens, choice.top_logprobs, strict=True)):
         chars = start - lead
         if tops and 0 <= chars < text_length:
-            entropy = token_entropy([top.logprob for top in tops])
+            entropy = token_entropy(tops)
             if entropy > threshold:
                 spikes.append(EntropySpike(token=index, chars=chars, entropy=entropy))
         start += len(token)

@@ -148,7 +148,7 @@ def p_yes(choice: Generation, prefix: str = "") -> float:
     index = verdict_token_index(choice.tokens, prefix)
     if index is None:
         return 0.0
-    alternatives = {top.token: top.logprob for top in choice.top_logprobs[index]}
+    alternatives = choice.alternatives(index)
     alternatives[choice.tokens[index]] = choice.logprobs[index]
     probability = math.fsum(
         math.exp(logprob) for token, logprob in alternatives.items() if _word(token) == "yes"

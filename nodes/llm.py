@@ -42,19 +42,18 @@ class MissingLogprobsError(RuntimeError):
 
 
 @dataclass(frozen=True)
-class TopLogprob:
-    token: str
-    logprob: float
-
-
-@dataclass(frozen=True)
 class Generation:
     """One choice of a reply: its text and what the server said about each token."""
 
     text: str
     logprobs: tuple[float, ...]
     tokens: tuple[str, ...]
-    top_logprobs: tuple[tuple[TopLogprob, ...], ...]
+    top_logprobs: tuple[tuple[float, ...], ...]
+    """Each token's top-k logprobs as the server ranked them (empty tuples when not asked)."""
+    top_tokens: tuple[tuple[str, ...], ...]
+    """The tokens of `top_logprobs`, in the same order. Kept apart as plain tuples: a reply at
+    top_logprobs 20 has thousands of them, and one object each was the client's largest
+    cost against a fast server (`mur bench client`)."""
     finish_reason: str | None
     stop_reason: str | int | None = None
     stop_reason_known: bool = False
@@ -65,6 +64,10 @@ class Generation:
     def num_tokens(self) -> int:
         """Generated tokens of this choice: vLLM returns one logprob per generated token."""
         return len(self.logprobs)
+
+    def alternatives(self, index: int) -> dict[str, float]:
+        """Token `index`'s top-k tokens with their logprobs."""
+        return dict(zip(self.top_tokens[index], self.top_logprobs[index], strict=True))
 
     @property
     def ended_by_model(self) -> bool:
@@ -136,7 +139,7 @@ def _parse_generation(
             "Serve the model with vLLM (or any OpenAI-compatible server that honours "
             "logprobs=true) and use a client created with logprobs=True"
         )
-    logprobs, tokens, tops = [], [], []
+    logprobs, tokens, tops, top_tokens = [], [], [], []
     for entry in entries:
         logprob = float(entry["logprob"])
         if math.isnan(logprob):
@@ -144,12 +147,9 @@ def _parse_generation(
         # vLLM can report -inf for a token it was forced to emit; keep the mean a number.
         logprobs.append(max(logprob, LOGPROB_FLOOR))
         tokens.append(str(entry.get("token", "")))
-        tops.append(
-            tuple(
-                TopLogprob(str(top.get("token", "")), float(top["logprob"]))
-                for top in entry.get("top_logprobs") or ()
-            )
-        )
+        ranked = entry.get("top_logprobs") or ()
+        tops.append(tuple([float(top["logprob"]) for top in ranked]))
+        top_tokens.append(tuple([str(top.get("token", "")) for top in ranked]))
     content = message.content if isinstance(message.content, str) else message.text
     reasoning = message.additional_kwargs.get("reasoning_content") or ""
     if not isinstance(reasoning, str):
@@ -160,6 +160,7 @@ def _parse_generation(
         logprobs=tuple(logprobs),
         tokens=tuple(tokens),
         top_logprobs=tuple(tops),
+        top_tokens=tuple(top_tokens),
         finish_reason=metadata.get("finish_reason"),
         stop_reason=metadata.get("stop_reason"),
         stop_reason_known="stop_reason" in metadata,

@@ -48,7 +48,7 @@ from mur.servers.clients.probes import (
     healthy,
     normalize_base_url,
 )
-from mur.servers.processes.launcher import up, up_pair
+from mur.servers.processes.launcher import RunningServer, up, up_pair
 from mur.servers.processes.profiles import DEFAULT_PROFILE, Profile, get_profile
 
 PROBE_TIMEOUT_S = 3.0
@@ -343,34 +343,18 @@ def connect(
     """
     env = os.environ if env is None else env
     say = say or (lambda text: None)
-    if isinstance(base_url, Sequence) and not isinstance(base_url, str):
-        base_url = ",".join(base_url)
-    if isinstance(verifier_url, Sequence) and not isinstance(verifier_url, str):
-        verifier_url = ",".join(verifier_url)
+    base_url, verifier_url = _comma_joined(base_url), _comma_joined(verifier_url)
+    endpoints = EnvEndpoints.read(env)
     backbone_src, verifier_src, embedded = _sources(
-        base_url,
-        model,
-        verifier_url,
-        verifier_model,
-        EnvEndpoints.read(env),
-        profile,
-        verifier_profile,
+        base_url, model, verifier_url, verifier_model, endpoints, profile, verifier_profile
     )
     local = local_profile(profile)
     profile = profile or (local.name if embedded else None)
     recommended = dict(get_profile(profile).recommended) if profile else {}  # before any server
-    if profile and "timeout" not in client_options:
-        client_options.setdefault(
-            "timeouts", RequestTimeout.from_env(env, get_profile(profile).request_timeout)
-        )
+    client_options = _with_profile_timeouts(client_options, profile, env)
     if embedded and start:
-        say(f"Using the embedded CPU vLLM server ({local.name}); pass --base-url to use another.")
-        if verifier_profile is not None and not verifier_url:
-            server, judge = up_pair(local, verifier_profile, eager=eager, progress=progress)
-            say(f"{'Started' if judge.started else 'Reusing'} {judge.model} at {judge.base_url}")
-        else:
-            server = up(local, eager=eager, progress=progress)
-        say(f"{'Started' if server.started else 'Reusing'} {server.model} at {server.base_url}")
+        judge = verifier_profile if not verifier_url else None
+        server = _start_embedded(local, judge, eager=eager, progress=progress, say=say)
         backbone_src = _Source([server.base_url], backbone_src.model or server.model, EMBEDDED_HINT)
     elif probe or backbone_src.model is None:
         backbone_src = _probe(backbone_src, probe_timeout)
@@ -384,21 +368,92 @@ def connect(
     )
     if embedded:  # the server this machine runs for us: started again if it dies
         backbone.on_failure = Healer(local, eager=eager).recover
-    verifier = backbone
-    if verifier_src is not None and (verifier_src.urls, verifier_src.model) != (
-        backbone_src.urls,
-        backbone_src.model,
-    ):
-        verifier = make_chat_model(
-            verifier_src.urls[0],
-            verifier_src.model,
-            cpu_server=_is_cpu(verifier_profile),
-            **client_options,
-        )
-        if embedded and verifier_profile and not verifier_url:  # the pair's judge, here
-            verifier.on_failure = Healer(get_profile(verifier_profile), eager=eager).recover
+    verifier = _verifier_client(
+        verifier_src,
+        backbone_src,
+        backbone,
+        verifier_profile=verifier_profile,
+        judge_here=verifier_profile if embedded and not verifier_url else None,
+        eager=eager,
+        client_options=client_options,
+    )
+    return Connection(
+        backbone, verifier, recommended, profile, embedded, _note(backbone, verifier, embedded)
+    )
 
+
+def _comma_joined(urls: str | Sequence[str] | None) -> str | None:
+    """A list of URLs as the one string a flag holds: `_urls` then refuses it with how to put
+    replicas behind a router, the same way for `--base-url a,b` and `base_url=[a, b]`."""
+    if urls is None or isinstance(urls, str):
+        return urls
+    return ",".join(urls)
+
+
+def _with_profile_timeouts(
+    client_options: dict[str, Any], profile: str | None, env: Mapping[str, str]
+) -> dict[str, Any]:
+    """The client options with the profile's request timeouts (a CPU profile allows seconds a
+    token, more than a GPU server needs), unless the caller chose `timeout` or `timeouts`."""
+    if not profile or "timeout" in client_options:
+        return client_options
+    timeouts = RequestTimeout.from_env(env, get_profile(profile).request_timeout)
+    return {"timeouts": timeouts, **client_options}
+
+
+def _start_embedded(
+    local: Profile,
+    judge: str | None,
+    *,
+    eager: bool,
+    progress: bool,
+    say: Callable[[str], None],
+) -> RunningServer:
+    """Start the embedded server (or reuse it when it runs), and the external judge's profile
+    beside it when one is named (`up_pair`: the backbone first), saying which; the backbone's
+    server is returned."""
+    say(f"Using the embedded CPU vLLM server ({local.name}); pass --base-url to use another.")
+    if judge is not None:
+        server, judge_server = up_pair(local, judge, eager=eager, progress=progress)
+        say(
+            f"{'Started' if judge_server.started else 'Reusing'} {judge_server.model} at "
+            f"{judge_server.base_url}"
+        )
+    else:
+        server = up(local, eager=eager, progress=progress)
+    say(f"{'Started' if server.started else 'Reusing'} {server.model} at {server.base_url}")
+    return server
+
+
+def _verifier_client(
+    source: _Source | None,
+    backbone_source: _Source,
+    backbone: Any,
+    *,
+    verifier_profile: str | None,
+    judge_here: str | None,
+    eager: bool,
+    client_options: Mapping[str, Any],
+) -> Any:
+    """The backbone's client itself when the verifier is the same model at the same URL (the
+    model judges its own steps: `Connection.verifier is Connection.backbone` says so), else a
+    client of its own; `judge_here` names the profile of a judge this machine runs (the
+    embedded pair's), whose client heals like the backbone's."""
+    if source is None:
+        return backbone
+    if (source.urls, source.model) == (backbone_source.urls, backbone_source.model):
+        return backbone
+    verifier = make_chat_model(
+        source.urls[0], source.model, cpu_server=_is_cpu(verifier_profile), **client_options
+    )
+    if judge_here:  # the pair's judge, here: started again if it dies
+        verifier.on_failure = Healer(get_profile(judge_here), eager=eager).recover
+    return verifier
+
+
+def _note(backbone: Any, verifier: Any, embedded: bool) -> str:
+    """One line for people: which model at which URL, the verifier's when it is another."""
     note = f"{'embedded' if embedded else 'backbone'} {_describe(backbone)}"
     if verifier is not backbone:
         note += f"; verifier {_describe(verifier)}"
-    return Connection(backbone, verifier, recommended, profile, embedded, note)
+    return note

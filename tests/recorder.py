@@ -10,11 +10,16 @@ logprobs, texts, usage), recomputed in the test.
 
 from __future__ import annotations
 
+import asyncio
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from mur.servers.clients.chat_models import loop_safe_async_http_client, make_chat_model
+import openai
+
+from mur.nodes.llm import Reply, Request, generate
+from mur.servers.clients.chat_models import make_chat_model
+from mur.servers.clients.http_pool import pooled_async_http_client, sdk_http_module
 
 
 @dataclass
@@ -23,6 +28,7 @@ class Exchange:
 
     request: dict[str, Any]
     response: dict[str, Any]
+    raw: bytes = field(default=b"", repr=False)  # the reply's bytes as they came
 
     @property
     def choices(self) -> list[dict[str, Any]]:
@@ -73,12 +79,39 @@ class Recorder:
             return
         await response.aread()
         if response.status_code == 200:
-            self.exchanges.append(Exchange(json.loads(response.request.content), response.json()))
+            request = json.loads(response.request.content)
+            self.exchanges.append(Exchange(request, response.json(), response.content))
 
 
 def recording_model(base_url: str, model: str, recorder: Recorder, **overrides: Any) -> Any:
     """The shipped chat model (servers.clients.chat_models.make_chat_model), its replies
     recorded."""
-    client = loop_safe_async_http_client()
+    client = pooled_async_http_client()
     client.event_hooks["response"].append(recorder.on_response)
     return make_chat_model(base_url, model, http_async_client=client, **overrides)
+
+
+def replaying_client(body: bytes, asked: list[dict[str, Any]]) -> Any:
+    """An HTTP client for the SDK whose every request gets `body` (a recorded reply); each
+    request's JSON lands in `asked`."""
+    http = sdk_http_module()
+
+    def handler(request: Any) -> Any:
+        asked.append(json.loads(request.content))
+        return http.Response(200, content=body, headers={"content-type": "application/json"})
+
+    return openai.DefaultAsyncHttpxClient(transport=http.MockTransport(handler))
+
+
+def read_both(body: bytes, request: Request) -> tuple[Reply, Reply, list[dict[str, Any]]]:
+    """The reply `body` read by the project's lean reader and by the stock ChatOpenAI path
+    (`raw_replies=False`), for `request`; and the two request bodies that went out."""
+    asked: list[dict[str, Any]] = []
+    replies = []
+    for raw in (True, False):
+        client = replaying_client(body, asked)
+        model = make_chat_model(
+            "http://recorded.test/v1", "recorded", raw_replies=raw, http_async_client=client
+        )
+        replies.append(asyncio.run(generate(model, request)))
+    return replies[0], replies[1], asked

@@ -10,6 +10,17 @@ when it stopped is done again (its lost tokens are in the server's counter, not 
 and its latency is the time it ran: first to last checkpoint before the stop, plus the run
 that finished it. A recorded question's thread is deleted, so the file only ever holds the
 questions in flight.
+
+The saver writes on the event loop itself (graphs.checkpointers.InlineSqliteSaver): a local
+write takes well under a millisecond, and handing each to a thread cost more client CPU than
+the rest of the graph against a fast server.
+
+`mur solve --workers N` runs a folder's questions in several processes, all on this one file
+(evals.harness.pool): LangGraph's saver puts it in WAL mode (readers never wait for the writer,
+and a write is one short transaction per node), and each connection waits up to
+BUSY_TIMEOUT_S for another process's write instead of failing at once (SQLite's default here
+is 5 s, which a loaded machine can pass). A question's thread is its record key, not the
+process's, so a question stopped part-way resumes on whichever worker takes it next time.
 """
 
 from __future__ import annotations
@@ -23,19 +34,29 @@ from typing import Any
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver
-from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
+from mur.graphs.checkpointers import InlineSqliteSaver
 from mur.graphs.solve import thread_status
 from mur.graphs.state import Context, output_of
 
 CHECKPOINTS = "checkpoints.sqlite"
+BUSY_TIMEOUT_S = 120.0  # seconds a write waits for another process's to end
 
 
 @asynccontextmanager
 async def open_checkpoints(folder: Path) -> AsyncIterator[BaseCheckpointSaver]:
-    """The folder's checkpoint saver, open for the run."""
-    async with AsyncSqliteSaver.from_conn_string(str(folder / CHECKPOINTS)) as saver:
+    """The folder's checkpoint saver, open for the run: its tables made and WAL mode set now
+    (`setup`), before any question writes, so processes opening it together wait their turn
+    once, here."""
+    with InlineSqliteSaver.open(folder / CHECKPOINTS, BUSY_TIMEOUT_S) as saver:
         yield saver
+
+
+async def prepare_checkpoints(folder: Path) -> None:
+    """Make the folder's checkpoint file and put it in WAL mode now, once, before several
+    worker processes open it together (evals.harness.pool)."""
+    async with open_checkpoints(folder):
+        return
 
 
 @dataclass(frozen=True)

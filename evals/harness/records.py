@@ -323,10 +323,16 @@ class RecordStore:
     def _append(self, path: Path, record: RunRecord | ErrorRecord) -> None:
         line = (json.dumps(record, ensure_ascii=False) + "\n").encode()
         # One write of one whole line, flushed to disk before the next question is counted.
-        with self.lock, path.open("ab") as handle:
-            handle.write(line)
-            handle.flush()
-            os.fsync(handle.fileno())
+        with self.lock:
+            # A line cut short here can only be a writer's that died mid-write (a killed
+            # `--workers` process, while the others go on): appended to, it would join this
+            # record into one line no reader takes.
+            if path.exists():
+                _drop_partial_tail(path)
+            with path.open("ab") as handle:
+                handle.write(line)
+                handle.flush()
+                os.fsync(handle.fileno())
 
     def append(self, record: RunRecord) -> None:
         with self.lock:

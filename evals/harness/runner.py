@@ -17,12 +17,22 @@ from mur.evals.harness.plan import Job
 from mur.evals.harness.progress import RunProgress
 from mur.evals.harness.records import RecordStore
 from mur.evals.harness.run_record import RunRecord, make_record, setting_of, total_tokens
-from mur.evals.harness.stopping import StopSignals
+from mur.evals.harness.stopping import StopSignals, cancelling_line, finishing_line
 from mur.evals.questions import grade
 from mur.nodes.usage import CallMeter, metered
+from mur.servers.clients.collector import tune_collector
 from mur.servers.clients.errors import ServerStopped
 from mur.servers.clients.sessions import new_session_id, session
 from mur.servers.clients.transport_errors import is_transient
+
+
+@dataclass(frozen=True)
+class Failure:
+    """Why a question failed, and whether the server was at fault (what counts towards
+    giving up on it)."""
+
+    why: str
+    server: bool
 
 
 @dataclass(frozen=True)
@@ -32,6 +42,7 @@ class RunOutcome:
     skipped: int
     server_gone: str | None  # why the run gave up early, if it did
     stopped_by: str | None = None  # the signal (SIGINT, SIGTERM) that stopped it early
+    lost: str | None = None  # worker processes that died, and what they left (--workers)
 
 
 async def run_jobs(
@@ -103,6 +114,7 @@ class Runner:
                 for r in store.load()
             ],
         )
+        tune_collector()  # start-up is done: what it left stays, off the collector's path
 
     async def run(self) -> RunOutcome:
         jobs = self.jobs
@@ -121,20 +133,10 @@ class Runner:
         )
 
     def _finish_in_flight(self, name: str) -> None:
-        print(
-            f"\n{name}: starting no new questions; the {self.in_flight} in flight finish and "
-            f"are saved. {name} again stops them too (they resume from their last finished "
-            "step next time).",
-            file=sys.stderr,
-            flush=True,
-        )
+        print(finishing_line(name, self.in_flight), file=sys.stderr, flush=True)
 
     def _cancel_in_flight(self, name: str) -> None:
-        print(
-            f"\n{name} again: stopping the {self.in_flight} questions in flight now",
-            file=sys.stderr,
-            flush=True,
-        )
+        print(cancelling_line(name, self.in_flight), file=sys.stderr, flush=True)
         for task in self.tasks:
             task.cancel()
 
@@ -142,29 +144,33 @@ class Runner:
         async with self.limit:
             if self.server_gone or self.stop.requested:
                 return
-            self.in_flight += 1
-            try:
-                with metered() as made_here:  # a resumed question's record counts more
-                    record = await self._solve_and_grade(job)
-            finally:
-                self.in_flight -= 1
-        if record is None:
+            record, made_here = await self.run_one(job)
+        if isinstance(record, Failure):
             return
         self.finished += 1
-        self.progress.finished_one(
-            total_tokens(record), job.key.setting, here=made_here.answered.generated_tokens
-        )
+        self.progress.finished_one(total_tokens(record), job.key.setting, here=made_here)
 
-    async def _solve_and_grade(self, job: Job) -> RunRecord | None:
-        """The job's record, appended to the store; None when it failed (recorded as such)."""
+    async def run_one(self, job: Job) -> tuple[RunRecord | Failure, int]:
+        """Solve, grade and record one job now (a worker process's runner is handed its jobs
+        one by one: evals.harness.worker): its record, or why it failed (recorded as such),
+        and the tokens made for it in this run (a resumed question's record counts more)."""
+        self.in_flight += 1
+        try:
+            with metered() as made_here:
+                record = await self._solve_and_grade(job)
+        finally:
+            self.in_flight -= 1
+        return record, made_here.answered.generated_tokens
+
+    async def _solve_and_grade(self, job: Job) -> RunRecord | Failure:
+        """The job's record, appended to the store; why it failed (recorded as such)."""
         begin = time.monotonic()
         question = {"question": job.problem.question, "system_prompt": job.problem.system_prompt}
         try:
             with session(new_session_id(self.run_id, job.key.text)):
                 solved = await self._solve(job, question)
         except Exception as exc:  # recorded with its reason; the run goes on
-            await self._failed(job, exc)
-            return None
+            return await self._failed(job, exc)
         self.server_failures_in_a_row = 0
         latency = solved.earlier_s + time.monotonic() - begin
         # Grading may take seconds (bounded by math-verify's timeouts): off the event loop.
@@ -182,9 +188,9 @@ class Runner:
             return await solve_resumable(self.graph, question, job.context, job.key.text)
         return Solved(await self.graph.ainvoke(question, context=job.context), 0.0, False)
 
-    async def _failed(self, job: Job, exc: Exception) -> None:
-        """Record a failed question; after `give_up_after` server failures in a row the
-        server is gone and no more questions start."""
+    async def _failed(self, job: Job, exc: Exception) -> Failure:
+        """Record a failed question, and say why it failed; after `give_up_after` server
+        failures in a row the server is gone and no more questions start."""
         transient = is_transient(exc)
         stopped = isinstance(exc, ServerStopped)  # on purpose: the question resumes later
         if self.checkpointed and not transient and not stopped:
@@ -195,7 +201,9 @@ class Runner:
         )
         self.progress.failed_one(job.key.setting)
         self.server_failures_in_a_row = self.server_failures_in_a_row + 1 if transient else 0
+        failure = Failure(f"{type(exc).__name__}: {str(exc)[:300]}", transient)
         if stopped:
             self.server_gone = str(exc)
         elif self.server_failures_in_a_row >= self.give_up_after:
-            self.server_gone = f"{type(exc).__name__}: {str(exc)[:300]}"
+            self.server_gone = failure.why
+        return failure

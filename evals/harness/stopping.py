@@ -5,6 +5,15 @@ So a first SIGINT (Ctrl-C) or SIGTERM starts no new question and lets the ones i
 finish and be recorded; a second stops those too (the next run of the same command resumes
 each after its last finished node: evals.harness.checkpoints). Celery's warm and cold shutdown, and
 Scrapy's Ctrl-C, work the same way.
+
+With `--workers N` (evals.harness.pool) only the parent takes these signals and tells its
+workers what to do. A Ctrl-C on a terminal reaches the whole process group, workers included,
+so a worker must not act on it itself: the parent starts each one with the stop signals
+blocked (`blocked_stop_signals`: none can arrive while the worker imports), and the worker
+swaps them for handlers that do nothing before it lets them in (`leave_stop_signals_to_parent`).
+A handler, not SIG_IGN: a process the worker starts (the embedded server, started again
+after a crash) gets the default dispositions back at exec, where an ignored signal would stay
+ignored and `mur servers down` could not stop it.
 """
 
 from __future__ import annotations
@@ -12,7 +21,8 @@ from __future__ import annotations
 import asyncio
 import signal
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from types import FrameType, TracebackType
 from typing import Any
 
@@ -20,6 +30,42 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 STOPPED_EXIT = 130  # the shell's status for a command ended by SIGINT
 
 Handler = Callable[[int, FrameType | None], Any] | int | None
+
+
+def finishing_line(name: str, in_flight: int) -> str:
+    """What the first stop signal says."""
+    return (
+        f"\n{name}: starting no new questions; the {in_flight} in flight finish and are saved. "
+        f"{name} again stops them too (they resume from their last finished step next time)."
+    )
+
+
+def cancelling_line(name: str, in_flight: int) -> str:
+    """What the second stop signal says."""
+    return f"\n{name} again: stopping the {in_flight} questions in flight now"
+
+
+@contextmanager
+def blocked_stop_signals() -> Iterator[None]:
+    """This thread takes no stop signal inside the block (one that comes waits, and arrives
+    after it); a process started here begins with them blocked."""
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
+
+
+def _parent_decides(signum: int, frame: FrameType | None) -> None:
+    """A worker's stop signal handler: the parent took the same signal and says what to do."""
+
+
+def leave_stop_signals_to_parent() -> None:
+    """In a worker started inside `blocked_stop_signals`: stop signals do nothing here from now
+    on (those that came meanwhile included)."""
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, _parent_decides)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
 
 
 class StopSignals:

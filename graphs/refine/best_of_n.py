@@ -51,7 +51,7 @@ class BestOfNNodes(CandidateNodes):
             "usage": usage.as_dict(),
         }
 
-    def choose(self, state: BestOfNState, runtime: Runtime[Context]) -> Update:
+    async def choose(self, state: BestOfNState, runtime: Runtime[Context]) -> Update:
         """Keep the candidate with the highest P(Yes); ties go to the first."""
         candidates, judgements = state["candidates"], state["judgements"]
         scores = [judgement["p_yes"] for judgement in judgements]

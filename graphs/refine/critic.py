@@ -111,7 +111,7 @@ def after_critique(state: CriticState) -> str:
     return "record" if state["critiques"][-1]["verdict"] is True else "revise"
 
 
-def record(state: CriticState) -> Update:
+async def record(state: CriticState) -> Update:
     rounds = [CriticRound.model_validate(r) for r in state["critiques"]]
     return {
         "refine": CriticRecord(

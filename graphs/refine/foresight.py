@@ -92,7 +92,7 @@ class ForesightNodes(CandidateNodes):
         usage = sum((spent for _, spent in results), Usage())
         return {"rollouts": [rollout for rollout, _ in results], "usage": usage.as_dict()}
 
-    def choose(self, state: ForesightState, runtime: Runtime[Context]) -> Update:
+    async def choose(self, state: ForesightState, runtime: Runtime[Context]) -> Update:
         """Weights from rollout scores and cluster sizes; a seeded draw or the argmax."""
         ctx = self.kit.settings(runtime)
         candidates, rollouts = state["candidates"], state["rollouts"]

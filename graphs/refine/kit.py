@@ -181,7 +181,7 @@ class CandidateNodes(StrategyNodes):
         """Score every candidate (a node that asks a model)."""
 
     @abstractmethod
-    def choose(self, state: Any, runtime: Runtime[Context]) -> Update:
+    async def choose(self, state: Any, runtime: Runtime[Context]) -> Update:
         """Keep one candidate, and write the strategy's record."""
 
 

@@ -14,9 +14,13 @@ Why a subclass of ChatOpenAI:
   `reasoning` field (`reasoning_content` before vLLM 0.11) is kept in
   `additional_kwargs["reasoning_content"]`, LangChain's usual place (stock ChatOpenAI drops it,
   and a thinking reply then reads as empty);
-- the async HTTP client keeps no idle connections, so one model object works across several
-  `asyncio.run()` calls (stock ChatOpenAI shares one cached pooled client per base URL, and a
-  connection left over from a closed event loop fails with "Event loop is closed");
+- a reply is read once, straight into plain dicts (`raw_replies`): the stock path builds one
+  pydantic object per token logprob, then dumps them back into dicts, in a thread; against a
+  server as fast as a GPU that is most of the client's CPU (`mur bench client`);
+- the async HTTP client keeps its connections alive per event loop
+  (`servers.clients.http_pool`), so one model object works across several `asyncio.run()`
+  calls (stock ChatOpenAI shares one cached pooled client per base URL, and a connection left
+  over from a closed event loop fails with "Event loop is closed");
 - the SDK never retries (`max_retries=0`): the graph's RetryPolicy is the one retry loop, so a
   failing node makes 3 HTTP attempts, not 3 x 3;
 - every request has a finite timeout sized to its own `max_tokens` (`RequestTimeout`): stock
@@ -25,18 +29,22 @@ Why a subclass of ChatOpenAI:
 
 from __future__ import annotations
 
-import importlib
 import os
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
 import openai
+import orjson
+from langchain_core.callbacks import AsyncCallbackManagerForLLMRun
+from langchain_core.messages import BaseMessage
 from langchain_core.outputs import ChatGenerationChunk, ChatResult
 from langchain_openai import ChatOpenAI
+from langchain_openai.chat_models.base import _handle_openai_api_error, _handle_openai_bad_request
 from pydantic import Field, SecretStr
 
 from mur.servers.clients.errors import SeedRefused, ServerError, ServerUnavailable
+from mur.servers.clients.http_pool import pooled_async_http_client, sdk_http_module
 from mur.servers.clients.probes import check_endpoint, normalize_base_url
 from mur.servers.clients.sessions import session_headers
 
@@ -127,18 +135,9 @@ def _seconds_from_env(env: Mapping[str, str], name: str) -> float | None:
     return seconds
 
 
-def loop_safe_async_http_client() -> Any:
-    """An async HTTP client for the openai SDK that keeps no idle connections.
-
-    A pooled keep-alive connection belongs to the event loop that opened it; reusing it from a
-    later loop raises "Event loop is closed". Opening a fresh connection per request costs well
-    under a millisecond against a local server, negligible next to generation.
-    """
-    client_cls = openai.DefaultAsyncHttpxClient
-    # The SDK's HTTP library (httpx, or httpx2 in newer SDKs): take Limits from the same one.
-    base = next(c for c in client_cls.__mro__ if c.__name__ == "AsyncClient")
-    httpx_mod = importlib.import_module(base.__module__.split(".")[0])
-    return client_cls(limits=httpx_mod.Limits(max_connections=1000, max_keepalive_connections=0))
+# Payload keys that are the SDK's request options, not fields of the JSON body (its
+# `chat.completions.create` splits them the same way).
+_REQUEST_OPTIONS = ("extra_body", "extra_headers", "extra_query", "timeout")
 
 
 class VLLMChatOpenAI(ChatOpenAI):
@@ -159,12 +158,57 @@ class VLLMChatOpenAI(ChatOpenAI):
     before the failure goes on to the graph's retry: `servers.connect` sets it for the
     embedded server, to start it again when it died (None: nothing to do)."""
 
-    async def _agenerate(self, *args: Any, **kwargs: Any) -> ChatResult:
+    raw_replies: bool = True
+    """Read each reply once, its JSON straight into dicts, without the SDK's typed parse.
+    False: the stock path (the same messages; tests compare the two)."""
+
+    async def _agenerate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: AsyncCallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
         try:
-            return await super()._agenerate(*args, **kwargs)
+            if not self.raw_replies or self.streaming or "response_format" in kwargs:
+                return await super()._agenerate(messages, stop, run_manager, **kwargs)
+            payload = self._get_request_payload(messages, stop=stop, **kwargs)
+            reply = await self._post_chat(payload)
         except SERVER_FAILURES:
             await self._heal()
             raise
+        # A dict, read here and now: no second dump and no thread (the stock path has both).
+        result = self._create_chat_result(reply)
+        first = (reply.get("choices") or [{}])[0].get("message") or {}
+        if "refusal" in first and result.generations:  # as the stock path reads a typed reply
+            result.generations[0].message.additional_kwargs["refusal"] = first["refusal"]
+        return result
+
+    async def _post_chat(self, payload: dict[str, Any]) -> dict[str, Any]:
+        """POST the payload to /chat/completions through the SDK's client (its headers,
+        timeouts and error classes) and decode the reply's JSON with orjson."""
+        body = {key: value for key, value in payload.items() if key not in _REQUEST_OPTIONS}
+        body.update(payload.get("extra_body") or {})
+        options: dict[str, Any] = {"headers": payload.get("extra_headers") or {}}
+        if "timeout" in payload:
+            options["timeout"] = payload["timeout"]
+        if payload.get("extra_query"):
+            options["params"] = payload["extra_query"]
+        try:
+            response = await self.root_async_client.post(
+                "/chat/completions",
+                cast_to=sdk_http_module().Response,
+                content=orjson.dumps(body),
+                options=options,
+            )
+        except openai.BadRequestError as exc:  # LangChain's error classes, as the stock path
+            _handle_openai_bad_request(exc)
+            raise
+        except openai.APIError as exc:
+            _handle_openai_api_error(exc)
+            raise
+        reply: dict[str, Any] = orjson.loads(response.content)
+        return reply
 
     async def _astream(self, *args: Any, **kwargs: Any) -> AsyncIterator[ChatGenerationChunk]:
         try:
@@ -326,7 +370,7 @@ def make_chat_model(
         model=name,
         api_key=api_key,
         use_responses_api=False,
-        http_async_client=overrides.pop("http_async_client", None) or loop_safe_async_http_client(),
+        http_async_client=overrides.pop("http_async_client", None) or pooled_async_http_client(),
         extra_body=extra,
         **params,
         **overrides,

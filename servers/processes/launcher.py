@@ -1,10 +1,15 @@
-"""Start, reuse, inspect and stop vLLM servers described by `servers.processes.profiles`.
+"""Start or reuse the vLLM server a profile (servers.processes.profiles) describes, and wait
+until it answers: `up`, and `up_pair` for a backbone and its verifier.
 
 A server started here runs in the background in its own process session (so stopping it takes
 vLLM's engine subprocesses along), logs to `<MUR_HOME>/logs/<profile>.log`, and is recorded in
 `<MUR_HOME>/run/<profile>.json` (servers.processes.pids) so `down` and `status` work from any later
-process. `down` also marks the profile stopped on purpose, which the next `up` lifts: until
-then a run's Healer (servers.connect) does not start it again.
+process. One that dies or misses its deadline while starting is reported with the first error
+its log names and the log's last lines. Listing and stopping what runs is
+servers.processes.running's job; its names are exported here too, so the launcher stays the
+one place callers start, list and stop servers from. `down` marks the profile stopped on
+purpose, which the next `up` lifts: until then a run's Healer (servers.connect) does not start
+it again.
 """
 
 from __future__ import annotations
@@ -14,32 +19,23 @@ import re
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from filelock import FileLock, Timeout
 from rich.console import Console
 from rich.markup import escape
 
 from mur.servers.clients.errors import ServerError, ServerStopped, ServerUnavailable
-from mur.servers.clients.probes import (
-    check_endpoint,
-    healthy,
-    normalize_base_url,
-    port_open,
-    root_url,
-)
-from mur.servers.processes.model import ensure_model, manifest_weights, read_manifest
-from mur.servers.processes.paths import logs_dir, run_dir
+from mur.servers.clients.probes import check_endpoint, healthy, port_open
+from mur.servers.processes.model import ensure_model
+from mur.servers.processes.paths import logs_dir
 from mur.servers.processes.pids import (
     CHILDREN,
     STOP_GRACE_S,
     alive,
     clear_stopped,
     create_time,
-    mark_stopped,
     read_record,
     record_alive,
     remove_record,
@@ -50,59 +46,52 @@ from mur.servers.processes.pids import (
 from mur.servers.processes.profiles import (
     Profile,
     command_line,
-    flag_value,
     get_profile,
-    profiles,
     server_env,
     split_cpus,
     with_cpus,
     with_kv_cache,
 )
+from mur.servers.processes.running import (
+    RunningServer,
+    down,
+    record_argv,
+    recorded_command,
+    recorded_profiles,
+    served_dtype,
+    served_weights,
+    status,
+)
+from mur.servers.processes.running import profile_lock as _profile_lock
+
+# What callers import from here: the start side's own names and, re-exported, the running
+# side's (servers.__main__, replicas, facts, the benchmarks and the tests take them from here).
+__all__ = [
+    "CORE_SHARING",
+    "LOG_TAIL_LINES",
+    "PAIR_CORES",
+    "PAIR_KV_CACHE_GIB",
+    "ROOT_CAUSE_BYTES",
+    "STOP_GRACE_S",
+    "CoreSharing",
+    "RunningServer",
+    "down",
+    "log_root_cause",
+    "log_tail",
+    "recorded_command",
+    "recorded_profiles",
+    "served_dtype",
+    "served_weights",
+    "status",
+    "up",
+    "up_pair",
+]
 
 LOG_TAIL_LINES = 40
 _POLL_S = 0.5
 
-# Popen objects of servers this process started: kept so they are reaped (no zombies, no
-# "subprocess still running" ResourceWarning when the object would be collected).
 
-
-@dataclass
-class RunningServer:
-    """A server that answers (or was recorded): where it is and whether we started it."""
-
-    profile: str
-    base_url: str
-    """OpenAI-compatible base URL, ending in /v1."""
-    model: str
-    """Served model name to pass as `model`."""
-    pid: int | None
-    healthy: bool
-    started: bool
-    """True when this call started it (so the caller owns stopping it)."""
-    log_path: Path | None
-    detail: str = ""
-    """What else the record says (a router: its policy and replicas)."""
-    weights: str | None = None
-    """The weight format of the folder it serves (None: not a folder the project made)."""
-    dtype: str | None = None
-    """Its `--dtype` ("auto": not given, vLLM's choice; None: no command line known)."""
-
-    def to_json(self) -> dict[str, Any]:
-        """Plain JSON-able dict (for `status --json`)."""
-        data = asdict(self)
-        data["log_path"] = str(self.log_path) if self.log_path else None
-        return data
-
-
-# ---------------------------------------------------------------------- processes, records
-
-
-def _profile_lock(profile: str) -> FileLock:
-    """Serializes up/down of one profile across processes (e.g. parallel test sessions)."""
-    path = run_dir() / f".{profile}.lock"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # The lock file stays: a process of an older version may hold a lock on that same file.
-    return FileLock(path, preserve_lock_file=True)
+# ---------------------------------------------------------------------------- server logs
 
 
 # vLLM prefixes its lines with the process and the log record: `(EngineCore_DP0 pid=7) ERROR
@@ -214,7 +203,7 @@ def _reuse(p: Profile) -> RunningServer:
         )
     record = read_record(p.name)
     pid = record.get("pid") if record and record_alive(record) else None
-    serving = served_weights(_record_argv(record) if record and pid else None)
+    serving = served_weights(record_argv(record) if record and pid else None)
     if p.package is not None and serving not in (None, p.weights):
         raise ServerError(
             f"the {p.name} server on port {p.port} serves {serving} weights, not "
@@ -421,106 +410,3 @@ def _reuse_started(p: Profile, pid: int, log_path: Path, started: bool) -> Runni
             f"check the profile's --served-model-name; log: {log_path}"
         )
     return RunningServer(p.name, p.base_url, p.served_model_name, pid, True, started, log_path)
-
-
-def down(profile_name: str, *, grace: float = STOP_GRACE_S) -> bool:
-    """Stop the recorded server of a profile (SIGTERM its process group, then SIGKILL), and
-    mark it stopped on purpose: a run using it stops instead of starting it again (`up`).
-
-    Returns False when nothing recorded was running (a stale record is removed). A server this
-    package did not start (no record) is never touched.
-    """
-    with _profile_lock(profile_name):
-        if profile_name in profiles():  # what a Healer serves; a test's or a replica's is not
-            mark_stopped(profile_name)
-        record = read_record(profile_name)
-        if record is None:
-            return False
-        if not record_alive(record):
-            remove_record(profile_name)
-            return False
-        terminate(int(record["pid"]), grace)
-        remove_record(profile_name)
-        return True
-
-
-def recorded_profiles() -> list[str]:
-    """Names of profiles with a run record (alive or not)."""
-    folder = run_dir()
-    return sorted(p.stem for p in folder.glob("*.json")) if folder.is_dir() else []
-
-
-def status(probe: Callable[[str], bool] = healthy) -> list[RunningServer]:
-    """Every recorded server whose process still runs, with health checked live.
-
-    Records of dead processes are removed on the way.
-    """
-    servers = []
-    for name in recorded_profiles():
-        record = read_record(name)
-        if record is None or not record_alive(record):
-            _remove_dead_record(name)
-            continue
-        base_url = str(record.get("base_url", ""))
-        argv = _record_argv(record)
-        servers.append(
-            RunningServer(
-                profile=name,
-                base_url=base_url,
-                model=str(record.get("model", "")),
-                pid=int(record["pid"]),
-                healthy=probe(root_url(base_url)),
-                started=False,
-                log_path=Path(record["log"]) if record.get("log") else None,
-                detail=str(record.get("detail") or ""),
-                weights=served_weights(argv),
-                dtype=served_dtype(argv),
-            )
-        )
-    return servers
-
-
-def _remove_dead_record(profile: str) -> None:
-    """Remove the profile's record if it is still a dead one, under the profile's lock: an
-    `up` that holds the lock may be writing the record of the server it starts. Busy: left
-    for the next status."""
-    try:
-        with _profile_lock(profile).acquire(timeout=0):
-            record = read_record(profile)
-            if record is None or not record_alive(record):
-                remove_record(profile)
-    except Timeout:
-        return
-
-
-def recorded_command(base_url: str) -> list[str] | None:
-    """The argv that started the live recorded server at `base_url` (None: not started by
-    `up`, or no longer running): what the server's own API does not say, such as its dtype."""
-    wanted = normalize_base_url(base_url)
-    for name in recorded_profiles():
-        record = read_record(name)
-        if record is None or not record_alive(record):
-            continue
-        if normalize_base_url(str(record.get("base_url", ""))) == wanted:
-            return _record_argv(record)
-    return None
-
-
-def _record_argv(record: Mapping[str, Any]) -> list[str] | None:
-    """The command line a run record says started its server (None: an older record)."""
-    argv = record.get("argv")
-    return [str(arg) for arg in argv] if isinstance(argv, list) else None
-
-
-def served_dtype(argv: Sequence[str] | None) -> str | None:
-    """The `--dtype` of a server's command line ("auto", vLLM's default, when it passed none;
-    None when no command line is known)."""
-    return (flag_value(argv, "--dtype") or "auto") if argv is not None else None
-
-
-def served_weights(argv: Sequence[str] | None) -> str | None:
-    """The weight format of the folder a server's command line serves (None: not a folder
-    the project made, or no command line known)."""
-    folder = flag_value(argv, "--model") if argv is not None else None
-    manifest = read_manifest(Path(folder)) if folder else None
-    return manifest_weights(manifest) if manifest is not None else None

@@ -18,11 +18,12 @@ from pathlib import Path
 import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
+from mur.nodes.llm import Request, generate
 from mur.servers.clients import probes
 from mur.servers.clients.chat_models import make_chat_model
 from mur.servers.processes import launcher
 from mur.servers.processes.launcher import RunningServer
-from recorder import Recorder, recording_model
+from recorder import Recorder, read_both, recording_model
 
 pytestmark = pytest.mark.integration
 
@@ -175,3 +176,26 @@ def test_up_again_reuses_and_cli_reports(cpu_server: RunningServer) -> None:
         row = next(r for r in rows if r["profile"] == "cpu-tiny")
         assert row["healthy"] is True and row["pid"] == cpu_server.pid
         assert {"profile", "base_url", "model", "pid", "healthy"} <= set(row)
+
+
+@pytest.mark.parametrize("top", [0, 1, 20])
+def test_the_lean_reader_reads_a_real_reply_as_the_stock_path(
+    cpu_server: RunningServer, top: int
+) -> None:
+    """vLLM's own bytes (two choices, each ended by a stop string or EOS) read by the
+    project's reader and by stock ChatOpenAI give the same choices, logprobs and usage."""
+    recorder = Recorder()
+    model = recording_model(cpu_server.base_url, cpu_server.model, recorder, max_tokens=24)
+    request = Request(
+        messages=[HumanMessage(QUESTION), AIMessage("Step1:")],
+        max_tokens=24,
+        stop=["\nStep"],
+        n=2,
+        top_logprobs=top or None,
+    )
+    recorded = asyncio.run(generate(model, request))
+    (exchange,) = recorder.exchanges
+    lean, stock, asked = read_both(exchange.raw, request)
+    assert lean == stock == recorded
+    assert asked[0] == asked[1] == exchange.request
+    assert all(len(tops) == top for choice in lean.choices for tops in choice.top_logprobs)

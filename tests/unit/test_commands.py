@@ -24,9 +24,12 @@ from mur.servers.connect import Connection
 
 ROOT = Path(__file__).resolve().parents[2]
 FOLDERS = ("benchmarks", "cli", "endpoint", "evals", "experiments", "servers")
-# Started by `mur bench endpoint_load` as its endpoint's process, never by a user.
+# Started by a command as a process of its own, never by a user: `mur bench endpoint_load`'s
+# endpoint, `mur bench client`'s fake vLLM server and each of its arms.
 INTERNAL = {
     "mur.benchmarks.fake_endpoint",
+    "mur.benchmarks.fake_vllm",
+    "mur.benchmarks.client_arm",
     "mur.servers.processes.orphans",  # the shim every replica and router starts through
 }
 SUBCOMMANDS = dict(MUR.leaves())  # "bench scaleout" -> its registry entry
@@ -45,6 +48,7 @@ BAD_INPUT = {
     "experiment rescore": (["/nonexistent/run"], "/nonexistent/run"),
     "experiment verdicts": (["/nonexistent/run"], "/nonexistent/run"),
     "bench bench": (["--gates", "sometimes"], "'sometimes'"),
+    "bench client": (["--arms", "floor top0,nope"], "unknown arm 'nope'"),
     "bench chaos": (["--kill-every", "60:30"], "need 0 < MIN <= MAX, got 60:30"),
     "bench endpoint_load": (["--clients", "0"], "--clients, --requests and --max-runs"),
     "bench formats": (["--formats", "bf16,int3"], "unknown format 'int3'"),
@@ -96,6 +100,7 @@ def test_the_registry_names_every_subcommand_once_with_a_line_of_help() -> None:
         "experiment verdicts",
         "bench bench",
         "bench chaos",
+        "bench client",
         "bench endpoint_load",
         "bench formats",
         "bench pair_cores",

@@ -23,7 +23,7 @@ from mur.nodes.judge import (
     parse_verdict,
 )
 from mur.nodes.judge import verdict_token_index as verdict_at
-from mur.nodes.llm import CONTINUE_FINAL_MESSAGE, Generation, TopLogprob
+from mur.nodes.llm import CONTINUE_FINAL_MESSAGE, Generation
 from mur.prompts.mur import FORCED_VERDICT
 
 ANALYSIS = (
@@ -51,22 +51,23 @@ def words(text: str) -> list[str]:
 def reply(tokens: list[str], verdict_at_index: int | None, p: float, other: float) -> Generation:
     """Sampled token logprob -0.1 everywhere except the verdict, which carries top logprobs."""
     logprobs = [-0.1] * len(tokens)
-    tops: list[tuple[TopLogprob, ...]] = [() for _ in tokens]
+    tops: list[tuple[tuple[str, float], ...]] = [() for _ in tokens]
     if verdict_at_index is not None:
         sampled = tokens[verdict_at_index]
         alternative = "No" if sampled == "Yes" else "Yes"
         logprobs[verdict_at_index] = math.log(p)
         tops[verdict_at_index] = (
-            TopLogprob(sampled, math.log(p)),
-            TopLogprob(alternative, math.log(other)),
-            TopLogprob(" " + alternative, math.log(0.001)),
+            (sampled, math.log(p)),
+            (alternative, math.log(other)),
+            (" " + alternative, math.log(0.001)),
         )
     text = "".join(tokens).removesuffix("</output>\n")
     return Generation(
         text=text,
         logprobs=tuple(logprobs),
         tokens=tuple(tokens),
-        top_logprobs=tuple(tops),
+        top_logprobs=tuple(tuple(lp for _, lp in top) for top in tops),
+        top_tokens=tuple(tuple(t for t, _ in top) for top in tops),
         finish_reason="stop",
     )
 

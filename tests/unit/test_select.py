@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from mur.nodes.judge import analysis_of, p_yes, parse_verdict, verdict_token_index
-from mur.nodes.llm import Generation, TopLogprob
+from mur.nodes.llm import Generation
 from mur.nodes.select import (
     argmax_first,
     cluster_labels,
@@ -26,9 +26,8 @@ def judgement(tokens: list[str], logprobs: list[float], tops: dict[int, list[tup
         text="".join(tokens),
         logprobs=tuple(logprobs),
         tokens=tuple(tokens),
-        top_logprobs=tuple(
-            tuple(TopLogprob(t, lp) for t, lp in tops.get(i, [])) for i in range(len(tokens))
-        ),
+        top_logprobs=tuple(tuple(lp for _, lp in tops.get(i, [])) for i in range(len(tokens))),
+        top_tokens=tuple(tuple(t for t, _ in tops.get(i, [])) for i in range(len(tokens))),
         finish_reason="stop",
     )
 
@@ -138,6 +137,7 @@ def test_end_of_sequence_without_vllm_stop_reason() -> None:
             logprobs=tuple([-0.1] * len(tokens)),
             tokens=tuple(tokens),
             top_logprobs=((),) * len(tokens),
+            top_tokens=((),) * len(tokens),
             finish_reason="stop",
             stops=("\nStep", "Step3:"),
         )

@@ -1,0 +1,395 @@
+"""`mur bench client`: the client's own CPU per generated token, against a server that answers
+at once.
+
+On a GPU the engine generates tokens a hundred times faster than the 2-core CPU server, and
+what the client spends on each (the graph, LangChain, the SDK, the checkpoints) decides whether
+one process keeps the GPU busy. Here a vLLM-shaped fake (benchmarks/fake_vllm.py, its own
+process, its CPU counted apart) answers every request at once with the bytes vLLM 0.32 would
+send, so all that is measured is the client: user + sys CPU seconds over the timed part of a
+run (after a warm-up), per generated token and per request, and the tokens a second one core
+of client could carry. Each arm runs in a process of its own (benchmarks/client_arm.py):
+
+- layers, on the same requests (critic, gate mur): the floor (aiohttp + orjson + the mean
+  logprob), + the openai SDK, + LangChain and the reply reader, + LangGraph, + the run folder's
+  SQLite checkpoints, and `mur solve --dataset` as a user runs it;
+- strategies through the graph: critic with gates never and mur, best_of_n, 8 traces voting;
+- `mur solve --workers 2`: tokens a second on the machine's cores against one worker's.
+
+`--vllm-profile NAME` measures the other side instead: a real vLLM server of that profile
+(started or reused) answering the same number of requests at top_logprobs 0 and 20, the CPU
+its API process (HTTP, detokenizing, one object per logprob in the reply) and its engine
+spend per generated token.
+
+`--before DIR` runs every arm that DIR's checkout has over it too, interleaved with this one's,
+so a change is measured side by side on one CPU (`git worktree add DIR COMMIT`). Results go
+to `--out` (JSON, one entry per arm and checkout), the table to stdout; `--table` prints a
+file's table again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+
+from mur.benchmarks.report import load_line, machine_line
+from mur.benchmarks.tables import fmt, markdown_table
+from mur.servers import ServerError
+from mur.servers.cli import OneLineParser, port_number, positive_int
+from mur.servers.clients.metrics import generation_tokens, settled
+from mur.servers.processes.launcher import up
+
+PROG = "mur bench client"
+ARM_SCRIPT = Path(__file__).with_name("client_arm.py")
+MODEL = "fake/vllm"
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One measured setting: a layer, the graph's settings, and how many questions."""
+
+    name: str
+    layer: str
+    strategy: str = "critic"
+    gate: str = "mur"
+    top_logprobs: int = 0
+    traces: int = 1
+    workers: int = 1
+    both: bool = True  # also measured over the --before checkout
+    context: dict[str, Any] = field(default_factory=dict)
+
+    def solve_flags(self, questions: int, concurrency: int) -> list[str]:
+        flags = ["--dataset", "math500", "--limit", str(questions), "--strategy", self.strategy]
+        flags += ["--gate", self.gate, "--concurrency", str(concurrency)]
+        if self.top_logprobs:
+            flags += ["--top-logprobs", str(self.top_logprobs)]
+        if self.workers > 1:
+            flags += ["--workers", str(self.workers)]
+        return flags
+
+
+def _layers(top: int) -> list[Arm]:
+    names = ("floor", "sdk", "langchain", "graph", "checkpoints", "cli")
+    return [Arm(f"{layer} top{top}", layer, top_logprobs=top) for layer in names]
+
+
+ARMS: tuple[Arm, ...] = (
+    *_layers(0),
+    *_layers(20),
+    Arm("graph critic never top0", "graph", gate="never"),
+    Arm("graph critic never top20", "graph", gate="never", top_logprobs=20),
+    Arm("graph best_of_n mur top0", "graph", strategy="best_of_n"),
+    Arm("graph 8 traces majority top0", "graph", traces=8, gate="never"),
+    Arm("cli --workers 2 top0", "cli", workers=2, both=False),
+)
+ARM_NAMES = tuple(arm.name for arm in ARMS)
+
+
+def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
+    parser = OneLineParser(prog=prog, description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--questions", type=positive_int, default=128, help="timed per arm")
+    parser.add_argument(
+        "--concurrency", type=positive_int, default=64, help="questions in flight (and warm-up)"
+    )
+    parser.add_argument("--arms", default=",".join(ARM_NAMES), help="comma-separated arm names")
+    parser.add_argument("--before", type=Path, help="another checkout, measured side by side")
+    parser.add_argument("--port", type=port_number, default=8061, help="the fake server's port")
+    parser.add_argument("--out", type=Path, help="append the results to this JSON file")
+    parser.add_argument("--table", action="store_true", help="print --out's table and exit")
+    parser.add_argument(
+        "--vllm-profile", help="measure a real vLLM server of this profile at top 0 and 20"
+    )
+    return parser
+
+
+def chosen_arms(text: str) -> list[Arm]:
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = [name for name in names if name not in ARM_NAMES]
+    if unknown or not names:
+        raise ValueError(f"unknown arm {unknown[0]!r}; arms: {', '.join(ARM_NAMES)}")
+    return [arm for arm in ARMS if arm.name in names]
+
+
+class FakeServer:
+    """The fake vLLM server in its own process, for the whole benchmark."""
+
+    def __init__(self, port: int) -> None:
+        self.root = f"http://127.0.0.1:{port}"
+        argv = [sys.executable, "-m", "mur.benchmarks.fake_vllm", "--port", str(port)]
+        self.process = subprocess.Popen(argv, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                err = self.process.stderr.read().decode() if self.process.stderr else ""
+                raise RuntimeError(f"the fake server exited: {err[-500:]}")
+            try:
+                if httpx.get(f"{self.root}/health", timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                time.sleep(0.2)
+        raise RuntimeError(f"the fake server did not answer at {self.root} within 60 s")
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait(timeout=30)
+
+
+def run_arm(arm: Arm, tree: Path, server: FakeServer, questions: int, concurrency: int) -> dict:
+    """One arm over the checkout `tree`, in a process of its own."""
+    asked = {
+        **asdict(arm),
+        "questions": questions,
+        "concurrency": concurrency,
+        "root": server.root,
+        "model": MODEL,
+        "steps": 8,
+        "server_pid": server.process.pid,
+        "cli": [
+            *arm.solve_flags(questions + concurrency, concurrency),
+            "--base-url",
+            f"{server.root}/v1",
+            "--model",
+            MODEL,
+        ],
+    }
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    done = subprocess.run(
+        [sys.executable, str(ARM_SCRIPT), json.dumps(asked)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tree,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"arm {arm.name} over {tree} failed: {done.stderr[-1500:]}")
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    counted = (result.get("counted_tokens"), result.get("counted_requests"))
+    if counted != (None, None) and counted != (result["tokens"], result["requests"]):
+        raise RuntimeError(
+            f"arm {arm.name} over {tree}: the graph counted {counted[0]} tokens in "
+            f"{counted[1]} requests, the server {result['tokens']:.0f} in "
+            f"{result['requests']:.0f}: a request was lost or counted twice"
+        )
+    return result
+
+
+def commit_of(tree: Path) -> str:
+    done = subprocess.run(
+        ["git", "-C", str(tree), "rev-parse", "--short", "HEAD"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    dirty = subprocess.run(
+        ["git", "-C", str(tree), "status", "--porcelain"],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.strip()
+    return done.stdout.strip() + ("+changes" if dirty else "")
+
+
+def table(entries: Sequence[dict[str, Any]]) -> str:
+    """One row per arm and checkout: the client's CPU per token and per request, the tokens a
+    second one core carries, the fake server's CPU per token, and the floor's multiple."""
+    floors = {
+        (e["checkout"], e["top_logprobs"]): e
+        for e in entries
+        if e["layer"] == "floor" and "failed" not in e
+    }
+    rows = []
+    for e in entries:
+        if "failed" in e:
+            rows.append([e["arm"], e["checkout"], f"failed: {e['failed']}", *["-"] * 5])
+            continue
+        per_token = 1e6 * e["client_cpu_s"] / e["tokens"]
+        floor = floors.get((e["checkout"], e["top_logprobs"]))
+        times = per_token / (1e6 * floor["client_cpu_s"] / floor["tokens"]) if floor else None
+        rows.append(
+            [
+                e["arm"],
+                e["checkout"],
+                fmt(per_token, 1),
+                fmt(1e3 * e["client_cpu_s"] / e["requests"], 2),
+                fmt(int(e["tokens"] / e["client_cpu_s"])),
+                fmt(int(e["tokens"] / e["wall_s"])),
+                fmt(1e6 * e["server_cpu_s"] / e["tokens"], 1),
+                "-" if times is None else f"{times:.1f}x",
+            ]
+        )
+    headers = (
+        "arm",
+        "checkout",
+        "client CPU us/token",
+        "client CPU ms/request",
+        "tokens/s one core carries",
+        "tokens/s wall",
+        "server CPU us/token",
+        "x floor",
+    )
+    return markdown_table(headers, rows)
+
+
+SERVER_SIDE_PROMPT = "Count from one to two hundred in words, one number a line."
+
+
+def server_side(profile: str, requests: int, concurrency: int, prog: str) -> int:
+    """A real vLLM server's own CPU per generated token at top_logprobs 0 and 20: its API
+    process and its engine (the API process's children), over `requests` requests of 64
+    tokens, `concurrency` at a time, after a warm-up."""
+    try:
+        server = up(profile, progress=True)
+    except (KeyError, ValueError, ServerError) as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return 1
+    if server.pid is None:
+        print(f"{prog}: error: no process is recorded for {profile}", file=sys.stderr)
+        return 1
+    api = psutil.Process(server.pid)
+    rows = []
+    for top in (0, 20):
+        asyncio.run(_requests(server.base_url, server.model, top, concurrency, concurrency))
+        engine = api.children(recursive=True)
+        counted = partial(generation_tokens, server.base_url)
+        before = (_cpu([api]), _cpu(engine), settled(counted))
+        asyncio.run(_requests(server.base_url, server.model, top, requests, concurrency))
+        after = (_cpu([api]), _cpu(engine), settled(counted))
+        api_s, engine_s, tokens = (b - a for a, b in zip(before, after, strict=True))
+        rows.append(
+            [
+                top,
+                fmt(int(tokens)),
+                fmt(1e6 * api_s / tokens, 1),
+                fmt(1e6 * engine_s / tokens, 1),
+                fmt(api_s, 2),
+                fmt(engine_s, 2),
+            ]
+        )
+    print(f"{machine_line()}; load {load_line()}; {profile} at {server.base_url}\n")
+    headers = (
+        "top_logprobs",
+        "tokens",
+        "API process CPU us/token",
+        "engine CPU us/token",
+        "API process CPU s",
+        "engine CPU s",
+    )
+    print(markdown_table(headers, rows))
+    return 0
+
+
+def _cpu(processes: Sequence[psutil.Process]) -> float:
+    total = 0.0
+    for process in processes:
+        times = process.cpu_times()
+        total += times.user + times.system
+    return total
+
+
+async def _requests(base_url: str, model: str, top: int, count: int, concurrency: int) -> None:
+    body = {
+        "model": model,
+        "messages": [{"role": "user", "content": SERVER_SIDE_PROMPT}],
+        "max_tokens": 64,
+        "ignore_eos": True,
+        "logprobs": True,
+        **({"top_logprobs": top} if top else {}),
+    }
+    limit = asyncio.Semaphore(concurrency)
+    async with httpx.AsyncClient(timeout=600) as client:
+
+        async def one() -> None:
+            async with limit:
+                reply = await client.post(f"{base_url}/chat/completions", json=body)
+                reply.raise_for_status()
+
+        await asyncio.gather(*(one() for _ in range(count)))
+
+
+def measured(
+    arm: Arm, label: str, tree: Path, server: FakeServer, args: argparse.Namespace
+) -> dict[str, Any]:
+    """One arm's entry: its figures, or why it failed (the old client's connections time out
+    under this load, for one)."""
+    entry: dict[str, Any] = {
+        "arm": arm.name,
+        "checkout": f"{label} {commit_of(tree)}",
+        "layer": arm.layer,
+        "top_logprobs": arm.top_logprobs,
+    }
+    questions = args.questions // 2 if arm.top_logprobs else args.questions
+    try:
+        entry.update(run_arm(arm, tree, server, questions, args.concurrency))
+    except RuntimeError as exc:
+        entry["failed"] = str(exc).splitlines()[-1][:300]
+        print(f"{arm.name} [{label}]: failed: {entry['failed']}", file=sys.stderr, flush=True)
+        return entry
+    per_token = 1e6 * entry["client_cpu_s"] / entry["tokens"]
+    print(f"{arm.name} [{label}]: {per_token:.0f} us/token", file=sys.stderr, flush=True)
+    return entry
+
+
+def save(path: Path, entry: dict[str, Any]) -> None:
+    """Append `entry` to the JSON file at `path` (made if missing)."""
+    old = json.loads(path.read_text())["entries"] if path.exists() else []
+    document = {"machine": machine_line(), "entries": [*old, entry]}
+    path.write_text(json.dumps(document, indent=1) + "\n")
+
+
+def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
+    args = build_parser(prog).parse_args(argv)
+    if args.table:
+        if args.out is None or not args.out.exists():
+            print(f"{prog}: error: --table needs an --out file that exists", file=sys.stderr)
+            return 2
+        print(table(json.loads(args.out.read_text())["entries"]))
+        return 0
+    if args.vllm_profile:
+        return server_side(args.vllm_profile, args.questions, args.concurrency, prog)
+    try:
+        arms = chosen_arms(args.arms)
+    except ValueError as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return 2
+    if args.before is not None and not (args.before / "mur").is_dir():
+        print(
+            f"{prog}: error: --before {args.before} is not a checkout of this project "
+            "(make one: git worktree add DIR COMMIT)",
+            file=sys.stderr,
+        )
+        return 2
+    here = Path(__file__).resolve().parents[1]
+    trees = [("after", here)] + ([("before", args.before.resolve())] if args.before else [])
+    server = FakeServer(args.port)
+    entries: list[dict[str, Any]] = []
+    try:
+        for arm in arms:
+            for label, tree in trees:
+                if label == "before" and not arm.both:
+                    continue
+                entry = measured(arm, label, tree, server, args)
+                entries.append(entry)
+                if args.out is not None:  # each arm kept as it ends: a crash loses one
+                    save(args.out, entry)
+    finally:
+        server.stop()
+    print(f"{machine_line()}; load {load_line()}\n")
+    print(table(entries))
+    return 1 if any("failed" in entry for entry in entries) else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
