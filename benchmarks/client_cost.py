@@ -47,7 +47,7 @@ import psutil
 from mur.benchmarks.report import load_line, machine_line
 from mur.benchmarks.tables import fmt, markdown_table
 from mur.servers import ServerError
-from mur.servers.cli import OneLineParser, port_number, positive_int
+from mur.servers.cli import OneLineParser, port_or_any, positive_int
 from mur.servers.clients.metrics import generation_tokens, settled
 from mur.servers.processes.launcher import up
 
@@ -105,7 +105,9 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     )
     parser.add_argument("--arms", default=",".join(ARM_NAMES), help="comma-separated arm names")
     parser.add_argument("--before", type=Path, help="another checkout, measured side by side")
-    parser.add_argument("--port", type=port_number, default=8061, help="the fake server's port")
+    parser.add_argument(
+        "--port", type=port_or_any, default=0, help="the fake server's port (default: any free one)"
+    )
     parser.add_argument("--out", type=Path, help="append the results to this JSON file")
     parser.add_argument("--table", action="store_true", help="print --out's table and exit")
     parser.add_argument(
@@ -126,14 +128,16 @@ class FakeServer:
     """The fake vLLM server in its own process, for the whole benchmark."""
 
     def __init__(self, port: int) -> None:
-        self.root = f"http://127.0.0.1:{port}"
         argv = [sys.executable, "-m", "mur.benchmarks.fake_vllm", "--port", str(port)]
-        self.process = subprocess.Popen(argv, stderr=subprocess.PIPE)
+        self.process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        assert self.process.stdout is not None
+        first = self.process.stdout.readline().decode().strip()  # the port it listens on
+        if not first.isdigit():
+            err = self.process.stderr.read().decode() if self.process.stderr else ""
+            raise RuntimeError(f"the fake server did not start: {err[-500:]}")
+        self.root = f"http://127.0.0.1:{first}"
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                err = self.process.stderr.read().decode() if self.process.stderr else ""
-                raise RuntimeError(f"the fake server exited: {err[-500:]}")
             try:
                 if httpx.get(f"{self.root}/health", timeout=1).status_code == 200:
                     return

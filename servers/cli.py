@@ -69,6 +69,11 @@ def port_number(text: str) -> int:
     return value
 
 
+def port_or_any(text: str) -> int:
+    """argparse type: a TCP port to listen on, or 0 for any free one the system picks."""
+    return 0 if text.strip() == "0" else port_number(text)
+
+
 def _positive(text: str, kind: Callable[[str], Number], noun: str) -> Number:
     try:
         value = kind(text)

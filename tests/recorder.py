@@ -103,15 +103,18 @@ def replaying_client(body: bytes, asked: list[dict[str, Any]]) -> Any:
     return openai.DefaultAsyncHttpxClient(transport=http.MockTransport(handler))
 
 
-def read_both(body: bytes, request: Request) -> tuple[Reply, Reply, list[dict[str, Any]]]:
+def read_both(
+    body: bytes, request: Request, model: str = "recorded"
+) -> tuple[Reply, Reply, list[dict[str, Any]]]:
     """The reply `body` read by the project's lean reader and by the stock ChatOpenAI path
-    (`raw_replies=False`), for `request`; and the two request bodies that went out."""
+    (`raw_replies=False`), for `request` to `model`; and the two request bodies that went
+    out."""
     asked: list[dict[str, Any]] = []
     replies = []
     for raw in (True, False):
         client = replaying_client(body, asked)
-        model = make_chat_model(
-            "http://recorded.test/v1", "recorded", raw_replies=raw, http_async_client=client
+        chat = make_chat_model(
+            "http://recorded.test/v1", model, raw_replies=raw, http_async_client=client
         )
-        replies.append(asyncio.run(generate(model, request)))
+        replies.append(asyncio.run(generate(chat, request)))
     return replies[0], replies[1], asked

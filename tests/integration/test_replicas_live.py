@@ -29,7 +29,7 @@ from mur.evals.harness.records import records_so_far
 from mur.servers.clients.metrics import REQUESTS_DONE, read_counter
 from mur.servers.processes.model import ensure_model
 from mur.servers.processes.paths import mur_home, vllm_cache_dir
-from mur.servers.processes.profiles import get_profile
+from mur.servers.processes.profiles import CPU_DTYPE_ENV, cpu_dtype, get_profile
 
 pytestmark = pytest.mark.integration
 
@@ -165,5 +165,7 @@ def test_a_killed_replica_is_taken_out_and_the_run_finishes(replicas, tmp_path: 
     _, stderr = one.communicate(timeout=300)
     assert one.returncode == 0, stderr
     backbone = json.loads((direct / "settings.json").read_text())["servers"][-1]["backbone"]
-    assert backbone["weights"] == "w8a8" and backbone["dtype"] == "bfloat16"
+    # The profile's dtype: bfloat16 where the CPU has bf16 instructions, float32 on AVX2 alone.
+    dtype = env.get(CPU_DTYPE_ENV) or cpu_dtype()
+    assert backbone["weights"] == "w8a8" and backbone["dtype"] == dtype
     assert "w8a8 weights" in (direct / "report.md").read_text()

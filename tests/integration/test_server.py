@@ -195,7 +195,7 @@ def test_the_lean_reader_reads_a_real_reply_as_the_stock_path(
     )
     recorded = asyncio.run(generate(model, request))
     (exchange,) = recorder.exchanges
-    lean, stock, asked = read_both(exchange.raw, request)
+    lean, stock, asked = read_both(exchange.raw, request, model=cpu_server.model)
     assert lean == stock == recorded
     assert asked[0] == asked[1] == exchange.request
     assert all(len(tops) == top for choice in lean.choices for tops in choice.top_logprobs)

@@ -10,7 +10,6 @@ import pytest
 
 from mur.benchmarks import client_cost
 from mur.benchmarks.fake_vllm import STEP_TOKENS
-from tiny_qwen3 import free_port
 
 # A critic/mur question on the fake: eight steps, the third and sixth scaled: judged wrong (a
 # 10-token verdict), then revised (a revision has its draft's length).
@@ -23,7 +22,7 @@ def test_each_layer_is_measured_on_the_same_questions(
 ) -> None:
     out = tmp_path / "client.json"
     arms = "floor top0,graph top0,cli top0"
-    argv = ["--questions", "3", "--concurrency", "2", "--arms", arms, "--port", str(free_port())]
+    argv = ["--questions", "3", "--concurrency", "2", "--arms", arms]
     assert client_cost.main([*argv, "--out", str(out)]) == 0
     entries = json.loads(out.read_text())["entries"]
     assert [entry["arm"] for entry in entries] == arms.split(",")
