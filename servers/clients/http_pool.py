@@ -18,6 +18,8 @@ from __future__ import annotations
 import asyncio
 import importlib
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from functools import cache
 from types import ModuleType
 from typing import Any
 
@@ -27,11 +29,20 @@ KEEPALIVE_EXPIRY_S = 2.0
 MAX_CONNECTIONS = 1000
 
 
+@cache
 def sdk_http_module() -> ModuleType:
     """The SDK's HTTP library (httpx, or httpx2 in newer SDKs), whose classes it accepts."""
     client_cls = openai.DefaultAsyncHttpxClient
     base = next(c for c in client_cls.__mro__ if c.__name__ == "AsyncClient")
     return importlib.import_module(base.__module__.split(".")[0])
+
+
+@dataclass(frozen=True)
+class _LoopPool:
+    """One event loop's connection pool, and the suspended generator that closes it."""
+
+    transport: Any
+    closer: AsyncIterator[None]
 
 
 class LoopPools:
@@ -40,24 +51,24 @@ class LoopPools:
 
     def __init__(self, http: ModuleType) -> None:
         self._http = http
-        self._pools: dict[asyncio.AbstractEventLoop, Any] = {}
-        self._closers: dict[asyncio.AbstractEventLoop, AsyncIterator[None]] = {}
+        self._pools: dict[asyncio.AbstractEventLoop, _LoopPool] = {}
 
     async def _pool(self) -> Any:
         loop = asyncio.get_running_loop()
         pool = self._pools.get(loop)
         if pool is None:
             for old in [old for old in self._pools if old.is_closed()]:
-                del self._pools[old], self._closers[old]  # ended without its shutdown
+                del self._pools[old]  # ended without its shutdown
             limits = self._http.Limits(
                 max_connections=MAX_CONNECTIONS,
                 max_keepalive_connections=MAX_CONNECTIONS,
                 keepalive_expiry=KEEPALIVE_EXPIRY_S,
             )
-            pool = self._pools[loop] = self._http.AsyncHTTPTransport(limits=limits)
-            closer = self._closers[loop] = _close_at_shutdown(pool, self._pools, loop)
-            await anext(closer)  # now suspended: the loop's shutdown resumes and closes it
-        return pool
+            transport = self._http.AsyncHTTPTransport(limits=limits)
+            pool = _LoopPool(transport, _close_at_shutdown(transport, self._pools, loop))
+            self._pools[loop] = pool
+            await anext(pool.closer)  # now suspended: the loop's shutdown resumes and closes it
+        return pool.transport
 
     @property
     def open_pools(self) -> int:
@@ -65,15 +76,13 @@ class LoopPools:
         return len(self._pools)
 
     async def handle_async_request(self, request: Any) -> Any:
-        pool = await self._pool()
-        return await pool.handle_async_request(request)
+        transport = await self._pool()
+        return await transport.handle_async_request(request)
 
     async def aclose(self) -> None:
-        loop = asyncio.get_running_loop()
-        pool = self._pools.pop(loop, None)
-        self._closers.pop(loop, None)
+        pool = self._pools.pop(asyncio.get_running_loop(), None)
         if pool is not None:
-            await pool.aclose()
+            await pool.transport.aclose()
 
     async def __aenter__(self) -> LoopPools:
         return self
@@ -83,15 +92,17 @@ class LoopPools:
 
 
 async def _close_at_shutdown(
-    pool: Any, pools: dict[asyncio.AbstractEventLoop, Any], loop: asyncio.AbstractEventLoop
+    transport: Any,
+    pools: dict[asyncio.AbstractEventLoop, _LoopPool],
+    loop: asyncio.AbstractEventLoop,
 ) -> AsyncIterator[None]:
     """Suspended for the loop's life; `loop.shutdown_asyncgens()` ends it, closing the pool."""
     try:
         yield
     finally:
-        if pools.get(loop) is pool:
+        if loop in pools and pools[loop].transport is transport:
             del pools[loop]
-        await pool.aclose()
+        await transport.aclose()
 
 
 def pooled_async_http_client() -> Any:
