@@ -15,7 +15,10 @@ Layers, each the one before it plus one more thing, on the same requests:
   langchain  the project's chat model and its reply reader (nodes.llm.generate);
   graph      the MUR graph (`build_graph` + `ainvoke`), as an app that embeds it runs it;
   checkpoints  the graph with the run folder's SQLite checkpoints (evals.harness.checkpoints);
-  cli        `mur solve --dataset`, as a user runs it (its CPU sampled while it runs).
+  cli        `mur solve --dataset`, as a user runs it (its CPU sampled while it runs);
+  endpoint   `mur endpoint` in a process of its own (one replica), sent the same questions
+             as chat completions by an aiohttp client whose CPU is not counted; with
+             `keyed`, each carries an Idempotency-Key, so its run is checkpointed.
 """
 
 from __future__ import annotations
@@ -24,12 +27,14 @@ import asyncio
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 from collections.abc import Awaitable, Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -158,9 +163,14 @@ async def langchain_question(model: Any, arm: dict[str, Any]) -> None:
 
 
 async def timed(
-    arm: dict[str, Any], one: Callable[[int], Awaitable[None]], server: psutil.Process
+    arm: dict[str, Any],
+    one: Callable[[int], Awaitable[None]],
+    server: psutil.Process,
+    client: Callable[[], float] | None = None,
 ) -> dict[str, Any]:
-    """Warm up with `concurrency` questions, then time `questions` more."""
+    """Warm up with `concurrency` questions, then time `questions` more; the client's CPU is
+    this process's unless `client` reads another's."""
+    client = client or partial(cpu, psutil.Process())
     limit = asyncio.Semaphore(arm["concurrency"])
 
     async def bounded(i: int) -> None:
@@ -169,10 +179,9 @@ async def timed(
 
     await asyncio.gather(*(bounded(i) for i in range(arm["concurrency"])))
     COUNTED.clear()
-    me = psutil.Process()
-    before = (cpu(me), cpu(server), time.perf_counter(), *counters(arm["root"]))
+    before = (client(), cpu(server), time.perf_counter(), *counters(arm["root"]))
     await asyncio.gather(*(bounded(i) for i in range(arm["questions"])))
-    after = (cpu(me), cpu(server), time.perf_counter(), *counters(arm["root"]))
+    after = (client(), cpu(server), time.perf_counter(), *counters(arm["root"]))
     names = ("client_cpu_s", "server_cpu_s", "wall_s", "requests", "tokens")
     result = {name: b - a for name, a, b in zip(names, before, after, strict=True)}
     if COUNTED:  # what the graph counted, to hold against the server's counters
@@ -301,11 +310,82 @@ def cli_arm(arm: dict[str, Any], server: psutil.Process) -> dict[str, Any]:
     return {name: b - a for name, a, b in zip(names, start, end, strict=True)}
 
 
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def endpoint_arm(arm: dict[str, Any], server: psutil.Process) -> dict[str, Any]:
+    """`mur endpoint` over the fake server, its process's CPU counted as the client's."""
+    port = free_port()
+    with tempfile.TemporaryDirectory() as folder:
+        argv = [sys.executable, "-m", "mur", "endpoint", "--port", str(port), "--max-runs"]
+        argv += [str(10 * arm["concurrency"]), "--log-level", "warning"]
+        argv += ["--base-url", f"{arm['root']}/v1", "--model", arm["model"]]
+        argv += ["--checkpointer", str(Path(folder) / "checkpoints.sqlite")]
+        log = open(Path(folder) / "endpoint.log", "wb")  # noqa: SIM115  # closed below
+        child = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            root = f"http://127.0.0.1:{port}"
+            wait_for(root, child, Path(folder) / "endpoint.log")
+            return asyncio.run(
+                _endpoint_load(arm, root, TreeCPU(psutil.Process(child.pid)), server)
+            )
+        finally:
+            child.terminate()
+            child.wait(timeout=60)
+            log.close()
+
+
+def wait_for(root: str, child: subprocess.Popen, log: Path) -> None:
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if child.poll() is not None:
+            raise SystemExit(f"mur endpoint exited ({child.returncode}): {log.read_text()[-2000:]}")
+        try:
+            with urllib_open(f"{root}/health") as reply:
+                if reply.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.2)
+    raise SystemExit(f"mur endpoint did not answer at {root} within 120 s")
+
+
+async def _endpoint_load(
+    arm: dict[str, Any], root: str, endpoint: TreeCPU, server: psutil.Process
+) -> dict[str, Any]:
+    url = f"{root}/v1/chat/completions"
+    model = "mur-critic" if arm["gate"] == "mur" else f"mur-critic-{arm['gate']}"
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+
+        async def one(i: int) -> None:
+            question = {"role": "user", "content": QUESTION.format(i=i)}
+            body = {"model": model, "messages": [question], "mur": {}}
+            if arm["top_logprobs"]:
+                body["mur"] = {"top_logprobs": arm["top_logprobs"]}
+            headers = {"Content-Type": "application/json"}
+            if arm["keyed"]:
+                headers["Idempotency-Key"] = f"q{i}-{time.monotonic_ns()}"
+            async with session.post(url, data=orjson.dumps(body), headers=headers) as reply:
+                data = orjson.loads(await reply.read())
+                if reply.status != 200:
+                    raise SystemExit(f"mur endpoint answered {reply.status}: {data}")
+            usage = data["usage"]
+            COUNTED.append((usage["completion_tokens"], data["mur"]["usage"]["llm_calls"]))
+
+        return await timed(arm, one, server, endpoint)
+
+
 def main() -> None:
     arm = json.loads(sys.argv[1])
     server = psutil.Process(arm["server_pid"])
-    in_own_process = arm["layer"] == "cli"
-    result = cli_arm(arm, server) if in_own_process else asyncio.run(in_process(arm, server))
+    if arm["layer"] == "cli":
+        result = cli_arm(arm, server)
+    elif arm["layer"] == "endpoint":
+        result = endpoint_arm(arm, server)
+    else:
+        result = asyncio.run(in_process(arm, server))
     print(json.dumps({**result, "pid": os.getpid()}))
 
 

@@ -67,6 +67,7 @@ class Arm:
     top_logprobs: int = 0
     traces: int = 1
     workers: int = 1
+    keyed: bool = False  # endpoint: each request carries an Idempotency-Key (checkpointed)
     both: bool = True  # also measured over the --before checkout
     context: dict[str, Any] = field(default_factory=dict)
 
@@ -93,6 +94,9 @@ ARMS: tuple[Arm, ...] = (
     Arm("graph best_of_n mur top0", "graph", strategy="best_of_n"),
     Arm("graph 8 traces majority top0", "graph", traces=8, gate="never"),
     Arm("cli --workers 2 top0", "cli", workers=2, both=False),
+    Arm("endpoint top0", "endpoint"),
+    Arm("endpoint keyed top0", "endpoint", keyed=True),
+    Arm("endpoint top20", "endpoint", top_logprobs=20),
 )
 ARM_NAMES = tuple(arm.name for arm in ARMS)
 

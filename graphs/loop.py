@@ -307,22 +307,22 @@ async def finalize(state: State, runtime: Runtime[Context]) -> Update:
     }
 
 
-def route_draft(state: State) -> str:
+async def route_draft(state: State) -> str:
     if not state.get("done"):
         return "score_uncertainty"
     return "ask_answer" if state.get("answer_room") else "finalize"
 
 
-def route_score(state: State) -> str:
+async def route_score(state: State) -> str:
     return "finalize" if state.get("done") else "gamma_gate"
 
 
-def route_gate(state: State, runtime: Runtime[Context]) -> str:
+async def route_gate(state: State, runtime: Runtime[Context]) -> str:
     """A scaled step goes to the run's strategy (its subgraph's node is named after it)."""
     return settings_of(runtime).strategy if gated(state)["scale"] else "commit_step"
 
 
-def route_commit(state: State, runtime: Runtime[Context]) -> str:
+async def route_commit(state: State, runtime: Runtime[Context]) -> str:
     if state.get("done"):
         return "finalize"
     if len(state["steps"]) >= settings_of(runtime).max_steps:

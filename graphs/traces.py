@@ -176,7 +176,7 @@ async def plan_traces(state: QuestionState, runtime: Runtime[Context]) -> Update
     return {"stop_threshold": stop_threshold([outcome_of(s) for s in drawn], rules)}
 
 
-def route_traces(state: QuestionState, runtime: Runtime[Context]) -> list[Send] | str:
+async def route_traces(state: QuestionState, runtime: Runtime[Context]) -> list[Send] | str:
     """Start the next batch of traces, or vote when the question is settled."""
     ctx = settings_of(runtime)
     drawn = state.get("drawn", [])

@@ -102,12 +102,12 @@ class CriticNodes(StrategyNodes):
             "usage": reply.usage("backbone").as_dict(),
         }
 
-    def after_revise(self, state: CriticState, runtime: Runtime[Context]) -> str:
+    async def after_revise(self, state: CriticState, runtime: Runtime[Context]) -> str:
         rounds_done = len(state["critiques"])
         return "critique" if rounds_done < self.kit.settings(runtime).critic_rounds else "record"
 
 
-def after_critique(state: CriticState) -> str:
+async def after_critique(state: CriticState) -> str:
     return "record" if state["critiques"][-1]["verdict"] is True else "revise"
 
 

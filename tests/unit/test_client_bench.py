@@ -21,19 +21,20 @@ def test_each_layer_is_measured_on_the_same_questions(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "client.json"
-    arms = "floor top0,graph top0,cli top0"
+    arms = "floor top0,graph top0,cli top0,endpoint keyed top0"
     argv = ["--questions", "3", "--concurrency", "2", "--arms", arms]
     assert client_cost.main([*argv, "--out", str(out)]) == 0
     entries = json.loads(out.read_text())["entries"]
     assert [entry["arm"] for entry in entries] == arms.split(",")
-    floor, graph, cli = entries
-    for entry in (floor, graph):  # the timed questions exactly, the warm-up left out
+    floor, graph, cli, endpoint = entries
+    for entry in (floor, graph, endpoint):  # the timed questions exactly, not the warm-up
         assert entry["requests"] == 3 * REQUESTS_PER_QUESTION
         assert entry["tokens"] == 3 * TOKENS_PER_QUESTION
-    assert (graph["counted_tokens"], graph["counted_requests"]) == (
-        graph["tokens"],
-        graph["requests"],
-    )
+    for entry in (graph, endpoint):  # what the graph (the endpoint's reply) counted
+        assert (entry["counted_tokens"], entry["counted_requests"]) == (
+            entry["tokens"],
+            entry["requests"],
+        )
     assert 0 < cli["requests"] <= 5 * REQUESTS_PER_QUESTION  # sampled while it ran
     assert all(entry["client_cpu_s"] > 0 and entry["server_cpu_s"] > 0 for entry in entries)
     printed = capsys.readouterr().out
