@@ -1,9 +1,16 @@
 """`mur bench chaos`: do endpoint replicas on one PostgreSQL lose or garble anything while
-replicas die? The same load runs twice, side by side: once undisturbed (the baseline), once
-with one replica that has runs in flight SIGKILLed every 30-60 s and restarted.
+replicas die, freeze, or the database freezes? The same load runs once undisturbed (the
+baseline), then once per fault (`--faults`, FAULTS), a fault every 30-60 s:
 
-    mur bench chaos [--seconds 300] [--clients 64] [--kill-every 30:60] [--call-delay 0.5]
-        [--lease-seconds 10] [--stream-share 0.25] [--port 8061] [--seed 0]
+- kills: a replica with runs in flight is SIGKILLed (the supervisor restarts it);
+- freezes: a replica with runs in flight is SIGSTOPped for 2.5 leases, then SIGCONTed: a
+  stalled holder whose runs the other replica takes over meanwhile;
+- db-freezes: PostgreSQL is SIGSTOPped for `--db-pause` s (10) with its connections open, as
+  a network partition looks.
+
+    mur bench chaos [--seconds 300] [--clients 64] [--faults kills,freezes,db-freezes]
+        [--kill-every 30:60] [--db-pause 10] [--call-delay 0.5] [--lease-seconds 10]
+        [--stream-share 0.25] [--port 8061] [--seed 0]
 
 Each phase starts fresh: a database of its own in one throwaway PostgreSQL (the launcher,
 servers/processes/postgres.py), two replicas of the endpoint over the scripted backbone
@@ -16,8 +23,12 @@ Reported per phase: requests finished; lost (never answered: must be 0); answere
 different answers (the same key asked again after its answer: must be 0); wrong answers;
 runs resumed (ledger rows claimed more than once: taken over from a killed replica, or asked
 again after a cut reply) and model calls recomputed (the backbone's call log against one
-run's calls per question); retries; p50/p95 latency from the first ask to the answer. Exit
-status 1 when anything was lost, answered differently or wrong.
+run's calls per question); retries; p50/p95 latency from the first ask to the answer; and
+from the database: checkpoints written by a claim that no longer held its run when the row
+was inserted (a trigger records each insert with the run's claim at that moment: must be 0),
+and orphans (threads with checkpoints, blobs or writes and no ledger row: must be 0). Exit
+status 1 when anything was lost, answered differently, wrong, written after a takeover or
+orphaned.
 """
 
 from __future__ import annotations
@@ -26,14 +37,16 @@ import argparse
 import asyncio
 import math
 import random
+import signal
 import socket
 import sys
 import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import httpx
@@ -56,6 +69,29 @@ CALLS_PER_RUN = {"mur-critic": 5, "mur-critic-never": 3}
 judged and revised under the gamma-gate (benchmarks/fake_endpoint.py)."""
 STOP_GRACE_S = 30.0
 LOG_TAIL = 30
+FAULTS = ("kills", "freezes", "db-freezes")
+FREEZE_LEASES = 2.5
+"""A frozen replica stays stopped this many leases: its runs are taken over meanwhile."""
+AUDIT = (
+    "CREATE TABLE chaos_audit (thread_id TEXT, written_by INTEGER, holding INTEGER)",
+    """CREATE FUNCTION chaos_audit() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN
+        INSERT INTO chaos_audit SELECT NEW.thread_id, (NEW.metadata->>'mur_claim')::int,
+            (SELECT claims FROM mur_runs WHERE thread_id = NEW.thread_id
+                AND status = 'running');
+        RETURN NEW; END $$""",
+    "CREATE TRIGGER chaos_audit AFTER INSERT ON checkpoints FOR EACH ROW "
+    "EXECUTE FUNCTION chaos_audit()",
+)
+"""Records, for every checkpoint inserted, the claim that wrote it and the claim holding the
+run at that moment (in the inserting transaction)."""
+STALE_WRITES = (
+    "SELECT count(*) FROM chaos_audit "
+    "WHERE written_by IS NOT NULL AND holding IS DISTINCT FROM written_by"
+)
+ORPHANS = """SELECT count(DISTINCT thread_id) FROM (
+        SELECT thread_id FROM checkpoints UNION SELECT thread_id FROM checkpoint_blobs
+        UNION SELECT thread_id FROM checkpoint_writes) AS written
+    WHERE thread_id NOT IN (SELECT thread_id FROM mur_runs)"""
 
 
 @dataclass
@@ -68,6 +104,8 @@ class Phase:
     calls: Counter[int] = field(default_factory=Counter)
     resumed: int = 0
     seconds: float = 0.0
+    stale_writes: int = 0
+    orphans: int = 0
 
     @property
     def answered(self) -> list[Outcome]:
@@ -101,46 +139,79 @@ class Phase:
 
 
 class Monkey(threading.Thread):
-    """Keeps the supervisor restarting dead replicas and, when `kill_every` is set, SIGKILLs
-    a random replica every so often until `until` (monotonic time), only while all are up, and
-    only one with runs in flight: a kill between two waves of requests would cost nothing and
-    show nothing (the miniature saw one in 7 runs)."""
+    """Keeps the supervisor restarting dead replicas and, when `every` is set, injects the
+    phase's fault every so often until `until` (monotonic time), only while all replicas are
+    up and one has runs in flight: a fault between two waves of requests would cost nothing
+    and show nothing (the miniature saw one in 7 runs). A frozen replica or database is
+    thawed after its pause, and at the latest when the monkey stops."""
 
     def __init__(
         self,
         supervisor: Supervisor,
-        kill_every: tuple[float, float] | None,
+        fault: Fault | None,
         rng: random.Random,
         until: float,
     ) -> None:
         super().__init__(name="chaos-monkey", daemon=True)
-        self.supervisor, self.kill_every, self.rng = supervisor, kill_every, rng
+        self.supervisor, self.fault, self.rng = supervisor, fault, rng
         self.until = until
         self.done = threading.Event()
         self.kills: list[str] = []
+        self.frozen: list[tuple[float, Callable[[], object]]] = []
         self.failure: BaseException | None = None
 
     def run(self) -> None:
         start = time.monotonic()
-        next_kill = start + self.rng.uniform(*self.kill_every) if self.kill_every else math.inf
+        fault = self.fault
+        next_fault = start + self.rng.uniform(*fault.every) if fault else math.inf
         try:
             while not self.done.is_set():
+                self.thaw(time.monotonic())
                 self.supervisor.check()
                 up = [c for c in self.supervisor.replicas if c.alive() and c.ready]
                 now = time.monotonic()
-                due = next_kill <= now < self.until and len(up) == REPLICAS
+                due = next_fault <= now < self.until and len(up) == REPLICAS and not self.frozen
                 busy = [i for i, c in enumerate(up) if runs_in_flight(c.root)] if due else []
-                if busy:
-                    index = self.rng.choice(busy)
-                    pid = self.supervisor.kill(index)
-                    at = time.monotonic() - start
-                    self.kills.append(f"{at:.0f}s r{index + 1} (pid {pid})")
-                    self.supervisor.say(f"chaos: SIGKILL r{index + 1} (pid {pid}) at {at:.0f} s")
-                    assert self.kill_every is not None
-                    next_kill = time.monotonic() + self.rng.uniform(*self.kill_every)
+                if busy and fault is not None:
+                    what = self.inject(fault, self.rng.choice(busy))
+                    self.kills.append(f"{now - start:.0f}s {what}")
+                    self.supervisor.say(f"chaos: {what} at {now - start:.0f} s")
+                    next_fault = time.monotonic() + self.rng.uniform(*fault.every)
                 self.done.wait(0.25)
         except BaseException as exc:  # the router died: the phase reports it
             self.failure = exc
+        finally:
+            self.thaw(math.inf)
+
+    def inject(self, fault: Fault, index: int) -> str:
+        if fault.name == "kills":
+            return f"SIGKILL r{index + 1} (pid {self.supervisor.kill(index)})"
+        if fault.name == "freezes":
+            pid = self.supervisor.kill(index, signal.SIGSTOP)
+            thaw = partial(self.supervisor.kill, index, signal.SIGCONT)
+            self.frozen.append((time.monotonic() + fault.pause, thaw))
+            return f"SIGSTOP r{index + 1} (pid {pid}) for {fault.pause:.0f} s"
+        assert fault.database is not None
+        fault.database.freeze()
+        self.frozen.append((time.monotonic() + fault.pause, fault.database.thaw))
+        return f"SIGSTOP PostgreSQL for {fault.pause:.0f} s"
+
+    def thaw(self, now: float) -> None:
+        due = [(at, thaw) for at, thaw in self.frozen if at <= now]
+        for entry in due:
+            self.frozen.remove(entry)
+            entry[1]()
+
+
+@dataclass(frozen=True)
+class Fault:
+    """A phase's fault: its name (FAULTS), seconds between two, how long a freeze lasts, and
+    the database a db-freeze stops."""
+
+    name: str
+    every: tuple[float, float]
+    pause: float = 0.0
+    database: PostgresServer | None = None
 
 
 def runs_in_flight(root: str) -> int:
@@ -164,12 +235,18 @@ def replicas_of(args: argparse.Namespace, calls_log: Path) -> list[Child]:
     return children
 
 
-def run_phase(
-    name: str, args: argparse.Namespace, database: PostgresServer, folder: Path, kills: bool
-) -> Phase:
+def fault_of(name: str, args: argparse.Namespace, database: PostgresServer) -> Fault | None:
+    """The fault a phase named `name` injects (None for the baseline)."""
+    if name == "baseline":
+        return None
+    pause = {"freezes": FREEZE_LEASES * args.lease_seconds, "db-freezes": args.db_pause}
+    return Fault(name, args.kill_every, pause.get(name, 0.0), database)
+
+
+def run_phase(name: str, args: argparse.Namespace, database: PostgresServer, folder: Path) -> Phase:
     """Start a phase's replicas and router over a fresh database, load them, stop them."""
     phase = Phase(name)
-    url = database.create_database(f"chaos_{name}")
+    url = database.create_database(f"chaos_{name.replace('-', '_')}")
     calls_log = folder / f"{name}-calls.log"
     ports = [args.port + 1 + i for i in range(REPLICAS)]
     router = Child("router", router_argv(ports, REPLICA_HOST, args.port), root_of(args.port))
@@ -179,10 +256,13 @@ def run_phase(
         )
         try:
             supervisor.start()
+            with psycopg.connect(url, autocommit=True) as conn:
+                for statement in AUDIT:
+                    conn.execute(statement)
             rng = random.Random(f"{args.seed}-{name}")
             start = time.monotonic()
-            every = args.kill_every if kills else None
-            monkey = Monkey(supervisor, every, rng, until=start + args.seconds)
+            fault = fault_of(name, args, database)
+            monkey = Monkey(supervisor, fault, rng, until=start + args.seconds)
             monkey.start()
             phase.outcomes = asyncio.run(
                 load(f"{root_of(args.port)}/v1", args.clients, args.seconds,
@@ -202,8 +282,10 @@ def run_phase(
             supervisor.close()
     phase.calls = Counter(int(line.split()[0]) for line in calls_log.read_text().splitlines())
     with psycopg.connect(url) as conn:
-        row = conn.execute("SELECT COUNT(*) FROM mur_runs WHERE claims > 1").fetchone()
-    phase.resumed = int(row[0]) if row else 0
+        phase.resumed, phase.stale_writes, phase.orphans = (
+            int(conn.execute(query).fetchone()[0])  # type: ignore[index]
+            for query in ("SELECT COUNT(*) FROM mur_runs WHERE claims > 1", STALE_WRITES, ORPHANS)
+        )
     return phase
 
 
@@ -212,9 +294,9 @@ def root_of(port: int) -> str:
 
 
 HEADER = (
-    "| phase | replicas killed | requests finished | lost | answered twice, differently "
-    "| wrong answers | runs resumed | model calls recomputed | retries 409 / 503 / other "
-    "| p50 s | p95 s | finished/s |"
+    "| phase | faults | requests finished | lost | answered twice, differently "
+    "| wrong answers | written after a takeover | orphans | runs resumed "
+    "| model calls recomputed | retries 409 / 503 / other | p50 s | p95 s | finished/s |"
 )
 
 
@@ -223,7 +305,8 @@ def table_row(phase: Phase) -> str:
     retries = f"{phase.retries('409')} / {phase.retries('503')} / {other}"
     cells = [
         phase.name, len(phase.kills), len(phase.answered), len(phase.lost),
-        len(phase.differing), len(phase.wrong), phase.resumed, phase.recomputed, retries,
+        len(phase.differing), len(phase.wrong), phase.stale_writes, phase.orphans,
+        phase.resumed, phase.recomputed, retries,
         f"{phase.latency(50):.2f}", f"{phase.latency(95):.2f}",
         f"{len(phase.answered) / max(phase.seconds, 1e-9):.1f}",
     ]  # fmt: skip
@@ -234,6 +317,10 @@ def problems(phase: Phase) -> list[str]:
     found = [f"{phase.name}: lost {o.ask.key}: {o.error}" for o in phase.lost]
     found += [f"{phase.name}: {o.ask.key} answered differently" for o in phase.differing]
     found += [f"{phase.name}: {o.ask.key} wrong: {o.content[:80]!r}" for o in phase.wrong]
+    if phase.stale_writes:
+        found.append(f"{phase.name}: {phase.stale_writes} checkpoints written after a takeover")
+    if phase.orphans:
+        found.append(f"{phase.name}: {phase.orphans} threads left without their ledger row")
     return found
 
 
@@ -248,10 +335,21 @@ def kill_every(text: str) -> tuple[float, float]:
     return bounds
 
 
+def faults_of(text: str) -> tuple[str, ...]:
+    names = tuple(name.strip() for name in text.split(",") if name.strip())
+    unknown = [name for name in names if name not in FAULTS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"unknown fault {unknown[0] if unknown else text!r}; faults: {', '.join(FAULTS)}"
+        )
+    return names
+
+
 def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     parser = OneLineParser(
         prog=prog,
-        description="Kill endpoint replicas on one PostgreSQL under load: nothing lost?",
+        description="Kill and freeze endpoint replicas and their PostgreSQL under load: "
+        "nothing lost?",
     )
     parser.add_argument("--seconds", type=float, default=300.0, help="each phase's load (300)")
     parser.add_argument("--clients", type=int, default=64, help="concurrent clients (64)")
@@ -260,7 +358,16 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
         type=kill_every,
         default=(30.0, 60.0),
         metavar="MIN:MAX",
-        help="seconds between two kills, drawn uniformly (30:60)",
+        help="seconds between two faults, drawn uniformly (30:60)",
+    )
+    parser.add_argument(
+        "--faults",
+        type=faults_of,
+        default=FAULTS,
+        help=f"the phases after the baseline, comma-separated ({','.join(FAULTS)})",
+    )
+    parser.add_argument(
+        "--db-pause", type=float, default=10.0, help="seconds PostgreSQL stays frozen (10)"
     )
     parser.add_argument(
         "--call-delay", type=float, default=0.5, help="seconds per model call (0.5)"
@@ -320,9 +427,9 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
             tempfile.TemporaryDirectory(prefix="mur-chaos-") as folder,
             PostgresServer.start() as database,
         ):
-            for name, kills in (("baseline", False), ("kills", True)):
+            for name in ("baseline", *args.faults):
                 print(f"{prog}: {name}: {args.seconds:.0f} s, {args.clients} clients", flush=True)
-                phases.append(run_phase(name, args, database, Path(folder), kills))
+                phases.append(run_phase(name, args, database, Path(folder)))
     except ServerError as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
         return 1
@@ -335,7 +442,7 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
         print(table_row(phase))
     for phase in phases:
         if phase.kills:
-            print(f"{phase.name}: killed {', '.join(phase.kills)}")
+            print(f"{phase.name}: {', '.join(phase.kills)}")
     found = [line for phase in phases for line in problems(phase)]
     for line in found[:40]:
         print(f"  {line}")

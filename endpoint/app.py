@@ -100,7 +100,7 @@ async def answer(
     body, idempotency_key = split_key(body, request.headers)
     job = parse_job(body, defaults)
     admitted = await service.admit(
-        job, caller_of(request.scope), idempotency_key, fingerprint(body)
+        job, caller_of(request.scope), idempotency_key, fingerprint(job)
     )
     if isinstance(admitted, StoredReply):  # a retry of a finished run: nothing recomputed
         if job.stream:

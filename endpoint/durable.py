@@ -42,13 +42,17 @@ from langgraph.checkpoint.base import (
     CheckpointTuple,
 )
 
+from mur.endpoint.errors import APIError
 from mur.endpoint.idempotency import thread_id_of
 from mur.endpoint.ledger import Claim, RunLedger
-from mur.endpoint.refusals import busy, key_reused, lease_lost, unavailable
+from mur.endpoint.refusals import busy, expired, key_reused, lease_lost, unavailable
 from mur.graphs.checkpointers import CheckpointerError
 
 log = logging.getLogger("mur.endpoint")
 CLAIM_ATTEMPTS = 3
+UNCONFIRMED_MARGIN = 1 / 6
+"""A run whose lease no renewal has confirmed for (1 - this) of a lease is stopped, and this
+share of a lease is how often that is looked at: it stops before the lease could lapse."""
 CLAIM_KEY = "mur_claim"
 """Where a run's graph config (`configurable`) carries its Claim, for FencedSaver; also the
 key of each checkpoint's metadata naming the claim that wrote it (its number)."""
@@ -63,11 +67,6 @@ def check_periods(lease_seconds: float, keep_finished: float) -> None:
             f"lease_seconds must be > 0 and keep_finished at least lease_seconds, got "
             f"{lease_seconds} and {keep_finished}"
         )
-
-
-class ClaimLost(Exception):
-    """A checkpoint refused: the claim writing it no longer holds its run (claimed over after
-    a stall, or pruned). The run stops there; the holder of the new claim goes on."""
 
 
 @dataclass(frozen=True)
@@ -105,18 +104,14 @@ class FencedSaver(BaseCheckpointSaver[Any]):
     claim in the run's config (CLAIM_KEY; a config without one is written as it is), and each
     checkpoint's metadata naming that claim's number.
 
-    A checkpoint is refused (ClaimLost) when its claim no longer holds the run, and checked
-    again once written: one whose claim was taken over while it was being written is removed.
-    A claim never holds again once it lost its run, so every checkpoint left was written while
-    its claim held the run. The writer checks, not the next holder (deleting what came after
-    its claim): the writer is then stopped as well, at once, before its next node's model call,
-    and nothing it writes after the next holder's cleanup survives. A task's writes
-    (LangGraph's pending writes) are refused the same way but not checked after (their ids are
-    the same for every holder, so removing them could remove the next holder's): one that
-    slips in as its claim is taken over is a task's result computed from a checkpoint of the
-    same thread, which a resume could only reuse. Each check is one primary-key SELECT, two
-    per checkpoint and one per task's writes: about 60 for a three-step run of
-    `mur-critic-never`, some 50 ms on a local PostgreSQL.
+    A checkpoint, its blobs and a task's writes are written inside the ledger's `fenced`
+    transaction: they land only if the claim holds the run when they commit, and the claim
+    cannot move until they have (the takeover's UPDATE waits for the row lock). A write after
+    a takeover or a prune is refused (ClaimLost) and the run stops there, before its next
+    node's model call; a write made while the claim held is never removed, so the next holder
+    resumes from every checkpoint its predecessor wrote. Neither can a pruned run be written
+    again: its row is marked `pruning` before its checkpoints go, and a write needs the row
+    `running`, so no checkpoint outlives its ledger row.
     """
 
     def __init__(self, inner: BaseCheckpointSaver[Any], ledger: RunLedger) -> None:
@@ -126,10 +121,6 @@ class FencedSaver(BaseCheckpointSaver[Any]):
     @property
     def config_specs(self) -> list[Any]:
         return self.inner.config_specs
-
-    async def _check(self, claim: Claim | None) -> None:
-        if claim is not None and not await self.ledger.holds(claim):
-            raise refusal(claim)
 
     async def aput(
         self,
@@ -141,16 +132,9 @@ class FencedSaver(BaseCheckpointSaver[Any]):
         claim = claim_of(config)
         if claim is None:
             return await self.inner.aput(config, checkpoint, metadata, new_versions)
-        await self._check(claim)
         tagged = cast(CheckpointMetadata, {**metadata, CLAIM_KEY: claim.number})
-        saved = await self.inner.aput(config, checkpoint, tagged, new_versions)
-        if not await self.ledger.holds(claim):
-            where = saved["configurable"]
-            await self.ledger.remove_checkpoint(
-                where["thread_id"], where.get("checkpoint_ns", ""), where["checkpoint_id"]
-            )
-            raise refusal(claim)
-        return saved
+        async with self.ledger.fenced(claim):
+            return await self.inner.aput(config, checkpoint, tagged, new_versions)
 
     async def aput_writes(
         self,
@@ -159,8 +143,11 @@ class FencedSaver(BaseCheckpointSaver[Any]):
         task_id: str,
         task_path: str = "",
     ) -> None:
-        await self._check(claim_of(config))
-        await self.inner.aput_writes(config, writes, task_id, task_path)
+        claim = claim_of(config)
+        if claim is None:
+            return await self.inner.aput_writes(config, writes, task_id, task_path)
+        async with self.ledger.fenced(claim):
+            await self.inner.aput_writes(config, writes, task_id, task_path)
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         return await self.inner.aget_tuple(config)
@@ -187,13 +174,6 @@ class FencedSaver(BaseCheckpointSaver[Any]):
         inner saver does the serialising)."""
         inner = self.inner.with_allowlist(extra_allowlist)
         return self if inner is self.inner else FencedSaver(inner, self.ledger)
-
-
-def refusal(claim: Claim) -> ClaimLost:
-    return ClaimLost(
-        f"run {claim.thread_id}: claim {claim.number} of {claim.owner} no longer holds it, "
-        "its checkpoint is refused"
-    )
 
 
 def claim_of(config: RunnableConfig) -> Claim | None:
@@ -223,7 +203,11 @@ class DurableRuns:
         self.watched: dict[Ticket, asyncio.Task[Any]] = {}
         """The runs executing here, one per claim: two claims of one thread (a retry that
         reached this replica after the first claim's lease lapsed) are two entries."""
-        self.lost: set[Ticket] = set()
+        self.confirmed: dict[Ticket, float] = {}
+        """When (monotonic, this side's clock) each watched claim's lease was last known to
+        run a whole lease from: the start of its claim or of its last renewal."""
+        self.lost: dict[Ticket, APIError] = {}
+        """The runs this replica stopped, and what their clients are told."""
         self._loops: list[asyncio.Task[None]] = []
 
     async def claim(self, caller: str, key: str | None, fingerprint: str) -> Ticket | StoredReply:
@@ -237,13 +221,16 @@ class DurableRuns:
             )
         try:
             for _ in range(CLAIM_ATTEMPTS):  # the row may change between claim and read
+                asked = time.monotonic()
                 claim = await self.ledger.claim(
                     thread_id, fingerprint, key is not None, self.replica_id, self.lease_seconds
                 )
                 if claim is not None:
                     self._supersede(claim)
                     cid = f"chatcmpl-mur-{uuid.uuid4().hex}"
-                    return Ticket(thread_id, key, cid, int(time.time()), claim)
+                    ticket = Ticket(thread_id, key, cid, int(time.time()), claim)
+                    self.confirmed[ticket] = asked
+                    return ticket
                 entry = await self.ledger.entry(thread_id)
                 if entry is None:
                     continue  # pruned meanwhile: claim it anew
@@ -251,7 +238,9 @@ class DurableRuns:
                     raise key_reused(key)
                 if entry.status == "finished" and entry.reply is not None:
                     return StoredReply(**entry.reply)
-                if entry.status in ("running", "pruning") and entry.lease_left > 0:
+                if entry.status == "pruning":
+                    raise expired(key)
+                if entry.status == "running" and entry.lease_left > 0:
                     raise busy(key, entry.lease_left)
         except CheckpointerError as exc:
             raise unavailable(exc) from None
@@ -262,14 +251,21 @@ class DurableRuns:
         lapsed (their renewals failed) and a retry claimed the run here again."""
         for ticket, task in list(self.watched.items()):
             if ticket.thread_id == claim.thread_id and ticket.claim != claim:
-                self._lose(ticket, task, f"claimed again here (claim {claim.number})")
+                why = f"claimed again here (claim {claim.number})"
+                self._lose(ticket, task, why, lease_lost(ticket.key))
 
-    def _lose(self, ticket: Ticket, task: asyncio.Task[Any], why: str) -> None:
+    def _lose(
+        self, ticket: Ticket, task: asyncio.Task[Any], why: str, answer: APIError
+    ) -> None:
         number = ticket.claim.number if ticket.claim is not None else None
         log.warning("run %s: claim %s lost, %s: stopping it", ticket.thread_id, number, why)
-        self.lost.add(ticket)
-        del self.watched[ticket]
+        self.lost[ticket] = answer
+        self._unwatch(ticket)
         task.cancel()
+
+    def _unwatch(self, ticket: Ticket) -> None:
+        self.watched.pop(ticket, None)
+        self.confirmed.pop(ticket, None)
 
     def watch(self, ticket: Ticket, task: asyncio.Task[Any]) -> None:
         """Renew `ticket`'s lease while `task` runs; cancel `task` if the lease is lost. A
@@ -277,18 +273,16 @@ class DurableRuns:
         if ticket.claim is not None:
             self.watched[ticket] = task
 
-    def take_lost(self, ticket: Ticket) -> bool:
-        """Whether `ticket`'s run was cancelled because its lease was lost (asked once)."""
-        if ticket in self.lost:
-            self.lost.discard(ticket)
-            return True
-        return False
+    def take_lost(self, ticket: Ticket) -> APIError | None:
+        """What to answer for `ticket`'s run if this replica cancelled it because its lease
+        was lost or could not be renewed (asked once); None if it did not."""
+        return self.lost.pop(ticket, None)
 
     def refused(self, ticket: Ticket) -> None:
         """Stop watching a run whose checkpoint was refused (ClaimLost): its claim is over,
         so its row is another claim's (or gone) and is left alone."""
-        self.watched.pop(ticket, None)
-        self.lost.discard(ticket)
+        self._unwatch(ticket)
+        self.lost.pop(ticket, None)
         number = ticket.claim.number if ticket.claim is not None else None
         log.warning(
             "run %s: claim %s lost, its checkpoint refused: stopped", ticket.thread_id, number
@@ -297,7 +291,7 @@ class DurableRuns:
     async def finished(self, ticket: Ticket, trace: dict[str, Any]) -> None:
         """Record the reply for retries (a keyless run has nothing to record). APIError 409
         when the run was claimed over: the new claim's reply, not this one, is the run's."""
-        self.watched.pop(ticket, None)
+        self._unwatch(ticket)
         if ticket.claim is None:
             return
         reply = {"cid": ticket.cid, "created": ticket.created, "trace": trace}
@@ -312,7 +306,7 @@ class DurableRuns:
         """Free a run that ended without a result, so a retry resumes it at once (a keyless
         run holds nothing to free); a claim that was claimed over frees nothing. Never raises:
         a run it cannot free is freed by its lease expiring."""
-        self.watched.pop(ticket, None)
+        self._unwatch(ticket)
         if ticket.claim is None:
             return
         try:
@@ -338,21 +332,49 @@ class DurableRuns:
         that ended without saying so (cancelled before it started, so none of its handlers
         ran) is dropped: its lease expires."""
         for ticket in [ticket for ticket, task in self.watched.items() if task.done()]:
-            del self.watched[ticket]
+            self._unwatch(ticket)
         asked = dict(self.watched)
         claims = [ticket.claim for ticket in asked if ticket.claim is not None]  # all: watched
+        started = time.monotonic()
         held = await self.ledger.renew(self.lease_seconds, claims)
         # Judge only the runs asked about and still watched by the same task: one that ended
         # meanwhile stopped being watched before its row changed, one claimed meanwhile was
         # not asked about. What is left and was not renewed was claimed over.
         for ticket, task in asked.items():
-            if self.watched.get(ticket) is task and ticket.claim not in held and not task.done():
-                self._lose(ticket, task, "claimed over (its lease had lapsed)")
+            if self.watched.get(ticket) is not task or task.done():
+                continue
+            if ticket.claim in held:
+                self.confirmed[ticket] = started
+            else:
+                why = "claimed over (its lease had lapsed)"
+                self._lose(ticket, task, why, lease_lost(ticket.key))
+
+    def stop_unconfirmed(self) -> None:
+        """Stop the runs whose lease could lapse before a renewal confirms it (the database
+        has not answered for most of a lease): before another replica may take one over, so
+        that two claims never go on with one thread. Their clients get 503; a retry with the
+        key resumes the run after its last checkpoint."""
+        deadline = time.monotonic() - self.lease_seconds * (1 - UNCONFIRMED_MARGIN)
+        for ticket, task in list(self.watched.items()):
+            if self.confirmed.get(ticket, deadline) < deadline and not task.done():
+                why = f"its lease was not renewed for {self.lease_seconds:g} s"
+                answer = unavailable(
+                    CheckpointerError(
+                        f"the checkpointer database {self.ledger.db.shown} did not renew this "
+                        f"run's lease for {self.lease_seconds * (1 - UNCONFIRMED_MARGIN):.1f} s, "
+                        "so it was stopped before another replica could take it over"
+                    )
+                )
+                self._lose(ticket, task, why, answer)
 
     def start(self) -> None:
         """Start renewing leases and pruning, in the running loop."""
         self._loops = [
             asyncio.create_task(self._every(self.lease_seconds / 3, self.renew), name="leases"),
+            asyncio.create_task(
+                self._every(self.lease_seconds * UNCONFIRMED_MARGIN, self._stop_unconfirmed),
+                name="unconfirmed leases",
+            ),
             asyncio.create_task(self._every(self.prune_every, self.prune), name="prune"),
         ]
 
@@ -360,6 +382,9 @@ class DurableRuns:
         for loop in self._loops:
             loop.cancel()
         await asyncio.gather(*self._loops, return_exceptions=True)
+
+    async def _stop_unconfirmed(self) -> None:
+        self.stop_unconfirmed()
 
     @staticmethod
     async def _every(seconds: float, action: Any) -> None:

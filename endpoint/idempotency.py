@@ -5,7 +5,8 @@ use it) or `"idempotency_key"` in its `mur` field. The run's thread id is a dige
 caller (a digest of the API key it authenticated with, or "open" on an endpoint without keys)
 and the key, so a key is scoped to its caller: another API key sending the same key names
 another run, and can neither read nor resume this one. The fingerprint (model, messages,
-settings, seed) tells a retry from a different request reusing the key.
+settings, seed, as the endpoint reads them) tells a retry from a different request reusing
+the key.
 """
 
 from __future__ import annotations
@@ -17,8 +18,10 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
+from starlette.datastructures import Headers
+
 from mur.endpoint.errors import bad_request
-from mur.endpoint.schemas import ChatCompletionRequest
+from mur.endpoint.schemas import ChatCompletionRequest, Job
 
 HEADER = "Idempotency-Key"
 FIELD = "idempotency_key"
@@ -47,12 +50,19 @@ def _checked(key: Any, where: str) -> str:
 
 
 def split_key(
-    body: ChatCompletionRequest, headers: Mapping[str, str]
+    body: ChatCompletionRequest, headers: Headers
 ) -> tuple[ChatCompletionRequest, str | None]:
     """The body without `mur.idempotency_key` (it is no graph setting), and the request's key
-    (None: a run of its own). The header and the field must agree when both are given."""
-    header = headers.get(HEADER.lower())
-    key = _checked(header, HEADER) if header is not None else None
+    (None: a run of its own). The header and the field must agree when both are given; the
+    header may be given once."""
+    given = headers.getlist(HEADER)
+    if len(given) > 1:
+        raise bad_request(
+            f"the {HEADER} header was sent {len(given)} times: send it once",
+            HEADER,
+            code="invalid_idempotency_key",
+        )
+    key = _checked(given[0], HEADER) if given else None
     if not (isinstance(body.mur, Mapping) and FIELD in body.mur):
         return body, key
     field = _checked(body.mur[FIELD], f"mur.{FIELD}")
@@ -66,14 +76,18 @@ def split_key(
     return body.model_copy(update={"mur": settings or None}), field
 
 
-def fingerprint(body: ChatCompletionRequest) -> str:
-    """A digest of what the run computes: model, messages, graph settings and seed (not
-    `stream` or OpenAI's ignored sampling fields: a retry may stream where the first did not)."""
+def fingerprint(job: Job) -> str:
+    """A digest of what the run computes, as the endpoint reads the request: strategy, gate,
+    question, system prompt and every graph setting with its default filled in (the seed among
+    them). A retry that means the same is the same (`"mur": {}` and no `mur`, content as text
+    parts or as a string); `stream` and OpenAI's ignored sampling fields are not in it (a
+    retry may stream where the first did not)."""
     what = {
-        "model": body.model,
-        "messages": [message.model_dump(mode="json") for message in body.messages],
-        "mur": body.mur,
-        "seed": body.seed,
+        "strategy": job.strategy,
+        "gate": job.gate,
+        "question": job.question,
+        "system_prompt": job.system_prompt,
+        "context": job.context.as_dict(),
     }
     canonical = json.dumps(what, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(canonical.encode()).hexdigest()

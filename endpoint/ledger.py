@@ -10,16 +10,21 @@ claiming one run exactly one gets a row back. Times are the database's clock (`D
 one clock for all replicas.
 
 A claim is fenced: it returns a `Claim` (the row's claim count and creation time, and the
-owner), and every later write of its holder (renew, finish, stop, and the checkpoints of
-endpoint/durable.py's `FencedSaver`) is an UPDATE, or a check, conditioned on the row still
-being that claim. A holder that stalled past its lease and was claimed over, even by its own
-replica, then changes nothing: the owner alone cannot tell two claims of one replica apart.
+owner), and every later write of its holder is conditioned, in the database, on the row
+still being that claim: renew, finish and stop are one UPDATE each with the claim in its
+WHERE; the checkpoints of endpoint/durable.py's `FencedSaver` are written inside `fenced`, a
+transaction that first locks the row as that claim (SELECT ... FOR SHARE, which a claim's or
+a prune's UPDATE waits for; SQLite's one writer). A holder that stalled past its lease and
+was claimed over, even by its own replica, then changes nothing, and nothing it wrote while
+it held the claim is ever removed: the owner alone cannot tell two claims of one replica
+apart.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Collection
+from collections.abc import AsyncIterator, Collection
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -51,13 +56,6 @@ this long."""
 Status = Literal["running", "finished", "failed", "pruning"]
 RENEW_BATCH = 200
 """Claims renewed per statement: 4 parameters each, below SQLite's oldest limit (999)."""
-CHECKPOINT_TABLES = {
-    "sqlite": ("checkpoints", "writes"),
-    "postgres": ("checkpoints", "checkpoint_writes"),
-}
-"""LangGraph's tables for a checkpoint and for the writes recorded against it, per dialect
-(langgraph-checkpoint-sqlite and -postgres): what `remove_checkpoint` deletes from."""
-
 
 FENCE = "(thread_id = ? AND owner = ? AND claims = ? AND created_at = ?)"
 """The SQL condition that a row is still one claim (its parameters: `Claim.params`)."""
@@ -78,6 +76,18 @@ class Claim:
     def params(self) -> tuple[str, str, int, float]:
         """The parameters of FENCE for this claim."""
         return (self.thread_id, self.owner, self.number, self.created)
+
+
+class ClaimLost(Exception):
+    """A write refused: its claim no longer holds the run (claimed over after a stall, or
+    pruned). The run stops there; the holder of the new claim goes on."""
+
+    def __init__(self, claim: Claim) -> None:
+        super().__init__(
+            f"run {claim.thread_id}: claim {claim.number} of {claim.owner} no longer holds it, "
+            "its checkpoint is refused"
+        )
+        self.claim = claim
 
 
 @dataclass(frozen=True)
@@ -157,15 +167,20 @@ class RunLedger:
             held.update(c for c in batch if (c.thread_id, c.number) in renewed)
         return held
 
-    async def holds(self, claim: Claim) -> bool:
-        """Whether `claim` still holds its run (running, not claimed over, not being pruned),
-        whatever its lease says: a holder whose renewals failed but whom nobody replaced
-        may go on."""
-        rows = await self.db.execute(
-            f"SELECT 1 FROM {TABLE} WHERE status = 'running' AND {FENCE}",
-            claim.params(),
-        )
-        return bool(rows)
+    @asynccontextmanager
+    async def fenced(self, claim: Claim) -> AsyncIterator[None]:
+        """A transaction in which `claim` holds its run (running, not claimed over, not being
+        pruned), whatever its lease says, with the row locked until it ends: the writes made
+        inside land only if the claim still holds when they commit, and a takeover or a prune
+        waits until they have. ClaimLost when the claim no longer holds."""
+        async with self.db.transaction() as transaction:
+            rows = await transaction.execute(
+                f"SELECT 1 FROM {TABLE} WHERE status = 'running' AND {FENCE}{transaction.row_lock}",
+                claim.params(),
+            )
+            if not rows:
+                raise ClaimLost(claim)
+            yield
 
     async def finish(self, claim: Claim, reply: dict[str, Any]) -> bool:
         """Record the run's reply, if `claim` still holds it (else it was claimed over: False)."""
@@ -185,17 +200,6 @@ class RunLedger:
             (status, reply, error, *claim.params()),
         )
         return bool(rows)
-
-    async def remove_checkpoint(self, thread_id: str, namespace: str, checkpoint_id: str) -> None:
-        """Delete one checkpoint and the writes recorded against it (one a fenced-off holder
-        wrote). Safe while no channel of the graph is a LangGraph DeltaChannel (whose value
-        is rebuilt from the chain of checkpoints): none of MUR's is."""
-        for table in CHECKPOINT_TABLES[self.db.dialect]:
-            await self.db.execute(
-                f"""DELETE FROM {table}
-                    WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?""",
-                (thread_id, namespace, checkpoint_id),
-            )
 
     async def mark_prunable(self, keep_finished: float) -> list[str]:
         """Mark for deletion the runs ended more than `keep_finished` s ago, those whose

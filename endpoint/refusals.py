@@ -25,6 +25,18 @@ def busy(key: str, retry_after: float) -> APIError:
     )
 
 
+def expired(key: str) -> APIError:
+    """409: the key's run ended more than --keep-finished ago and is being deleted; once it is
+    gone (a moment), the key starts a new run."""
+    return APIError(
+        409,
+        f"the run of idempotency key {key!r} ended long ago and is being deleted (it was kept "
+        "--keep-finished seconds): retry in a second with the same key to run it afresh",
+        code="run_expired",
+        headers={"Retry-After": "1"},
+    )
+
+
 def key_reused(key: str) -> APIError:
     return APIError(
         422,

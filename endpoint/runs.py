@@ -29,7 +29,6 @@ from typing import Any, TypeVar
 from langchain_core.language_models import BaseChatModel
 
 from mur.endpoint.durable import (
-    ClaimLost,
     DurableRuns,
     FencedSaver,
     StoredReply,
@@ -37,7 +36,7 @@ from mur.endpoint.durable import (
     check_periods,
 )
 from mur.endpoint.errors import APIError
-from mur.endpoint.ledger import RunLedger
+from mur.endpoint.ledger import ClaimLost, RunLedger
 from mur.endpoint.refusals import DRAINING, NOT_OPEN, Saturated, lease_lost, unavailable
 from mur.endpoint.replies import Outcome, RunResult, trace_of
 from mur.endpoint.schemas import Job
@@ -232,8 +231,8 @@ class RunService:
             outcome: Outcome = "new" if saved.new else "resumed"
             return RunResult(trace, usage_since(trace.get("usage") or {}, saved.usage), outcome)
         except asyncio.CancelledError:
-            if durable.take_lost(ticket):
-                raise lease_lost(ticket.key) from None
+            if (answer := durable.take_lost(ticket)) is not None:
+                raise answer from None
             await durable.stopped(ticket, "stopped: the client went away or the endpoint stopped")
             raise
         except ClaimLost:  # claimed over while its lease renewals could not say so

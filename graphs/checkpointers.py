@@ -19,13 +19,13 @@ import asyncio
 import re
 import sqlite3
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import ExitStack, asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any
 from urllib.parse import unquote, urlsplit, urlunsplit
 
-import aiosqlite
 import psycopg
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -35,12 +35,22 @@ from langgraph.checkpoint.base import (
     CheckpointMetadata,
     CheckpointTuple,
 )
-from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from langgraph.checkpoint.sqlite import SqliteSaver
-from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 from psycopg.conninfo import conninfo_to_dict
-from psycopg.rows import DictRow, dict_row, tuple_row
+from psycopg.rows import DictRow, dict_row
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
+
+from mur.graphs.databases import (
+    IDLE_IN_TRANSACTION_S,
+    JoiningPostgresSaver,
+    Kind,
+    Pool,
+    PostgresDatabase,
+    SqliteDatabase,
+)
+from mur.graphs.databases import CheckpointerError as CheckpointerError
+from mur.graphs.databases import CheckpointerUnavailable as CheckpointerUnavailable
+from mur.graphs.databases import Database as Database
 
 MEMORY = ":memory:"
 FORMS = "a file path, sqlite:///PATH or postgresql://USER:PASSWORD@HOST:PORT/DATABASE"
@@ -59,8 +69,19 @@ POOL_WAIT_S = 5.0
 (PoolTimeout: the endpoint's 503 naming it). LangGraph's Postgres saver writes under one lock,
 so the writes queued behind a stopped server fail one after another: with psycopg's default
 of 30 s each, a run went on waiting for minutes after PostgreSQL had stopped."""
-Kind = Literal["sqlite", "postgres"]
-Pool = AsyncConnectionPool[psycopg.AsyncConnection[DictRow]]
+SQLITE_BUSY_TIMEOUT_S = 5.0
+"""How long an SQLite statement waits for another process's write lock before the file counts
+as unavailable (a second process writing the same file: `mur endpoint` is one replica)."""
+SESSION_SETTINGS = {
+    "options": f"-c idle_in_transaction_session_timeout={int(IDLE_IN_TRANSACTION_S * 1000)}",
+    "keepalives": 1,
+    "keepalives_idle": 10,
+    "keepalives_interval": 5,
+    "keepalives_count": 3,
+}
+"""Every pooled session's: the server ends one left idle in a transaction (databases.py), and
+TCP keepalives find a server gone from the network (a frozen one still answers them: the
+statement bound, databases.STATEMENT_TIMEOUT_S, covers that)."""
 
 
 class InlineSqliteSaver(SqliteSaver):
@@ -76,7 +97,7 @@ class InlineSqliteSaver(SqliteSaver):
 
     @classmethod
     @contextmanager
-    def open(cls, path: Path, busy_timeout_s: float) -> Iterator[InlineSqliteSaver]:
+    def open(cls, path: Path | str, busy_timeout_s: float) -> Iterator[InlineSqliteSaver]:
         """The saver of the file at `path`, set up (WAL mode, its tables). WAL with
         `synchronous=NORMAL` commits without an fsync: a crash of the process loses nothing,
         a power cut at most the last writes (a question then resumes a node earlier)."""
@@ -128,14 +149,6 @@ class InlineSqliteSaver(SqliteSaver):
         self, *, config: RunnableConfig, channels: Sequence[str]
     ) -> Mapping[str, Any]:
         return self.get_delta_channel_history(config=config, channels=channels)
-
-
-class CheckpointerError(Exception):
-    """A checkpointer target that cannot be used; the message names it without its password."""
-
-
-class CheckpointerUnavailable(CheckpointerError):
-    """The database stopped answering while in use (a restart, a lost network): retry later."""
 
 
 @dataclass(frozen=True)
@@ -213,18 +226,6 @@ def parse_target(text: str) -> CheckpointTarget:
     return CheckpointTarget("sqlite", raw, raw)
 
 
-class Database(Protocol):
-    """SQL over the checkpointer's database, in one dialect for SQLite and PostgreSQL."""
-
-    dialect: Kind
-    now: str
-    """An SQL expression: the database's clock, in seconds since the epoch."""
-
-    async def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        """Run one statement (`?` placeholders), committed at once; its rows (RETURNING)."""
-        ...
-
-
 @dataclass(frozen=True)
 class CheckpointStore:
     """What `open_checkpointer` yields: the saver, and SQL over the same database."""
@@ -236,55 +237,6 @@ class CheckpointStore:
     def is_outage(self, exc: BaseException) -> bool:
         """Whether `exc` says the database stopped answering (not a fault of the run)."""
         return isinstance(exc, CheckpointerUnavailable | psycopg.OperationalError | PoolTimeout)
-
-
-class SqliteDatabase:
-    """Statements on the saver's own connection, under its lock (one writer at a time)."""
-
-    dialect: Kind = "sqlite"
-    now = "((julianday('now') - 2440587.5) * 86400.0)"
-
-    def __init__(self, saver: AsyncSqliteSaver, target: CheckpointTarget) -> None:
-        self.saver, self.target = saver, target
-
-    async def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        async with self.saver.lock:
-            try:
-                async with self.saver.conn.execute(sql, tuple(params)) as cursor:
-                    rows = await cursor.fetchall()
-                await self.saver.conn.commit()
-            except sqlite3.OperationalError as exc:
-                if "locked" in str(exc) or "disk" in str(exc):
-                    raise CheckpointerUnavailable(
-                        f"the checkpointer {self.target} is unavailable: {exc}"
-                    ) from exc
-                raise
-        return [tuple(row) for row in rows]
-
-
-class PostgresDatabase:
-    """Statements on connections of the saver's pool (autocommit: each one atomic)."""
-
-    dialect: Kind = "postgres"
-    now = "extract(epoch from now())::float8"
-
-    def __init__(self, pool: Pool, target: CheckpointTarget) -> None:
-        self.pool, self.target = pool, target
-
-    async def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        query = sql.replace("%", "%%").replace("?", "%s")
-        try:
-            async with (
-                self.pool.connection() as conn,
-                conn.cursor(row_factory=tuple_row) as cursor,
-            ):
-                await cursor.execute(query, tuple(params))
-                return await cursor.fetchall() if cursor.description else []
-        except (psycopg.OperationalError, PoolTimeout) as exc:
-            detail = scrub(str(exc), self.target.location)
-            raise CheckpointerUnavailable(
-                f"the checkpointer database {self.target} is unavailable: {detail}"
-            ) from None
 
 
 @asynccontextmanager
@@ -326,27 +278,29 @@ def check_folder(target: CheckpointTarget) -> None:
 async def _sqlite(
     target: CheckpointTarget, schema: Sequence[str]
 ) -> AsyncIterator[CheckpointStore]:
-    path = target.location
+    """The inline saver (a local file: a write takes well under a millisecond on the loop)
+    and the caller's statements on its connection."""
+    with _sqlite_saver(target, schema) as saver:
+        yield CheckpointStore(saver, SqliteDatabase(saver.conn, target.shown), target)
+
+
+@contextmanager
+def _sqlite_saver(target: CheckpointTarget, schema: Sequence[str]) -> Iterator[InlineSqliteSaver]:
     check_folder(target)
-    try:
-        conn = await aiosqlite.connect(path if path == MEMORY else str(Path(path).expanduser()))
-    except sqlite3.Error as exc:
-        raise CheckpointerError(f"cannot open the checkpointer {target}: {exc}") from None
-    try:
-        saver = AsyncSqliteSaver(conn)
-        database = SqliteDatabase(saver, target)
+    path = target.location
+    where = path if path == MEMORY else Path(path).expanduser()
+    with ExitStack() as stack:
         try:
-            await saver.setup()
+            saver = stack.enter_context(InlineSqliteSaver.open(where, SQLITE_BUSY_TIMEOUT_S))
             for statement in schema:
-                await database.execute(statement)
+                saver.conn.execute(statement)
+            saver.conn.commit()
         except sqlite3.Error as exc:
             raise CheckpointerError(
                 f"cannot use the checkpointer {target}: {exc}; give an SQLite file this "
                 "process may write, or a new path"
             ) from None
-        yield CheckpointStore(saver, database, target)
-    finally:
-        await conn.close()
+        yield saver
 
 
 @asynccontextmanager
@@ -357,7 +311,12 @@ async def _postgres(
     pool: Pool = AsyncConnectionPool(
         target.location,
         connection_class=psycopg.AsyncConnection[DictRow],
-        kwargs={"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row},
+        kwargs={
+            "autocommit": True,
+            "prepare_threshold": 0,
+            "row_factory": dict_row,
+            **SESSION_SETTINGS,
+        },
         min_size=1,
         max_size=max(2, pool_size),  # setup holds one connection for its lock, uses another
         timeout=POOL_WAIT_S,
@@ -366,8 +325,9 @@ async def _postgres(
         name="mur-checkpointer",
     )
     try:
-        saver = AsyncPostgresSaver(pool)
-        database = PostgresDatabase(pool, target)
+        clean = partial(scrub, url=target.location)
+        saver = JoiningPostgresSaver(pool, target.shown, clean)
+        database = PostgresDatabase(pool, target.shown, clean)
         try:
             await pool.open(wait=True, timeout=connect_timeout)
             async with pool.connection() as conn:

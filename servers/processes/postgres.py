@@ -34,6 +34,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Literal
 
+import psutil
 import psycopg
 from psycopg import sql
 
@@ -194,6 +195,22 @@ class PostgresServer:
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline and _alive(pid):
             time.sleep(0.05)
+
+    def freeze(self) -> None:
+        """SIGSTOP the postmaster and every session: connections stay open and nothing
+        answers, as a network partition or a stalled host looks to a client."""
+        for process in self._processes():
+            process.suspend()
+
+    def thaw(self) -> None:
+        """SIGCONT what `freeze` stopped."""
+        for process in self._processes():
+            process.resume()
+
+    def _processes(self) -> list[psutil.Process]:
+        pid = int((self.data / "postmaster.pid").read_text().split()[0])
+        postmaster = psutil.Process(pid)
+        return [postmaster, *postmaster.children(recursive=True)]
 
     def remove(self) -> None:
         """Stop the server if it runs, and delete its folder."""

@@ -34,7 +34,7 @@ from faulty_server import ANSWER_TOKENS, MODEL, STEP_TOKENS, FaultyServer, fault
 from mur.endpoint.cli import PROG, build_parser, main
 from mur.endpoint.idempotency import fingerprint
 from mur.endpoint.replicas import replica_argv, router_argv
-from mur.endpoint.schemas import ChatCompletionRequest
+from mur.endpoint.schemas import ChatCompletionRequest, parse_job
 from postgres import PASSWORD, PostgresServer, free_port
 from waiting import wait_until
 
@@ -353,6 +353,6 @@ def test_the_fields_vllm_router_adds_leave_the_fingerprint_alone() -> None:
         "return_hidden_states": False,
         "include_reasoning": True,
     }
-    assert fingerprint(ChatCompletionRequest.model_validate(routed)) == fingerprint(
-        ChatCompletionRequest.model_validate(direct)
+    assert fingerprint(parse_job(ChatCompletionRequest.model_validate(routed))) == fingerprint(
+        parse_job(ChatCompletionRequest.model_validate(direct))
     )

@@ -196,6 +196,59 @@ def test_a_key_reused_for_another_request_is_422(serve: Callable[..., tuple[str,
     assert backbone.asked() == [1, 2, 3, 3]
 
 
+def test_a_retry_that_means_the_same_is_the_same_request(
+    serve: Callable[..., tuple[str, Any]],
+) -> None:
+    """The fingerprint reads the request as the endpoint does: `"mur": {}` is no `mur`, the
+    content as text parts is the content as a string, a setting given at its default is the
+    default; each retry gets the first reply, nothing is computed again."""
+    backbone = Backbone()
+    url, _ = serve(backbone)
+    first = ask(url, "same-1")
+    parts = [{"role": "user", "content": [{"type": "text", "text": QUESTION[0]["content"]}]}]
+    retries = [
+        ask(url, "same-1", mur={}),
+        ask(url, "same-1", messages=parts),
+        ask(url, "same-1", mur={"strategy": "critic", "gate": "never"}),
+    ]
+    assert [reply.status_code for reply in retries] == [200, 200, 200]
+    assert {reply.json()["id"] for reply in retries} == {first.json()["id"]}
+    assert backbone.asked() == [1, 2, 3]
+
+
+def test_an_idempotency_key_sent_twice_is_400_naming_the_header(
+    serve: Callable[..., tuple[str, Any]],
+) -> None:
+    url, _ = serve(Backbone())
+    headers = [("Idempotency-Key", "a-1"), ("Idempotency-Key", "a-2")]
+    body = {"model": MODEL, "messages": QUESTION}
+    reply = httpx.post(f"{url}/chat/completions", json=body, headers=headers)
+    assert reply.status_code == 400
+    error = reply.json()["error"]
+    assert error["param"] == "Idempotency-Key"
+    assert error["message"] == "the Idempotency-Key header was sent 2 times: send it once"
+
+
+def test_a_run_being_pruned_answers_that_it_expired(
+    serve: Callable[..., tuple[str, Any]], database: Path
+) -> None:
+    """A retry while the key's finished run is being deleted (its row marked `pruning`) is told
+    so, with a second to wait; once it is gone the key runs afresh."""
+    backbone = Backbone()
+    url, _ = serve(backbone)
+    assert ask(url, "old-1").status_code == 200
+    with sqlite3.connect(database) as conn:  # what mark_prunable leaves while it deletes
+        conn.execute("UPDATE mur_runs SET status = 'pruning'")
+    reply = ask(url, "old-1")
+    assert reply.status_code == 409 and reply.headers["retry-after"] == "1"
+    error = reply.json()["error"]
+    assert error["code"] == "run_expired" and "is being deleted" in error["message"]
+    with sqlite3.connect(database) as conn:  # the prune done
+        for table in ("checkpoints", "writes", "mur_runs"):
+            conn.execute(f"DELETE FROM {table}")  # fixed names
+    assert ask(url, "old-1").json()["mur"]["run"]["outcome"] == "new"
+
+
 @pytest.mark.parametrize(
     ("headers", "mur", "param"),
     [
@@ -392,10 +445,10 @@ def test_two_live_replicas_given_one_key_never_both_go_on(
     serve: Callable[..., tuple[str, Any]], database: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Replica A's lease renewals fail (its database link is down for them) during a long
-    model call; the client's retry reaches replica B, which claims the run over once A's
-    lease has lapsed and finishes it. A is alive all along: when its call returns, its next
-    checkpoint is refused by the claim fence, so it stops with 409 before asking the next
-    step, having written nothing after B's claim; the key answers B's reply everywhere."""
+    model call. A stops the run itself before its lease could lapse (5/6 of a lease without a
+    confirmed renewal) and answers 503 naming the database; the client's retry reaches
+    replica B, which resumes the run after A's last checkpoint and finishes it. A asks no
+    step after it stopped; the key answers B's reply everywhere."""
     stalled, healthy = Backbone(hold_at=2), Backbone()
     url_a, app_a = serve(stalled, replica_id="replica-a", lease_seconds=1)
     url_b, _ = serve(healthy, replica_id="replica-b", lease_seconds=1)
@@ -409,20 +462,21 @@ def test_two_live_replicas_given_one_key_never_both_go_on(
     holder.start()
     try:
         assert wait_until(lambda: stalled.asked() == [1, 2], 5)
-        time.sleep(1.2)  # A's lease lapses without a renewal
+        holder.join(5)
+        assert not holder.is_alive(), "A went on with a lease it could not renew"
         taken = ask(url_b, "twice")
-        written_before = claims_of_checkpoints(database)
     finally:
         stalled.release.set()
         holder.join(30)
+    assert [answer.status_code for answer in answers] == [503]
+    error = answers[0].json()["error"]
+    assert error["code"] == "checkpointer_unavailable"
+    assert "did not renew this run's lease for 0.8 s" in error["message"]
     assert taken.status_code == 200 and taken.json()["mur"]["run"]["outcome"] == "resumed"
     assert healthy.asked() == [2, 3]
-    assert [answer.status_code for answer in answers] == [409]
-    assert answers[0].json()["error"]["code"] == "run_taken_over"
     assert wait_until(lambda: app_a.state.service.in_flight == 0, 10)
-    assert stalled.asked() == [1, 2], "replica A asked the step after the takeover"
-    assert claims_of_checkpoints(database) == written_before, "A wrote after B's claim"
-    assert set(written_before) == {1, 2}  # A's up to step 1, then B's
+    assert stalled.asked() == [1, 2], "replica A asked the step after it stopped"
+    assert set(claims_of_checkpoints(database)) == {1, 2}  # A's up to step 1, then B's
     assert rows(database, "SELECT owner, status, claims FROM mur_runs") == [
         ("replica-b", "finished", 2)
     ]
