@@ -99,9 +99,7 @@ async def answer(
     run (resume) it and answer, streamed or whole."""
     body, idempotency_key = split_key(body, request.headers)
     job = parse_job(body, defaults)
-    admitted = await service.admit(
-        job, caller_of(request.scope), idempotency_key, fingerprint(job)
-    )
+    admitted = await service.admit(job, caller_of(request.scope), idempotency_key, fingerprint(job))
     if isinstance(admitted, StoredReply):  # a retry of a finished run: nothing recomputed
         if job.stream:
             return stream_response(replayed(job, admitted, idempotency_key))

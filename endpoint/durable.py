@@ -254,9 +254,7 @@ class DurableRuns:
                 why = f"claimed again here (claim {claim.number})"
                 self._lose(ticket, task, why, lease_lost(ticket.key))
 
-    def _lose(
-        self, ticket: Ticket, task: asyncio.Task[Any], why: str, answer: APIError
-    ) -> None:
+    def _lose(self, ticket: Ticket, task: asyncio.Task[Any], why: str, answer: APIError) -> None:
         number = ticket.claim.number if ticket.claim is not None else None
         log.warning("run %s: claim %s lost, %s: stopping it", ticket.thread_id, number, why)
         self.lost[ticket] = answer

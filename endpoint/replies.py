@@ -3,9 +3,7 @@ what the reply holds besides OpenAI's fields is the extra `mur` (the step trace)
 streamed step, `mur_step` (the step's event). The non-streamed reply and the model entry
 declare their extra fields in subclasses; a chunk's ride in as pydantic extras.
 
-The content is the kept steps as the backbone wrote them (`StepN: text` lines in the marker
-format, paragraphs in the paragraph format), then the fallback text if any; the streamed
-contents concatenate to the non-streamed content.
+The content, the trace and the usage are written by graphs/chat.py, as ChatMUR's message is.
 """
 
 from __future__ import annotations
@@ -14,17 +12,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from fastapi.encoders import jsonable_encoder
-from openai.types import CompletionUsage, Model
+from openai.types import Model
 from openai.types.chat import ChatCompletion, ChatCompletionChunk, ChatCompletionMessage
 from openai.types.chat.chat_completion import Choice
 from openai.types.chat.chat_completion_chunk import Choice as ChunkChoice
 from openai.types.chat.chat_completion_chunk import ChoiceDelta
 
 from mur.endpoint.schemas import MODELS, Job
-from mur.graphs import output_of
+from mur.graphs.chat import content_of, usage_of
 from mur.graphs.traces import traces_line
-from mur.nodes.draft import STEP_FORMATS
 
 OWNER = "mur"
 Outcome = Literal["new", "resumed", "replayed"]
@@ -52,38 +48,6 @@ def model_list(created: int) -> dict[str, Any]:
         for name, (strategy, gate) in MODELS.items()
     ]
     return {"object": "list", "data": data}
-
-
-def step_line(step: Mapping[str, Any], step_format: str = "marker") -> str:
-    """One kept step of the content, in the format the backbone wrote it."""
-    return STEP_FORMATS[step_format].line(step["index"], step["text"])
-
-
-def trace_of(result: Mapping[str, Any]) -> dict[str, Any]:
-    """The graph's output contract minus the question (the client sent it), as plain JSON
-    values (records may hold dataclasses or sets)."""
-    trace = {key: value for key, value in output_of(dict(result)).items() if key != "question"}
-    return jsonable_encoder(trace)
-
-
-def content_of(trace: Mapping[str, Any]) -> str:
-    """The kept steps (see `step_line`), then the fallback text if any."""
-    fallback = trace.get("fallback")
-    step_format = (trace.get("config") or {}).get("step_format", "marker")
-    steps = "".join(step_line(s, step_format) for s in trace.get("steps") or [])
-    return steps + (fallback["text"] if fallback else "")
-
-
-def usage_of(usage: Mapping[str, Any]) -> CompletionUsage:
-    """OpenAI usage of the graph's usage counts: completion = backbone + external generated
-    tokens, prompt = both servers' prompt tokens."""
-    prompt = int(usage.get("backbone_prompt_tokens", 0)) + int(
-        usage.get("external_prompt_tokens", 0)
-    )
-    completion = int(usage.get("backbone_tokens", 0)) + int(usage.get("external_tokens", 0))
-    return CompletionUsage(
-        prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion
-    )
 
 
 @dataclass(frozen=True)

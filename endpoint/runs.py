@@ -38,9 +38,10 @@ from mur.endpoint.durable import (
 from mur.endpoint.errors import APIError
 from mur.endpoint.ledger import ClaimLost, RunLedger
 from mur.endpoint.refusals import DRAINING, NOT_OPEN, Saturated, lease_lost, unavailable
-from mur.endpoint.replies import Outcome, RunResult, trace_of
+from mur.endpoint.replies import Outcome, RunResult
 from mur.endpoint.schemas import Job
 from mur.graphs import build_graph
+from mur.graphs.chat import trace_of
 from mur.graphs.checkpointers import CheckpointStore
 from mur.graphs.model_calls import describe_failure, server_roles
 from mur.graphs.solve import SavedProgress, saved_progress, solve
@@ -232,6 +233,9 @@ class RunService:
             return RunResult(trace, usage_since(trace.get("usage") or {}, saved.usage), outcome)
         except asyncio.CancelledError:
             if (answer := durable.take_lost(ticket)) is not None:
+                # Free the row if this claim still holds it (its lease went unconfirmed, so a
+                # retry need not wait it out); one claimed over is another's: nothing changes.
+                await durable.stopped(ticket, f"stopped: {answer.message}")
                 raise answer from None
             await durable.stopped(ticket, "stopped: the client went away or the endpoint stopped")
             raise

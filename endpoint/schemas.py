@@ -20,23 +20,12 @@ from pydantic import (
 )
 
 from mur.endpoint.errors import APIError, bad_request, describe_validation
-from mur.graphs import STRATEGIES, Context
+from mur.graphs import Context
+from mur.graphs.chat import MODELS as MODELS
+from mur.graphs.chat import ConversationError
+from mur.graphs.chat import model_name as model_name
+from mur.graphs.chat import question_of as read_question
 from mur.graphs.state import ContextError, context_for
-from mur.nodes.draft import check_question
-from mur.nodes.gates import GATES
-
-MODEL_PREFIX = "mur"
-
-
-def model_name(strategy: str, gate: str) -> str:
-    """`mur-<strategy>` for the gamma-gate (the method itself), `mur-<strategy>-<gate>` else."""
-    return f"{MODEL_PREFIX}-{strategy}" if gate == "mur" else f"{MODEL_PREFIX}-{strategy}-{gate}"
-
-
-MODELS: dict[str, tuple[str, str]] = {
-    model_name(strategy, gate): (strategy, gate) for strategy in STRATEGIES for gate in GATES
-}
-"""Served model name -> (strategy, gate)."""
 
 
 class Message(BaseModel):
@@ -133,39 +122,13 @@ def make_context(
         raise bad_request(f"{what} {message}", param) from None
 
 
-def _text(content: str | list[dict[str, Any] | str] | None, where: str) -> str:
-    """Message content as text: a string, or the text parts of a content list."""
-    if content is None or isinstance(content, str):
-        return content or ""
-    parts = []
-    for part in content:
-        if isinstance(part, str):
-            parts.append(part)
-        elif part.get("type") == "text" and isinstance(part.get("text"), str):
-            parts.append(part["text"])
-        else:
-            raise bad_request(f"{where}: only text content is supported", where)
-    return "".join(parts)
-
-
 def question_of(messages: list[Message]) -> tuple[str, str | None]:
-    """(question, system prompt): the last user message and the last system message."""
-    question: str | None = None
-    system: str | None = None
-    for i, message in enumerate(messages):
-        if message.role == "user":
-            question = _text(message.content, f"messages[{i}].content")
-        elif message.role in ("system", "developer"):
-            system = _text(message.content, f"messages[{i}].content")
-    if question is None:
-        raise bad_request(
-            "the messages hold no user message: the last one is the question", "messages"
-        )
+    """(question, system prompt): the last user message and the last system message, read as
+    ChatMUR reads a conversation (graphs/chat.py); 400 naming the part at fault."""
     try:
-        check_question(question)  # the graph's own check, answered as 400 instead of 502
-    except ValueError as exc:
-        raise bad_request(f"{exc} (the last user message is the question)", "messages") from None
-    return question, system or None
+        return read_question((message.role, message.content) for message in messages)
+    except ConversationError as exc:
+        raise bad_request(str(exc), exc.where) from None
 
 
 def parse_job(request: ChatCompletionRequest, defaults: Mapping[str, Any] | None = None) -> Job:

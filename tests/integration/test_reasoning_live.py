@@ -19,7 +19,9 @@ from pathlib import Path
 
 import pytest
 
+from mur import ChatMUR
 from mur.cli.question import SAMPLE_QUESTION
+from mur.evals.questions.grading import math_equal
 from mur.graphs import STRATEGIES, Context
 from mur.graphs.mur import build_graph
 from mur.graphs.solve import solve
@@ -137,3 +139,22 @@ async def test_a_strategy_scales_every_step_of_a_real_solution(reasoner, strateg
 async def test_every_strategy_scales_every_step_of_a_real_solution(reasoner) -> None:
     """All four at once: `pytest -m all_strategies` (skipped unless asked for)."""
     await solve_and_check(reasoner, STRATEGIES)
+
+
+# ------------------------------------------------- MUR in LangChain apps (graphs/chat_model.py)
+
+
+async def test_chat_mur_answers_with_the_servers_count(reasoner: RunningServer) -> None:
+    """`ChatMUR(...).ainvoke("What is 3^4 - 2^5?")` on the 1.5B: 49 (as the benchmarks grade an
+    answer: math-verify, so `81 - 32 = 49` counts), `usage_metadata`'s
+    generated tokens equal to what the server counted, the steps streamed in order."""
+    llm = ChatMUR(base_url=reasoner.base_url, strategy="critic", max_steps=6)
+    before = generation_tokens(reasoner.base_url)
+    message = await llm.ainvoke("What is 3^4 - 2^5?")
+    generated = generation_tokens(reasoner.base_url) - before
+    assert math_equal(message.response_metadata["answer"], "49"), message.content
+    assert message.usage_metadata is not None
+    assert message.usage_metadata["output_tokens"] == generated
+    chunks = [chunk async for chunk in llm.astream("What is 2 + 3?", max_steps=2)]
+    kept = [c.response_metadata["mur_steps"][0]["kept"]["index"] for c in chunks[:-1]]
+    assert kept == list(range(1, len(kept) + 1)) and kept

@@ -21,8 +21,8 @@ from asgi_server import running
 from fakes import FakeLogprobChat, Scripted
 from faulty_server import MODEL, faulty_server
 from mur.endpoint import MODELS, create_app, model_name
-from mur.endpoint.replies import content_of
 from mur.graphs import STRATEGIES
+from mur.graphs.chat import content_of
 from mur.nodes.gates import GATES
 from mur.servers.clients.chat_models import make_chat_model
 
