@@ -6,8 +6,9 @@
 The agent is LangChain's `create_agent` (langchain.agents, LangChain 1.x: the maintained
 successor of LangGraph's prebuilt `create_react_agent`, deprecated since LangGraph 1.0), its
 model a `ChatOpenAI` against the same vLLM server MUR reasons with, and its tool
-`mur_tool(...)`: when the question needs careful reasoning the model calls MUR and gets the
-answer with a short account (steps, scaled steps, tokens). The server must return tool calls:
+`mur_tool(...)`: the model calls MUR with the question (it must call a tool before it answers:
+`consult_mur_first`) and gets the answer with a short account (steps, scaled steps, tokens),
+then answers. The server must return tool calls:
 the embedded Qwen profiles and the GPU Qwen3 ones serve them (vLLM's
 `--enable-auto-tool-choice --tool-call-parser hermes`); against a server that does not, this
 example stops with one line saying so, never with an answer that skipped the tool.
@@ -16,11 +17,12 @@ example stops with one line saying so, never with an answer that skipped the too
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import openai
 from langchain.agents import create_agent
+from langchain.agents.middleware import ModelRequest, ModelResponse, wrap_model_call
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import ToolMessage
 from langchain_openai import ChatOpenAI
@@ -43,9 +45,25 @@ class NoToolCalls(RuntimeError):
     """The agent's model never called the tool: its server serves no tool calls."""
 
 
+@wrap_model_call
+async def consult_mur_first(
+    request: ModelRequest, handler: Callable[[ModelRequest], Awaitable[ModelResponse]]
+) -> ModelResponse:
+    """Until a tool has answered, the model must call one (`tool_choice="required"`, which
+    vLLM enforces by guided decoding); then it answers in words, offered no tool. Small models
+    do not pick or leave a tool reliably: asked with `"auto"`, the embedded
+    Qwen2.5-Coder-1.5B writes a call as a ```json block the server's parser does not read,
+    before MUR's answer and after it."""
+    if any(isinstance(message, ToolMessage) for message in request.messages):
+        return await handler(request.override(tools=[], tool_choice=None))
+    return await handler(request.override(tool_choice="required"))
+
+
 def build_agent(model: BaseChatModel, llm: ChatMUR) -> Any:
-    """A tool-calling agent with MUR as its one tool."""
-    return create_agent(model, tools=[mur_tool(llm)], system_prompt=SYSTEM)
+    """A tool-calling agent with MUR as its one tool, consulted before it answers."""
+    return create_agent(
+        model, tools=[mur_tool(llm)], system_prompt=SYSTEM, middleware=[consult_mur_first]
+    )
 
 
 async def ask(agent: Any, question: str, url: str) -> tuple[str, ToolMessage]:

@@ -13,11 +13,13 @@ from __future__ import annotations
 import asyncio
 import datetime
 import os
+import re
 import subprocess
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
+from examples import example
 
 from mur import ChatMUR
 from mur.cli.question import SAMPLE_QUESTION
@@ -158,3 +160,24 @@ async def test_chat_mur_answers_with_the_servers_count(reasoner: RunningServer) 
     chunks = [chunk async for chunk in llm.astream("What is 2 + 3?", max_steps=2)]
     kept = [c.response_metadata["mur_steps"][0]["kept"]["index"] for c in chunks[:-1]]
     assert kept == list(range(1, len(kept) + 1)) and kept
+
+
+async def test_the_agent_calls_mur_through_the_servers_tool_calls(
+    reasoner: RunningServer,
+) -> None:
+    """docs/examples/agent.py over the 1.5B: the server returns the tool call (the profile's
+    `--enable-auto-tool-choice --tool-call-parser hermes`; the first turn `required`), MUR
+    answers 49 and the agent answers with it."""
+    from langchain_openai import ChatOpenAI  # noqa: PLC0415
+
+    agent_example = example("agent")
+    model = ChatOpenAI(
+        base_url=reasoner.base_url, model=reasoner.model, api_key="EMPTY", temperature=0
+    )
+    llm = ChatMUR(base_url=reasoner.base_url, strategy="critic", max_steps=6)
+    agent = agent_example.build_agent(model, llm)
+    question = "A box holds 3^4 - 2^5 apples. How many apples are in the box?"
+    answer, used = await agent_example.ask(agent, question, reasoner.base_url)
+    said = str(used.artifact["answer"])  # the extracted answer, e.g. "49 the box holds 49 apples"
+    assert re.search(r"\b49\b", said), used.content
+    assert re.search(r"\b49\b", answer), answer

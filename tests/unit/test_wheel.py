@@ -115,6 +115,12 @@ assert mur.__file__.startswith({str(site)!r}), mur.__file__
 assert mur.graphs.__file__.startswith({str(site)!r}), mur.graphs.__file__
 {embedding.replace("from __future__ import annotations", "")}
 asyncio.run(test_mur_graph_embeds_in_a_parent_graph_with_its_own_state())
+from mur import ChatMUR, mur_tool
+from fakes import two_step_model
+chat = ChatMUR(backbone=two_step_model(), strategy="critic", gate="never")
+reply = chat.invoke("What is 3 + 4?")
+assert reply.response_metadata["answer"] == "7", reply.content
+assert mur_tool(chat).name == "mur_reason"
 print("embedded", mur.__file__)
 """
     assert "embedded" in run_in(python, code, tmp_path)
