@@ -88,7 +88,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     question = " ".join(words) or "A box holds 3^4 - 2^5 apples. How many apples are in it?"
     servers = connect(start=True, progress=True)
     url, name = servers.backbone.openai_api_base, servers.backbone.model_name
-    model = ChatOpenAI(base_url=url, model=name, api_key="EMPTY", temperature=0)
+    model = ChatOpenAI(base_url=url, model=name, api_key="EMPTY", temperature=0, max_tokens=256)
     llm = ChatMUR(backbone=servers.backbone, verifier=servers.verifier, strategy="critic")
     try:
         answer, used = asyncio.run(ask(build_agent(model, llm), question, url))
