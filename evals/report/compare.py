@@ -34,7 +34,7 @@ from mur.evals.report.compare_traces import (
     samples_lines,
     traces_markdown,
 )
-from mur.evals.report.markdown import served_lines
+from mur.evals.report.markdown import points, served_lines
 from mur.evals.report.pairing import Pairing, SettingKey, group_settings, pair, setting_order
 from mur.servers.cli import OneLineParser, positive_int
 
@@ -63,10 +63,6 @@ def compare(
     return sorted(out, key=lambda c: setting_order(c.key))
 
 
-def _points(value: float) -> str:
-    return f"{100 * value:+.1f}"
-
-
 def non_inferior(comparison: stats.PairedComparison, margin: float) -> bool:
     """Whether B is non-inferior to A at `margin` points: the lower bound of the 95% interval
     of B - A is strictly above it (no interval, a single question: not shown)."""
@@ -84,10 +80,10 @@ def margin_lines(comparisons: Sequence[Comparison], margin: float) -> list[str]:
     for c in comparisons:
         comparison = c.pairing.comparison
         interval = comparison.interval
-        ci = f"[{_points(interval.low)}, {_points(interval.high)}]" if interval else "(no interval)"
+        ci = f"[{points(interval.low)}, {points(interval.high)}]" if interval else "(no interval)"
         verdict = "yes" if non_inferior(comparison, margin) else "no"
         lines.append(
-            f"- {_setting(c.key)}: B - A = {_points(comparison.difference)} points {ci}: "
+            f"- {_setting(c.key)}: B - A = {points(comparison.difference)} points {ci}: "
             f"non-inferior at {margin:g} points: {verdict}"
         )
     return [*lines, ""]
@@ -123,11 +119,11 @@ def to_markdown(
         setting = _setting(c.key)
         p = c.pairing
         interval = p.comparison.interval
-        ci = f" [{_points(interval.low)}, {_points(interval.high)}]" if interval else ""
+        ci = f" [{points(interval.low)}, {points(interval.high)}]" if interval else ""
         ratio = f"{p.tokens_ratio:.2f}x" if p.reference_tokens else "-"
         lines.append(
             f"| {setting} | {p.n} | {100 * p.reference_accuracy:.1f} | {100 * p.accuracy:.1f} | "
-            f"{_points(p.comparison.difference)}{ci} | {p.comparison.p_value:.2f} | "
+            f"{points(p.comparison.difference)}{ci} | {p.comparison.p_value:.2f} | "
             f"{p.reference_tokens:,.0f} | {p.tokens:,.0f} | {ratio} |"
         )
     if margin is not None:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from mur.evals.harness.run_record import RunRecord, setting_of, total_tokens
 from mur.evals.report import stats
-from mur.evals.report.markdown import duration
+from mur.evals.report.markdown import duration, points
 from mur.evals.report.pairing import SettingRuns, mean_over
 from mur.evals.report.rows import RunTime
 from mur.evals.report.tables import has_traces, run_time
@@ -251,7 +251,7 @@ def traces_markdown(tc: TraceComparison) -> str:
     )
     diff = tc.majority_diff
     span = (
-        f" [{100 * diff.interval.low:+.1f}, {100 * diff.interval.high:+.1f}]"
+        f" [{points(diff.interval.low)}, {points(diff.interval.high)}]"
         if diff.interval
         else " (one question: no interval)"
     )
@@ -273,7 +273,7 @@ def traces_markdown(tc: TraceComparison) -> str:
         "| | A | B | B - A, points [95% CI] or B / A |",
         "|---|---|---|---|",
         f"| majority@{k} accuracy % | {100 * tc.majority[0]:.1f} | {100 * tc.majority[1]:.1f} "
-        f"| {100 * diff.difference:+.1f}{span}, better / worse {diff.better} / {diff.worse}, "
+        f"| {points(diff.difference)}{span}, better / worse {diff.better} / {diff.worse}, "
         f"exact p {diff.p_value:.2f} |",
         f"| completion tokens per trace | {tc.tokens[0]:,.0f} | {tc.tokens[1]:,.0f} | {ratio} |",
         f"| within-question AUROC, {PRIMARY_SIGNAL} | {_auroc(tc.auroc[0])} "

@@ -23,6 +23,7 @@ import numpy as np
 from mur.evals.harness.run_record import RunRecord
 from mur.evals.report import stats
 from mur.evals.report.headlines import HEADLINE_GAMMA, matched_random_rate, matched_random_runs
+from mur.evals.report.markdown import points
 from mur.evals.report.pairing import SettingKey, SettingRuns, group_settings
 
 ECONOMY_RATIO = 0.5
@@ -228,10 +229,6 @@ def _holds(supported: bool | None) -> str:
     return "-" if supported is None else "yes" if supported else "no"
 
 
-def _points(value: float) -> str:
-    return f"{value * 100:+.1f}"
-
-
 def to_markdown(tests: Sequence[Test]) -> str:
     """The hypotheses table: one row per hypothesis and scope."""
     lines = [
@@ -248,10 +245,10 @@ def to_markdown(tests: Sequence[Test]) -> str:
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for t in tests:
-        interval = f" [{_points(t.interval.low)}, {_points(t.interval.high)}]" if t.interval else ""
+        interval = f" [{points(t.interval.low)}, {points(t.interval.high)}]" if t.interval else ""
         lines.append(
             f"| {t.hypothesis} | {t.comparison} | {t.scope} | {t.pairs} | "
-            f"{_points(t.difference)}{interval} | {t.better} / {t.worse} | {t.p_value:.3g} | "
+            f"{points(t.difference)}{interval} | {t.better} / {t.worse} | {t.p_value:.3g} | "
             f"{t.tokens_ratio:.2f}x | {t.wall_ratio:.2f}x | {_holds(t.supported)} |"
         )
     lines += [

@@ -19,6 +19,7 @@ import numpy as np
 from mur.evals.harness.records import records_so_far
 from mur.evals.harness.run_record import RunRecord, setting_of, total_tokens
 from mur.evals.report import stats
+from mur.evals.report.markdown import points
 from mur.evals.report.traces import Replayed
 from mur.nodes.branching import REGISTRY as BRANCH_RULES
 
@@ -240,13 +241,11 @@ def markdown(rows: Sequence[LiveRow], k: int) -> str:
     ]
     for r in rows:
         span = (
-            "-"
-            if r.interval is None
-            else f"[{r.interval.low * 100:+.1f}, {r.interval.high * 100:+.1f}]"
+            "-" if r.interval is None else f"[{points(r.interval.low)}, {points(r.interval.high)}]"
         )
         lines.append(
             f"| {r.name} (`{r.folder}`: {r.rule}) | {r.questions} | {r.accuracy:.1%} | "
-            f"{r.majority_accuracy:.1%} | {r.difference * 100:+.1f} {span} | "
+            f"{r.majority_accuracy:.1%} | {points(r.difference)} {span} | "
             f"{r.tokens_per_question:,.0f} | {r.token_ratio:.2f}x | "
             f"{r.prompt_tokens_per_question:,.0f} | {r.traces_per_question:.2f} | "
             f"{r.branched_per_question:.2f} | {r.stopped_per_question:.2f} |"

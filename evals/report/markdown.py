@@ -27,7 +27,9 @@ def _pct(value: float | None) -> str:
     return "-" if value is None else f"{100 * value:.1f}"
 
 
-def _points(value: float | None) -> str:
+def points(value: float | None) -> str:
+    """A difference of two rates in percentage points, signed (`+8.6`); `-` for none. The one
+    formatter of points every report uses."""
     return "-" if value is None else f"{100 * value:+.1f}"
 
 
@@ -70,8 +72,8 @@ def _accuracy_table(rows: Sequence[Row], paired: bool) -> list[str]:
         elif paired:
             cells += [
                 _num(r.paired_questions),
-                _points(r.accuracy_diff)
-                + _interval(r.accuracy_diff_low, r.accuracy_diff_high, _points),
+                points(r.accuracy_diff)
+                + _interval(r.accuracy_diff_low, r.accuracy_diff_high, points),
                 "-" if r.better is None else f"{r.better} / {r.worse}",
                 _p(r.p_value),
             ]
@@ -156,14 +158,14 @@ def _random_sentence(h: Headline) -> str:
 def _paired_clause(c: PairedComparison, one_sample: bool) -> str:
     """'a difference of -3.0 points (interval ...); exact McNemar p = ... on the N questions'."""
     interval = (
-        f" (95% paired bootstrap interval {_points(c.interval.low)} to {_points(c.interval.high)})"
+        f" (95% paired bootstrap interval {points(c.interval.low)} to {points(c.interval.high)})"
         if c.interval
         else " (one question: no interval)"
     )
     plural = "" if c.better == 1 else "s"
     test = "exact McNemar" if one_sample else "exact sign test (samples averaged per question)"
     return (
-        f"a difference of {_points(c.difference)} points{interval}; {test} p = "
+        f"a difference of {points(c.difference)} points{interval}; {test} p = "
         f"{_p(c.p_value)} ({c.better} question{plural} better, {c.worse} worse), on the "
         f"{c.n} questions both ran"
     )
@@ -220,8 +222,8 @@ def _choices_table(choices: Sequence[Choice]) -> list[str]:
                 str(p.n),
                 _pct(c.pairing.accuracy),
                 _pct(c.pairing.reference_accuracy),
-                _points(p.difference)
-                + (_interval(p.interval.low, p.interval.high, _points) if p.interval else ""),
+                points(p.difference)
+                + (_interval(p.interval.low, p.interval.high, points) if p.interval else ""),
                 f"{p.better} / {p.worse}",
                 _p(p.p_value),
                 _num(c.pairing.tokens),

@@ -17,6 +17,7 @@ from mur.evals.harness.run_record import RunRecord, total_tokens
 from mur.evals.report import stats
 from mur.evals.report.live import LiveArm, LiveRow, compare, first_ids, restricted
 from mur.evals.report.live import markdown as live_markdown
+from mur.evals.report.markdown import points
 from mur.evals.report.preregs import PREREGS, Decision, Evidence, still_recording
 from mur.evals.report.traces import (
     SIGNALS,
@@ -122,10 +123,6 @@ def analyse(
 # ---------------------------------------------------------------------------- output
 
 
-def _pts(value: float) -> str:
-    return f"{value * 100:+.1f}"
-
-
 def _span(interval: stats.Interval | None, scale: float = 100, fmt: str = "+.1f") -> str:
     if interval is None:
         return "-"
@@ -156,7 +153,7 @@ def to_markdown(analysis: TraceAnalysis, plot: str | None = None) -> str:
         elif d.unit == "auroc":
             value, span = f"{d.value:.3f}", _span(d.interval, 1, ".3f")
         else:
-            value, span = f"{_pts(d.value)} points", _span(d.interval)
+            value, span = f"{points(d.value)} points", _span(d.interval)
         supported = {True: "yes", False: "no", None: "pending"}[d.supported]
         lines.append(f"| {d.name}: {d.claim} | {value} | {span} | {supported} | {d.detail} |")
     lines += ["", "Accuracy against k (majority@k over every subset of k traces):", ""]
