@@ -23,7 +23,7 @@ import logging
 import os
 import socket
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from langchain_core.language_models import BaseChatModel
@@ -70,7 +70,7 @@ class Run:
     job: Job
     ticket: Ticket
     task: asyncio.Task[RunResult]
-    steps: asyncio.Queue[dict[str, Any] | None] = field(default_factory=asyncio.Queue)
+    steps: asyncio.Queue[dict[str, Any] | None]
 
 
 class ClientGone(Exception):

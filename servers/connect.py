@@ -34,7 +34,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -318,9 +318,9 @@ def _urls(url: str, what: str) -> list[str]:
 
 def connect(
     *,
-    base_url: str | Sequence[str] | None = None,
+    base_url: str | None = None,
     model: str | None = None,
-    verifier_url: str | Sequence[str] | None = None,
+    verifier_url: str | None = None,
     verifier_model: str | None = None,
     profile: str | None = None,
     verifier_profile: str | None = None,
@@ -343,7 +343,6 @@ def connect(
     """
     env = os.environ if env is None else env
     say = say or (lambda text: None)
-    base_url, verifier_url = _comma_joined(base_url), _comma_joined(verifier_url)
     endpoints = EnvEndpoints.read(env)
     backbone_src, verifier_src, embedded = _sources(
         base_url, model, verifier_url, verifier_model, endpoints, profile, verifier_profile
@@ -380,14 +379,6 @@ def connect(
     return Connection(
         backbone, verifier, recommended, profile, embedded, _note(backbone, verifier, embedded)
     )
-
-
-def _comma_joined(urls: str | Sequence[str] | None) -> str | None:
-    """A list of URLs as the one string a flag holds: `_urls` then refuses it with how to put
-    replicas behind a router, the same way for `--base-url a,b` and `base_url=[a, b]`."""
-    if urls is None or isinstance(urls, str):
-        return urls
-    return ",".join(urls)
 
 
 def _with_profile_timeouts(

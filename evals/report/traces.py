@@ -5,7 +5,8 @@ calls (nodes.voting, nodes.settling, nodes.stopping, graphs.traces, graphs.loop.
 Traces are independent samples, so a rule replayed on them in sample order is what a live run
 would have done on those draws.
 
-The hypotheses H4-H7 of results/prereg-parallel-traces.md are decided here.
+The replays feed the pre-registered decisions, which evals/report/preregs.py takes (H4-H7 of
+results/prereg-parallel-traces.md among them).
 """
 
 from __future__ import annotations
