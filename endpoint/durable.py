@@ -16,11 +16,9 @@ A run without a key is not claimed and not checkpointed: nobody can ask for it a
 nothing could resume it or replay its reply, and no other replica can claim a thread id that is
 fresh. It gets a ticket without a claim (no ledger row, no lease, nothing to renew, free or
 prune) and runs on a graph without a checkpointer (endpoint/runs.py); drain and a client that
-goes away cancel its task, which needs no row. What that saves, measured through the app with
-the scripted backbone (`mur-critic-never`: 3 model calls, 21 checkpoints and 19 task writes a
-run), the median of 200 requests on two cores shared with a vLLM experiment: a keyless request
-took 188 ms claimed and checkpointed on SQLite (184 ms on a local PostgreSQL), 21 ms (22 ms)
-without: some 8 ms a checkpoint.
+goes away cancel its task, which needs no row. What that saves is measured in docs/faults.md
+(the row of a request without an Idempotency-Key) and BENCHMARKS.md (`mur bench client`'s
+endpoint arms, keyed and not).
 """
 
 from __future__ import annotations

@@ -65,9 +65,9 @@ def get_weight_format(name: str) -> WeightFormat:
 def cpu_weights() -> str:
     """The format CPU profiles serve: `$MUR_CPU_WEIGHTS` if set, else bf16.
 
-    bf16 on every CPU: W8A8 is faster where the CPU has VNNI, but its paired accuracy test
-    (results/prereg-int8.md) did not show it answers as well (-0.6 points [-4.0, +2.6], the
-    bound asked -2). A CPU check choosing a faster format would go here.
+    bf16 on every CPU: W8A8 is faster where the CPU has VNNI, but it was not shown to answer
+    as well (the decision and its numbers: results/prereg-int8.md). A CPU check choosing a
+    faster format would go here.
     """
     override = os.environ.get(WEIGHTS_ENV, "").strip()
     if not override:
