@@ -232,28 +232,29 @@ class JoiningPostgresSaver(AsyncPostgresSaver):
 
     @asynccontextmanager
     async def _cursor(self, *, pipeline: bool = False) -> AsyncIterator[Any]:
-        joined = _JOINED.get()
-        if joined is not None and joined[0] is self.conn:
-            async with joined[1].cursor(binary=True, row_factory=dict_row) as cursor:
+        conn = self._joined()
+        if conn is not None:
+            async with conn.cursor(binary=True, row_factory=dict_row) as cursor:
                 yield cursor
             return
         async with super()._cursor(pipeline=pipeline) as cursor:
             yield cursor
 
-    def _joined(self) -> bool:
+    def _joined(self) -> psycopg.AsyncConnection[DictRow] | None:
+        """The connection of the transaction open in this task on this saver's pool, if any."""
         joined = _JOINED.get()
-        return joined is not None and joined[0] is self.conn
+        return joined[1] if joined is not None and joined[0] is self.conn else None
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         return await self._bounded(super().aget_tuple(config))
 
     async def aput(self, *args: Any, **kwargs: Any) -> RunnableConfig:
-        if self._joined():
+        if self._joined() is not None:
             return await super().aput(*args, **kwargs)
         return await self._bounded(super().aput(*args, **kwargs))
 
     async def aput_writes(self, *args: Any, **kwargs: Any) -> None:
-        if self._joined():
+        if self._joined() is not None:
             return await super().aput_writes(*args, **kwargs)
         return await self._bounded(super().aput_writes(*args, **kwargs))
 
