@@ -52,8 +52,8 @@ LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
 KEEP_ALIVE_SECONDS = 65
 """How long an idle client connection stays open. uvicorn's 5 s default loses requests under
 load: when the event loop is busy for longer, the idle timer can close a connection whose next
-request has already arrived, and the client reads a reset (seen in 3 of 7 load tests with 64
-clients; none in 5 with 65 s). Above the 60 s idle timeout of common proxies and balancers."""
+request has already arrived, and the client reads a reset (BENCHMARKS.md, the endpoint under
+load). Above the 60 s idle timeout of common proxies and balancers."""
 CLOSE_SECONDS = 5
 """After a drain, how long uvicorn waits for open connections to close before it exits."""
 

@@ -221,7 +221,7 @@ class DurableRuns:
             for _ in range(CLAIM_ATTEMPTS):  # the row may change between claim and read
                 asked = time.monotonic()
                 claim = await self.ledger.claim(
-                    thread_id, fingerprint, key is not None, self.replica_id, self.lease_seconds
+                    thread_id, fingerprint, self.replica_id, self.lease_seconds
                 )
                 if claim is not None:
                     self._supersede(claim)

@@ -35,7 +35,6 @@ SCHEMA = (
     f"""CREATE TABLE IF NOT EXISTS {TABLE} (
         thread_id TEXT PRIMARY KEY,
         fingerprint TEXT NOT NULL,
-        keyed INTEGER NOT NULL,
         status TEXT NOT NULL,
         owner TEXT NOT NULL,
         lease_expires DOUBLE PRECISION NOT NULL,
@@ -47,7 +46,8 @@ SCHEMA = (
     )""",
     f"CREATE INDEX IF NOT EXISTS {TABLE}_owner ON {TABLE} (owner, status)",
 )
-"""The ledger's DDL, run with the checkpointer's own setup (open_checkpointer's `schema`)."""
+"""The ledger's DDL, run with the checkpointer's own setup (open_checkpointer's `schema`); a
+table made by an older version is brought up to it by `RunLedger.upgrade`."""
 
 PRUNING_LEASE_SECONDS = 300.0
 """A row marked for pruning by a replica that died before deleting it is pruned again after
@@ -111,17 +111,32 @@ class RunLedger:
         self.db = database
         self.now = database.now
 
+    async def upgrade(self) -> None:
+        """Drop the `keyed` column of a ledger made by an older version: always 1, and NOT NULL
+        without a default, so it would refuse every claim. Looked up first, so that a current
+        ledger is not locked; one upgrader at a time (SQLite's write lock; IF EXISTS for a
+        concurrent one on PostgreSQL). SQLite drops columns since 3.35, as RETURNING needs."""
+        if self.db.dialect == "sqlite":
+            columns, drop = f"SELECT name FROM pragma_table_info('{TABLE}')", "DROP COLUMN"
+        else:
+            columns = f"""SELECT column_name FROM information_schema.columns
+                WHERE table_name = '{TABLE}' AND table_schema = current_schema()"""
+            drop = "DROP COLUMN IF EXISTS"
+        async with self.db.transaction() as transaction:
+            if ("keyed",) in await transaction.execute(columns):
+                await transaction.execute(f"ALTER TABLE {TABLE} {drop} keyed")
+
     async def claim(
-        self, thread_id: str, fingerprint: str, keyed: bool, owner: str, lease: float
+        self, thread_id: str, fingerprint: str, owner: str, lease: float
     ) -> Claim | None:
         """Take the run for `owner` until now + `lease`: a new run, or one that is free (failed,
         or running under an expired lease) with the same fingerprint. Returns the claim (its
         `number`: how often the run has now been claimed, 1: new), or None when it is not free
         or not the same request."""
         rows = await self.db.execute(
-            f"""INSERT INTO {TABLE} (thread_id, fingerprint, keyed, status, owner,
+            f"""INSERT INTO {TABLE} (thread_id, fingerprint, status, owner,
                     lease_expires, claims, created_at, updated_at)
-                VALUES (?, ?, ?, 'running', ?, {self.now} + ?, 1, {self.now}, {self.now})
+                VALUES (?, ?, 'running', ?, {self.now} + ?, 1, {self.now}, {self.now})
                 ON CONFLICT (thread_id) DO UPDATE SET
                     status = 'running', owner = excluded.owner,
                     lease_expires = excluded.lease_expires, claims = {TABLE}.claims + 1,
@@ -130,7 +145,7 @@ class RunLedger:
                     AND ({TABLE}.status = 'failed'
                          OR ({TABLE}.status = 'running' AND {TABLE}.lease_expires < {self.now}))
                 RETURNING claims, created_at""",
-            (thread_id, fingerprint, int(keyed), owner, lease),
+            (thread_id, fingerprint, owner, lease),
         )
         return Claim(thread_id, owner, int(rows[0][0]), float(rows[0][1])) if rows else None
 

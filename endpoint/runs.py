@@ -120,6 +120,7 @@ class RunService:
         and once without a checkpointer for keyless runs; start renewing leases and pruning."""
         self.store = store
         ledger = RunLedger(store.database)
+        await ledger.upgrade()
         self._graph = build_graph(
             backbone=self.backbone,
             verifier=self.verifier,

@@ -164,15 +164,15 @@ async def test_the_ledger_gives_a_run_to_exactly_one_of_two_racing_replicas(
         a, b = RunLedger(pg_store.database), RunLedger(other.database)
         for i in range(20):  # new runs: both INSERT at once
             won = await asyncio.gather(
-                a.claim(f"run-{i}", "fp", True, "replica-a", 0.3),
-                b.claim(f"run-{i}", "fp", True, "replica-b", 0.3),
+                a.claim(f"run-{i}", "fp", "replica-a", 0.3),
+                b.claim(f"run-{i}", "fp", "replica-b", 0.3),
             )
             assert sorted(w is None for w in won) == [False, True], won
         await asyncio.sleep(0.4)  # every lease expired: both take over at once
         for i in range(20):
             won = await asyncio.gather(
-                a.claim(f"run-{i}", "fp", True, "replica-a", 30),
-                b.claim(f"run-{i}", "fp", True, "replica-b", 30),
+                a.claim(f"run-{i}", "fp", "replica-a", 30),
+                b.claim(f"run-{i}", "fp", "replica-b", 30),
             )
             assert sorted(w is None for w in won) == [False, True], won
             assert max(w.number if w else 0 for w in won) == 2
@@ -180,7 +180,7 @@ async def test_the_ledger_gives_a_run_to_exactly_one_of_two_racing_replicas(
             "SELECT owner, COUNT(*) FROM mur_runs GROUP BY owner"
         )
         assert sum(count for _, count in holders) == 20
-        assert await a.claim("run-0", "another body", True, "replica-a", 30) is None
+        assert await a.claim("run-0", "another body", "replica-a", 30) is None
 
 
 async def test_two_replicas_setting_up_a_fresh_database_at_once_both_start(pg_url: str) -> None:

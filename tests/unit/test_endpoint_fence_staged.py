@@ -96,7 +96,7 @@ async def test_a_checkpoint_committed_under_its_claim_is_never_removed(
     write is refused. Before, B's claim went through at once and the holder, finding it gone
     after its write, deleted the checkpoint B was about to resume from."""
     ledger = RunLedger(store.database)
-    claim = await ledger.claim("run-1", "fp", True, "replica-a", 30)
+    claim = await ledger.claim("run-1", "fp", "replica-a", 30)
     assert claim is not None
     committed: list[str] = []
     put = store.saver.aput
@@ -114,7 +114,7 @@ async def test_a_checkpoint_committed_under_its_claim_is_never_removed(
         await second.execute("LOCK TABLE checkpoints IN SHARE MODE")
         stalled.release.set()  # step 2 returns: its checkpoint's insert waits on the lock
         await until(lambda: _waiting(second, 1))
-        taking = asyncio.create_task(ledger.claim("run-1", "fp", True, "replica-b", 30))
+        taking = asyncio.create_task(ledger.claim("run-1", "fp", "replica-b", 30))
         await until(lambda: _waiting_or_done(second, 2, taking))
         assert not taking.done(), "the claim moved while a write of the holder was open"
     taken = await asyncio.wait_for(taking, 20)
@@ -180,7 +180,7 @@ async def test_a_holder_stalled_inside_its_write_writes_nothing_after_a_takeover
     IDLE_IN_TRANSACTION_S), then holds the run; the holder, woken, writes nothing (no
     checkpoint, no blob, no task write) and stops."""
     ledger = RunLedger(store.database)
-    claim = await ledger.claim("run-2", "fp", True, "replica-a", 30)
+    claim = await ledger.claim("run-2", "fp", "replica-a", 30)
     assert claim is not None
     await lapse(store, "run-2")  # as a stall past the lease leaves it (the fence reads no lease)
     stalled, go = stall_inside_the_write(store, monkeypatch, after=3)
@@ -188,7 +188,7 @@ async def test_a_holder_stalled_inside_its_write_writes_nothing_after_a_takeover
     await asyncio.wait_for(stalled.wait(), 20)
     before = await rows_of(second, "run-2")
     started = time.monotonic()
-    taking = asyncio.create_task(ledger.claim("run-2", "fp", True, "replica-b", 30))
+    taking = asyncio.create_task(ledger.claim("run-2", "fp", "replica-b", 30))
     await until(lambda: _waiting_or_done(second, 1, taking))
     assert not taking.done(), "the claim moved while the holder's write was open"
     taken = await asyncio.wait_for(taking, STATEMENT_TIMEOUT_S + 10)

@@ -27,7 +27,7 @@ from mur.endpoint import create_app
 from mur.endpoint.cli import PROG, main
 from mur.endpoint.durable import DurableRuns, FencedSaver, Ticket
 from mur.endpoint.errors import APIError
-from mur.endpoint.ledger import SCHEMA, Claim, ClaimLost, RunLedger
+from mur.endpoint.ledger import SCHEMA, TABLE, Claim, ClaimLost, RunLedger
 from mur.graphs import Context, build_graph
 from mur.graphs.checkpointers import CheckpointStore, open_checkpointer
 from mur.graphs.solve import solve
@@ -104,10 +104,10 @@ async def test_a_claim_taken_over_can_neither_renew_finish_nor_stop(
     it): only the new claim renews; the old one finishes and stops nothing. A row pruned and
     claimed anew counts from 1 again, and still the old claim 1 holds nothing."""
     ledger = RunLedger(store.database)
-    old = await ledger.claim("run-1", "fp", True, "replica-a", 30)
+    old = await ledger.claim("run-1", "fp", "replica-a", 30)
     assert old is not None and old.number == 1
     await lapse(store, "run-1")
-    new = await ledger.claim("run-1", "fp", True, "replica-a", 30)
+    new = await ledger.claim("run-1", "fp", "replica-a", 30)
     assert new is not None and new.number == 2 and new.owner == old.owner
     assert await ledger.renew(30, [old, new]) == {new}
     assert not await holds(ledger, old) and await holds(ledger, new)
@@ -118,10 +118,38 @@ async def test_a_claim_taken_over_can_neither_renew_finish_nor_stop(
 
     await ledger.delete("run-1")  # pruned, then the key comes back
     await asyncio.sleep(0.01)  # a later creation time than the first row's
-    again = await ledger.claim("run-1", "fp", True, "replica-a", 30)
+    again = await ledger.claim("run-1", "fp", "replica-a", 30)
     assert again is not None and again.number == old.number and again.owner == old.owner
     assert not await holds(ledger, old) and await ledger.renew(30, [old]) == set()
     assert await holds(ledger, again) and await ledger.finish(again, {"cid": "new"})
+
+
+async def test_a_ledger_of_an_older_version_takes_claims_once_the_endpoint_opens_it(
+    store: CheckpointStore,
+) -> None:
+    """Older versions' ledger had a `keyed` column, NOT NULL without a default: a claim that
+    does not write it would be refused. Opening the run service drops it; its rows stay."""
+    await store.database.execute(f"DROP TABLE {TABLE}")
+    old_table = SCHEMA[0].replace(
+        "fingerprint TEXT NOT NULL,", "fingerprint TEXT NOT NULL, keyed INTEGER NOT NULL,"
+    )
+    for statement in (old_table, *SCHEMA[1:]):
+        await store.database.execute(statement)
+    await store.database.execute(
+        f"""INSERT INTO {TABLE} (thread_id, fingerprint, keyed, status, owner, lease_expires,
+            claims, reply, created_at, updated_at)
+            VALUES ('old-run', 'fp', 1, 'finished', 'replica-old', 0, 1, '{{}}', 0, 0)"""
+    )
+    service = create_app(Backbone().fake).state.service
+    await service.open(store)
+    try:
+        ticket = await service.durable.claim("caller", "order-1", "fp")
+        assert isinstance(ticket, Ticket) and ticket.claim is not None
+        assert ticket.claim.number == 1
+        old = await service.durable.ledger.entry("old-run")
+        assert old is not None and (old.status, old.reply) == ("finished", {})
+    finally:
+        await service.close()
 
 
 # ------------------------------------------------------------- one replica, two claims
@@ -170,7 +198,7 @@ async def test_a_replica_claiming_its_lapsed_run_again_stops_the_old_run_alone(
     entry = await ledger.entry(new.thread_id)
     assert entry is not None and entry.lease_left > 0, "the new claim was not renewed"
     assert not new_task.done()
-    assert await ledger.claim(new.thread_id, "fp", True, "replica-b", 30) is None
+    assert await ledger.claim(new.thread_id, "fp", "replica-b", 30) is None
     await durable.finished(new, {"answer": "42"})
     entry = await ledger.entry(new.thread_id)
     assert entry is not None and entry.status == "finished"
@@ -209,12 +237,12 @@ async def test_a_claimed_over_run_stops_at_its_next_checkpoint(store: Checkpoint
     step-2 call, and no renewal tells it. When the call returns its checkpoint is refused:
     it stops before asking step 3 and writes nothing more; the new claim resumes after step 1."""
     ledger = RunLedger(store.database)
-    first = await ledger.claim("run-2", "fp", True, "replica-a", 30)
+    first = await ledger.claim("run-2", "fp", "replica-a", 30)
     assert first is not None
     stalled = Backbone(hold_at=2)
     run = await run_until_held(store, stalled, first)
     await lapse(store, "run-2")
-    second = await ledger.claim("run-2", "fp", True, "replica-a", 30)
+    second = await ledger.claim("run-2", "fp", "replica-a", 30)
     assert second is not None
     before = await written_by(store, "run-2")
     stalled.release.set()

@@ -273,7 +273,7 @@ def test_the_router_carries_a_stream_and_a_keyless_run_past_killed_replicas(
             assert supervisor.wait(60) == 0, log.read_text()[-3000:]
     check_the_stream(server.bodies[:streamed_calls], reply, replay)
     assert "restarting it" in log.read_text()
-    check_the_keyless_run(server.bodies[streamed_calls:], got[0], pg_url)
+    check_the_keyless_run(server.bodies[streamed_calls:], got[0])
 
 
 def check_the_stream(bodies: list[Any], reply: httpx.Response, replay: dict[str, Any]) -> None:
@@ -293,9 +293,9 @@ def check_the_stream(bodies: list[Any], reply: httpx.Response, replay: dict[str,
     assert replay["mur"]["run"]["outcome"] == "replayed" and replay["id"] == final["id"]
 
 
-def check_the_keyless_run(bodies: list[Any], reply: Any, pg_url: str) -> None:
+def check_the_keyless_run(bodies: list[Any], reply: Any) -> None:
     """Steps 1-3 on the killed replica, then the whole run on the other; a new run with its
-    own usage; the database holds no row or checkpoint of it."""
+    own usage."""
     assert isinstance(reply, httpx.Response) and reply.status_code == 200, (reply, reply.text)
     data = reply.json()
     assert data["mur"]["run"] == {"outcome": "new", "idempotency_key": None}
@@ -304,9 +304,6 @@ def check_the_keyless_run(bodies: list[Any], reply: Any, pg_url: str) -> None:
     whole_run = (STEPS - 1) * STEP_USAGE + ANSWER_USAGE
     assert data["usage"]["completion_tokens"] == whole_run
     assert data["mur"]["usage_total"]["completion_tokens"] == whole_run
-    with psycopg.connect(pg_url) as conn:  # only the keyed stream's run left rows
-        assert conn.execute("SELECT COUNT(*) FROM mur_runs").fetchone() == (1,)
-        assert conn.execute("SELECT COUNT(DISTINCT thread_id) FROM checkpoints").fetchone() == (1,)
 
 
 def test_replicas_need_a_postgres_checkpointer(
