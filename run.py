@@ -1,4 +1,4 @@
-"""MUR from the command line: solve one question step by step, or run a benchmark.
+"""MUR from the command line: solve one question step by step, or run an evaluation.
 
     python run.py --strategy critic                       # the built-in sample problem
     python run.py --strategy critic --question "..." --json

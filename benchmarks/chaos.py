@@ -14,7 +14,7 @@ baseline), then once per fault (`--faults`, FAULTS), a fault every 30-60 s:
 
 Each phase starts fresh: a database of its own in one throwaway PostgreSQL (the launcher,
 servers/processes/postgres.py), two replicas of the endpoint over the scripted backbone
-(benchmarks/fake_endpoint.py, each model call `--call-delay` s) sharing it, vllm-router in
+(testing/fake_endpoint.py, each model call `--call-delay` s) sharing it, vllm-router in
 front (the supervisor of `mur endpoint --replicas`, endpoint/supervisor.py, which also
 restarts a killed replica). `--clients` clients (benchmarks/chaos_load.py) ask questions with
 idempotency keys for `--seconds`, retrying as a client should, then finish what they hold.
@@ -66,7 +66,7 @@ PROG = "mur bench chaos"
 REPLICAS = 2
 CALLS_PER_RUN = {"mur-critic": 5, "mur-critic-never": 3}
 """Backbone calls of one uninterrupted run of the scripted backbone: three steps, the second
-judged and revised under the gamma-gate (benchmarks/fake_endpoint.py)."""
+judged and revised under the gamma-gate (testing/fake_endpoint.py)."""
 STOP_GRACE_S = 30.0
 LOG_TAIL = 30
 FAULTS = ("kills", "freezes", "db-freezes")
@@ -228,7 +228,7 @@ def replicas_of(args: argparse.Namespace, calls_log: Path) -> list[Child]:
     children = []
     for index in range(REPLICAS):
         port = args.port + 1 + index
-        command = [sys.executable, "-m", "mur.benchmarks.fake_endpoint", "--port", str(port)]
+        command = [sys.executable, "-m", "mur.testing.fake_endpoint", "--port", str(port)]
         command += ["--max-runs", str(max(64, args.clients)), "--call-delay", str(args.call_delay)]
         command += ["--lease-seconds", str(args.lease_seconds), "--calls-log", str(calls_log)]
         children.append(Child(f"r{index + 1}", command, f"http://{REPLICA_HOST}:{port}"))

@@ -7,7 +7,7 @@ OpenAI SDK retries); a connection that dies, or a stream cut before `[DONE]`, is
 after a second. Once answered, the same key is asked once more:
 the recorded reply must come back, the same id and content ("answered twice with different
 answers" counts the ones that do not). Every answer's content is checked against the one the
-scripted backbone gives that question (benchmarks/fake_endpoint.py).
+scripted backbone gives that question (testing/fake_endpoint.py).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Any
 
 import httpx
 
-from mur.benchmarks.fake_endpoint import expected_content
+from mur.testing.fake_endpoint import expected_content
 
 RETRY_STATUSES = {408, 409, 429, 500, 502, 503, 504}
 """Retried after Retry-After (1 s without), as the OpenAI SDK retries: vllm-router answers 500

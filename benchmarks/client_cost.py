@@ -3,7 +3,7 @@ at once.
 
 On a GPU the engine generates tokens a hundred times faster than the 2-core CPU server, and
 what the client spends on each (the graph, LangChain, the SDK, the checkpoints) decides whether
-one process keeps the GPU busy. Here a vLLM-shaped fake (benchmarks/fake_vllm.py, its own
+one process keeps the GPU busy. Here a vLLM-shaped fake (testing/fake_vllm.py, its own
 process, its CPU counted apart) answers every request at once with the bytes vLLM 0.32 would
 send, so all that is measured is the client: user + sys CPU seconds over the timed part of a
 run (after a warm-up), per generated token and per request, and the tokens a second one core
@@ -132,7 +132,7 @@ class FakeServer:
     """The fake vLLM server in its own process, for the whole benchmark."""
 
     def __init__(self, port: int) -> None:
-        argv = [sys.executable, "-m", "mur.benchmarks.fake_vllm", "--port", str(port)]
+        argv = [sys.executable, "-m", "mur.testing.fake_vllm", "--port", str(port)]
         self.process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         assert self.process.stdout is not None
         first = self.process.stdout.readline().decode().strip()  # the port it listens on

@@ -6,7 +6,7 @@ zero duplicated and zero 5xx that were not injected; it prints latency p50/p99 a
     flock /tmp/mur-integration.lock \\
         mur bench endpoint_load --backbone cpu [--clients 64] [--requests 128]
 
-`fake`: the endpoint over the scripted backbone (benchmarks/fake_endpoint.py), in a process of
+`fake`: the endpoint over the scripted backbone (testing/fake_endpoint.py), in a process of
 its own; every reply's content is known, and a share of requests carry an injected backbone
 fault (a 502, or an error event in the stream). It measures the endpoint itself: HTTP, graph
 and streaming overhead. `cpu`: `mur endpoint` over the real CPU vLLM server (cpu-tiny,
@@ -37,11 +37,11 @@ from typing import Any
 import httpx
 import numpy as np
 
-from mur.benchmarks.fake_endpoint import expected_content
 from mur.servers.cli import OneLineParser, port_number
 from mur.servers.clients.metrics import generation_tokens
 from mur.servers.connect import add_connection_arguments, connection_argv
 from mur.servers.processes.facts import cpu_model
+from mur.testing.fake_endpoint import expected_content
 
 ROOT = Path(__file__).resolve().parents[1]
 CPU_BASE_URL = "http://127.0.0.1:8011/v1"
@@ -335,7 +335,7 @@ def run(args: argparse.Namespace) -> Report:
     )
     max_runs = str(args.max_runs or args.clients)
     if args.backbone == "fake":
-        command = [sys.executable, "-m", "mur.benchmarks.fake_endpoint", "--max-runs", max_runs]
+        command = [sys.executable, "-m", "mur.testing.fake_endpoint", "--max-runs", max_runs]
     else:
         command = [sys.executable, "-m", "mur.endpoint", *connection_argv(args)]
         command += ["--max-runs", max_runs, "--log-level", "warning"]

@@ -23,21 +23,17 @@ from mur.benchmarks.tables import (
 from mur.servers.processes.facts import cpu_model
 
 NOTES_MARKER = (
-    "<!-- notes: everything below this line is kept when benchmarks.bench rewrites the file -->"
+    "<!-- notes: everything below this line is kept when `mur bench economy` rewrites the file -->"
 )
-# The marker older versions wrote (python -m evals.bench); a file carrying it keeps its notes.
-_OLD_NOTES_MARKER = (
-    "<!-- notes: everything below this line is kept when evals.bench rewrites the file -->"
-)
+# Up to its "when": older versions' markers named their module (evals.bench, benchmarks.bench).
+_NOTES_OPENING = NOTES_MARKER.split(" when ", 1)[0]
 
 
 def merge_notes(generated: str, previous: str | None) -> str:
     """The new generated text plus whatever the previous file held below `NOTES_MARKER`."""
     notes = ""
-    for marker in (NOTES_MARKER, _OLD_NOTES_MARKER):
-        if previous and marker in previous:
-            notes = previous.split(marker, 1)[1].strip("\n")
-            break
+    if previous and _NOTES_OPENING in previous:
+        notes = previous.split(_NOTES_OPENING, 1)[1].split("-->", 1)[1].strip("\n")
     text = generated.rstrip("\n") + f"\n\n{NOTES_MARKER}\n"
     return text + (f"\n{notes}\n" if notes else "")
 

@@ -41,7 +41,7 @@ from typing import Any
 import psutil
 from langchain_core.messages import HumanMessage
 
-from mur.evals.harness.plan import BenchmarkPlan
+from mur.evals.harness.plan import EvaluationPlan
 from mur.evals.harness.records import RecordStore, load_records
 from mur.evals.harness.run_record import total_tokens
 from mur.evals.harness.runner import run_jobs
@@ -251,10 +251,10 @@ async def warm_up(model: Any) -> None:
     await asyncio.gather(*(one(i) for i in range(8)))
 
 
-def load_plan(problems: Sequence[Problem], args: argparse.Namespace) -> BenchmarkPlan:
+def load_plan(problems: Sequence[Problem], args: argparse.Namespace) -> EvaluationPlan:
     """The benchmark load as the runner's plan: one strategy and gate label at one gamma, the
     small settings, one sample per question."""
-    return BenchmarkPlan(
+    return EvaluationPlan(
         dataset="math500",
         strategy=args.strategy,
         problems=tuple(problems),

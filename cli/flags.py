@@ -18,7 +18,7 @@ from pydantic.fields import FieldInfo
 from mur.graphs.state import Context, context_for
 from mur.nodes.gate_labels import budget_label
 
-# Context fields that take a comma-separated list with --dataset: the benchmark sweeps them.
+# Context fields that take a comma-separated list with --dataset: the evaluation sweeps them.
 SWEEPS: tuple[str, ...] = ("gate", "gamma", "budget_tokens", "target_scale_rate")
 # Context fields every command names itself (required flags, kept apart from the shared settings).
 CHOSEN: tuple[str, ...] = ("strategy",)

@@ -61,11 +61,6 @@ BENCHMARKS = Command(
     "Performance suites (BENCHMARKS.md)",
     commands=(
         Command(
-            "bench",
-            "token economy and orchestration speed on one server",
-            "mur.benchmarks.bench",
-        ),
-        Command(
             "chaos",
             "endpoint replicas on one PostgreSQL, one SIGKILLed every 30-60 s: nothing lost?",
             "mur.benchmarks.chaos",
@@ -74,6 +69,11 @@ BENCHMARKS = Command(
             "client",
             "the client's own CPU per token against an instant vLLM-shaped server, layer by layer",
             "mur.benchmarks.client_cost",
+        ),
+        Command(
+            "economy",
+            "token economy and orchestration speed on one server",
+            "mur.benchmarks.economy",
         ),
         Command(
             "endpoint_load",
@@ -109,7 +109,7 @@ MUR = Command(
     commands=(
         Command(
             "solve",
-            "solve one question step by step, or run a benchmark (as `python run.py`)",
+            "solve one question step by step, or run an evaluation (as `python run.py`)",
             "mur.cli.solve",
         ),
         Command(

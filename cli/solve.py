@@ -1,4 +1,4 @@
-"""`mur solve` (and `python run.py`): solve one question step by step, or run a benchmark.
+"""`mur solve` (and `python run.py`): solve one question step by step, or run an evaluation.
 
     mur solve --strategy critic                       # the built-in sample problem
     mur solve --strategy critic --question "..." --json
@@ -18,12 +18,12 @@ import json
 import sys
 from collections.abc import Callable, Sequence
 
-from mur.cli.benchmark import (
+from mur.cli.evaluation import (
     WORKER_FLAG,
-    benchmark_plan,
     command_line,
+    evaluation_plan,
     load_problems,
-    run_benchmark,
+    run_evaluation,
     serve_as_worker,
     worker_pool,
 )
@@ -57,7 +57,7 @@ def _concurrency(text: str) -> int | None:
 
 
 def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
-    """Every Context setting as a flag, then the question, the servers and the benchmark."""
+    """Every Context setting as a flag, then the question, the servers and the evaluation."""
     parser = OneLineParser(
         prog=prog, description="MUR: momentum-uncertainty-guided step-level reasoning."
     )
@@ -67,7 +67,7 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     add_connection_arguments(parser)
     parser.add_argument("--eager", action="store_true", help="start the embedded server eager")
     parser.add_argument("--json", action="store_true", help="print the result as one JSON object")
-    parser.add_argument("--dataset", help=f"run a benchmark: {describe_datasets()}")
+    parser.add_argument("--dataset", help=f"evaluate on a benchmark: {describe_datasets()}")
     parser.add_argument("--data-dir", help="benchmark data folder (or 'hf' for the hub)")
     parser.add_argument("--limit", type=int, help="first N questions of the dataset")
     parser.add_argument(
@@ -99,10 +99,10 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     parser.add_argument(
         "--allow-mixed-servers",
         action="store_true",
-        help="resume a benchmark folder on a server whose dtype, vLLM version or logprobs "
+        help="resume an evaluation folder on a server whose dtype, vLLM version or logprobs "
         "mode differs from the recorded one (the mix is recorded)",
     )
-    parser.add_argument("--out", help="benchmark output folder (records.jsonl, tables)")
+    parser.add_argument("--out", help="evaluation output folder (records.jsonl, tables)")
     parser.add_argument(
         "--checkpoint",
         metavar="TARGET",
@@ -130,7 +130,7 @@ def connect(args: argparse.Namespace, say: Callable[[str], None]) -> Connection:
 
 
 def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
-    """Parse, validate, connect, then solve the question or run the benchmark; the exit
+    """Parse, validate, connect, then solve the question or run the evaluation; the exit
     status (2: bad input, 1: a server or the run failed, 130: interrupted)."""
     args = build_parser(prog).parse_args(argv)
     if args.worker:
@@ -148,8 +148,8 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
         print(f"{prog}: {exc}", file=sys.stderr)
         return 1
     if problems is not None:
-        plan = benchmark_plan(args, problems, connection, command_line(argv, prog))
-        return run_benchmark(plan, connection, prog, worker_pool(args, argv))
+        plan = evaluation_plan(args, problems, connection, command_line(argv, prog))
+        return run_evaluation(plan, connection, prog, worker_pool(args, argv))
     try:
         result = asyncio.run(solve_question(args, connection, printer))
     except CheckpointerError as exc:  # names the target, its password as ***

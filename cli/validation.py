@@ -32,7 +32,7 @@ def validate(args: argparse.Namespace) -> None:
     if args.offset < 0:
         raise UsageError(f"--offset must be >= 0, got {args.offset}")
     if args.offset and not args.dataset:
-        raise UsageError("--offset picks benchmark questions: add --dataset")
+        raise UsageError("--offset picks a benchmark's questions: add --dataset")
     if args.samples <= 0:
         raise UsageError(f"--samples must be > 0, got {args.samples}")
     if not args.dataset:
@@ -41,13 +41,13 @@ def validate(args: argparse.Namespace) -> None:
         if args.question is not None:
             check_question(args.question)
         if args.workers > 1:
-            raise UsageError("--workers runs a benchmark's questions in processes: add --dataset")
+            raise UsageError("--workers runs an evaluation in processes: add --dataset")
     elif args.question or args.checkpoint:
         raise UsageError("--question and --checkpoint solve one question: drop --dataset")
     if args.out and Path(args.out).exists() and not Path(args.out).is_dir():
         raise UsageError(f"--out {args.out} is a file: give a folder (new or a run's to resume)")
     if args.out and not args.dataset:
-        raise UsageError("--out is a benchmark's folder: add --dataset")
+        raise UsageError("--out is an evaluation's folder: add --dataset")
     if args.thread_id and not args.checkpoint:
         raise UsageError("--thread-id needs --checkpoint")
     if args.checkpoint:

@@ -1,5 +1,5 @@
-"""The scripted chat model (mur.benchmarks.scripted_chat, shipped with the package for the
-load benchmarks) and small scripts of it, for graph tests."""
+"""The scripted chat model (mur.testing.scripted_chat, the package's test doubles) and small
+scripts of it, for graph tests."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 from langchain_core.messages import BaseMessage
 
-from mur.benchmarks.scripted_chat import FakeLogprobChat, Responder, Scripted
+from mur.testing.scripted_chat import FakeLogprobChat, Responder, Scripted
 
 __all__ = ["FakeLogprobChat", "Responder", "Scripted", "two_step_model"]
 

@@ -1,4 +1,4 @@
-"""A benchmark, typed: which questions, which settings (gate label x gamma x budget x sample),
+"""An evaluation, typed: which questions, which settings (gate label x gamma x budget x sample),
 and the Context and record key of each run."""
 
 from __future__ import annotations
@@ -41,8 +41,8 @@ def gate_variants(labels: Sequence[str], gammas: Sequence[float]) -> list[Varian
 
 
 @dataclass(frozen=True)
-class BenchmarkPlan:
-    """One benchmark, typed: every (gate, gamma, budget, sample) on the same questions.
+class EvaluationPlan:
+    """One evaluation, typed: every (gate, gamma, budget, sample) on the same questions.
 
     `gates` are gate labels (`mur`, `mur+bc`, `random@0.12`, see `parse_gate_label`).
     `settings` are the Context fields shared by every run (a profile's recommendations, then

@@ -12,7 +12,7 @@ graph on one core (the GIL). Here the parent hands the questions out and N worke
   measures is for the whole run, so the split keeps the server's load what it measured.
 - Records: each worker appends to the folder's records.jsonl under its lock (records.py); the
   parent hands each question to one worker once, so none is recorded twice. The report is
-  written by the parent alone, after every worker has ended (evals.benchmark).
+  written by the parent alone, after every worker has ended (evals.evaluation).
 - Checkpoints: every worker opens the folder's one checkpoints.sqlite (WAL, a long busy
   timeout: harness/checkpoints.py); the parent makes the file first, so workers never race to
   create it. A question stopped part-way resumes from its checkpoint on whichever worker runs
@@ -76,7 +76,7 @@ REAP_S = 30.0  # seconds a worker has to go once the parent's error closed its s
 
 @dataclass(frozen=True)
 class WorkerPool:
-    """How to run a benchmark's questions in several processes: how many, and the command
+    """How to run an evaluation's questions in several processes: how many, and the command
     that starts one (harness/worker.py's side of the pipes)."""
 
     count: int

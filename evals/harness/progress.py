@@ -1,4 +1,4 @@
-"""Progress of a benchmark run: a rich bar on a terminal, plain lines everywhere else.
+"""Progress of an evaluation run: a rich bar on a terminal, plain lines everywhere else.
 
 A run of hours usually writes to a log file, nohup.out or a CI console, where a live bar shows
 nothing until the end. There a line every few questions (and at least every minute) says how

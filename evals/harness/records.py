@@ -148,7 +148,7 @@ def _folder_records(folder: Path) -> list[RunRecord]:
 
 
 def has_records(folder: str | os.PathLike[str]) -> bool:
-    """Whether a benchmark has written into this folder (plain or packed records)."""
+    """Whether an evaluation has written into this folder (plain or packed records)."""
     return (Path(folder) / RECORDS).exists() or bool(_volumes(Path(folder)))
 
 
@@ -347,7 +347,7 @@ def load_records(folder: str | os.PathLike[str]) -> list[RunRecord]:
     """The complete records of a run folder, packed and plain (read-only; a cut-short tail is
     skipped); a folder without any is an error."""
     if not has_records(folder):
-        raise FileNotFoundError(f"no {RECORDS} in {folder}: run a benchmark with --out {folder}")
+        raise FileNotFoundError(f"no {RECORDS} in {folder}: run an evaluation with --out {folder}")
     records = _folder_records(Path(folder))
     if not records:
         raise FileNotFoundError(
@@ -357,7 +357,7 @@ def load_records(folder: str | os.PathLike[str]) -> list[RunRecord]:
 
 
 def records_so_far(folder: str | os.PathLike[str]) -> list[RunRecord]:
-    """The complete records of a folder a benchmark may not have written into yet."""
+    """The complete records of a folder an evaluation may not have written into yet."""
     return _folder_records(Path(folder)) if has_records(folder) else []
 
 

@@ -1,4 +1,4 @@
-"""The benchmark runner: jobs run concurrently, each finished question appended to
+"""The evaluation runner: jobs run concurrently, each finished question appended to
 records.jsonl at once (a rerun finishes the rest), a failing server or a stop signal ending
 the run without losing what is done."""
 
@@ -79,7 +79,7 @@ async def run_jobs(
 
 
 class Runner:
-    """One benchmark run: its counters are fields, each job a task (`run`)."""
+    """One evaluation run: its counters are fields, each job a task (`run`)."""
 
     def __init__(
         self,

@@ -42,7 +42,7 @@ from typing import Any
 from langchain_core.language_models import BaseChatModel
 
 from mur.evals.harness.checkpoints import open_checkpoints
-from mur.evals.harness.plan import BenchmarkPlan, Job
+from mur.evals.harness.plan import EvaluationPlan, Job
 from mur.evals.harness.records import RecordStore
 from mur.evals.harness.run_record import total_tokens
 from mur.evals.harness.runner import Failure, Runner
@@ -97,14 +97,14 @@ async def read_request(reader: asyncio.StreamReader) -> dict[str, Any] | None:
 
 
 def serve(
-    plan: BenchmarkPlan, backbone: BaseChatModel, verifier: BaseChatModel, channel: Channel
+    plan: EvaluationPlan, backbone: BaseChatModel, verifier: BaseChatModel, channel: Channel
 ) -> None:
     """Run the plan's jobs the parent names, until it says end or cancel, or goes away."""
     asyncio.run(_serve(plan, backbone, verifier, channel))
 
 
 async def _serve(
-    plan: BenchmarkPlan, backbone: BaseChatModel, verifier: BaseChatModel, channel: Channel
+    plan: EvaluationPlan, backbone: BaseChatModel, verifier: BaseChatModel, channel: Channel
 ) -> None:
     requests = await channel.requests()
     start = await read_request(requests)

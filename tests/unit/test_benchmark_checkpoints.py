@@ -10,7 +10,7 @@ from langgraph.graph import END, START, StateGraph
 
 from fakes import FakeLogprobChat, Scripted
 from mur.evals.harness.checkpoints import CHECKPOINTS, open_checkpoints
-from mur.evals.harness.plan import BenchmarkPlan
+from mur.evals.harness.plan import EvaluationPlan
 from mur.evals.harness.progress import RunProgress
 from mur.evals.harness.records import RecordStore, load_records, records_so_far
 from mur.evals.harness.runner import run_jobs
@@ -48,7 +48,7 @@ def failing_after(calls: int, error: Exception):
 
 
 def always_job():
-    plan = BenchmarkPlan(
+    plan = EvaluationPlan(
         dataset="math500",
         strategy="critic",
         problems=tuple(load_dataset("math500", TEST_DATA, limit=1)),

@@ -10,7 +10,7 @@ from typing import Any, ClassVar
 
 import pytest
 
-from mur.benchmarks import bench, measure, trace_time
+from mur.benchmarks import economy, measure, trace_time
 from mur.benchmarks.analysis import (
     ClientTime,
     client_time,
@@ -352,9 +352,9 @@ async def test_replay_keeps_each_questions_order_and_the_concurrency(monkeypatch
 
 
 def test_bad_arguments_exit_2_before_any_server(capsys) -> None:
-    assert bench.main(["--strategies", "nope"]) == 2
-    assert bench.main(["--questions", "1"]) == 2
-    assert bench.main(["--max-steps", "0"]) == 2
+    assert economy.main(["--strategies", "nope"]) == 2
+    assert economy.main(["--questions", "1"]) == 2
+    assert economy.main(["--max-steps", "0"]) == 2
     assert "error:" in capsys.readouterr().err
 
 
@@ -386,7 +386,7 @@ def test_gate_labels_add_their_settings() -> None:
     ctx = measure.Settings().context("mur+bc")
     assert ctx.gate == "mur" and ctx.bias_correction is True
     assert measure.Settings().context("always").bias_correction is False
-    assert bench.main(["--gates", "nope+bc"]) == 2
+    assert economy.main(["--gates", "nope+bc"]) == 2
 
 
 def test_economy_goal_lines_for_every_mur_variant() -> None:
@@ -432,10 +432,10 @@ def test_render_has_every_table_and_goal_and_no_prose() -> None:
         "sequential": sequential,
         "block_size": 128,
     }
-    text = render(out, measure.Settings(), "python -m benchmarks.bench", {"Machine": "m"})
+    text = render(out, measure.Settings(), "mur bench economy", {"Machine": "m"})
     headings = [line for line in text.splitlines() if line.startswith("#")]
     assert len(headings) == 8 and headings[1].startswith("## 1. Token economy (8 MATH-500")
-    assert "- Command: `python -m benchmarks.bench`" in text and "- Machine: m" in text
+    assert "- Command: `mur bench economy`" in text and "- Machine: m" in text
     assert "MUR / always = 0.40x" in text and "Pooled graph / replay" in text
     assert "8 questions in flight: graph / raw" in text and "| one request: n=4 |" in text
     longest = max(len(line) for line in text.splitlines() if not line.startswith("|"))

@@ -17,7 +17,7 @@ from rich.console import Console
 
 import mur.cli
 from fakes import two_step_model
-from mur.cli import benchmark, flags, validation
+from mur.cli import evaluation, flags, validation
 from mur.cli import solve as solve_command
 from mur.cli.printer import Printer
 from mur.cli.registry import MUR
@@ -174,7 +174,7 @@ def test_flags_reach_the_context_and_sweeps_take_lists() -> None:
     args = solve_command.build_parser().parse_args([*sweep, "--budget-tokens=300,600"])
     assert flags.gates(args) == ["mur", "never"] and flags.gammas(args) == [0.5, 0.9]
     assert flags.budget_settings(args) == [("budget_tokens", 300), ("budget_tokens", 600)]
-    plan = benchmark.benchmark_plan(args, [], Connection(None, None, profile, ""), "cmd")
+    plan = evaluation.evaluation_plan(args, [], Connection(None, None, profile, ""), "cmd")
     assert plan.gates == ("mur", "never") and plan.gammas == (0.5, 0.9)
     assert plan.settings == {"max_steps": 8, "max_step_tokens": 256}
     assert plan.command == "cmd"
@@ -189,7 +189,7 @@ def test_a_gate_label_brings_its_settings_to_a_single_solve() -> None:
 
 
 def test_the_recorded_command_is_the_one_typed() -> None:
-    command = benchmark.command_line(["--strategy", "critic", "--question", "a b"], "run.py")
+    command = evaluation.command_line(["--strategy", "critic", "--question", "a b"], "run.py")
     assert command.endswith("run.py --strategy critic --question 'a b'")
 
 
@@ -198,13 +198,13 @@ def test_the_mur_command_is_recorded_as_typed(monkeypatch: pytest.MonkeyPatch) -
     -m mur` with its interpreter; run.py as the script it is."""
     argv = ["--strategy", "critic", "--gate", "a b"]
     monkeypatch.setattr(sys, "argv", ["/opt/env/bin/mur", "solve", *argv])
-    recorded = benchmark.command_line(argv, "mur solve")
+    recorded = evaluation.command_line(argv, "mur solve")
     assert recorded == "/opt/env/bin/mur solve --strategy critic --gate 'a b'"
     monkeypatch.setattr(sys, "argv", ["/src/mur/__main__.py", "solve", *argv])
-    recorded = benchmark.command_line(argv, "mur solve")
+    recorded = evaluation.command_line(argv, "mur solve")
     assert recorded.endswith(" -m mur solve --strategy critic --gate 'a b'")
     monkeypatch.setattr(sys, "argv", ["run.py", "--strategy", "critic"])
-    assert benchmark.command_line(None, "run.py").endswith(" run.py --strategy critic")
+    assert evaluation.command_line(None, "run.py").endswith(" run.py --strategy critic")
 
 
 def test_mur_is_the_one_command_and_run_py_its_solve() -> None:

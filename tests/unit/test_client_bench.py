@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from mur.benchmarks import client_cost
-from mur.benchmarks.fake_vllm import STEP_TOKENS
+from mur.testing.fake_vllm import STEP_TOKENS
 
 # A critic/mur question on the fake: eight steps, the third and sixth scaled: judged wrong (a
 # 10-token verdict), then revised (a revision has its draft's length).

@@ -23,12 +23,12 @@ from mur.evals.harness.records import load_records
 from mur.servers.connect import Connection
 
 ROOT = Path(__file__).resolve().parents[2]
-FOLDERS = ("benchmarks", "cli", "endpoint", "evals", "experiments", "servers")
+FOLDERS = ("benchmarks", "cli", "endpoint", "evals", "experiments", "servers", "testing")
 # Started by a command as a process of its own, never by a user: `mur bench endpoint_load`'s
 # endpoint, `mur bench client`'s fake vLLM server and each of its arms.
 INTERNAL = {
-    "mur.benchmarks.fake_endpoint",
-    "mur.benchmarks.fake_vllm",
+    "mur.testing.fake_endpoint",
+    "mur.testing.fake_vllm",
     "mur.benchmarks.client_arm",
     "mur.servers.processes.orphans",  # the shim every replica and router starts through
 }
@@ -47,7 +47,7 @@ BAD_INPUT = {
     "experiment table1": (["--strategies", "beam", "--dry-run"], "unknown strategy beam"),
     "experiment rescore": (["/nonexistent/run"], "/nonexistent/run"),
     "experiment verdicts": (["/nonexistent/run"], "/nonexistent/run"),
-    "bench bench": (["--gates", "sometimes"], "'sometimes'"),
+    "bench economy": (["--gates", "sometimes"], "'sometimes'"),
     "bench client": (["--arms", "floor top0,nope"], "unknown arm 'nope'"),
     "bench chaos": (["--kill-every", "60:30"], "need 0 < MIN <= MAX, got 60:30"),
     "bench endpoint_load": (["--clients", "0"], "--clients, --requests and --max-runs"),
@@ -83,7 +83,9 @@ def modules_with_a_main() -> dict[str, str]:
 def test_every_module_with_a_main_is_a_subcommand() -> None:
     reachable = {import_module(command.module).main for command in SUBCOMMANDS.values()}
     found = modules_with_a_main()
-    assert {"mur.servers", "mur.endpoint", "mur.evals.report", "mur.benchmarks.bench"} <= set(found)
+    assert {"mur.servers", "mur.endpoint", "mur.evals.report", "mur.benchmarks.economy"} <= set(
+        found
+    )
     missing = [
         name
         for name, module in found.items()
@@ -98,9 +100,9 @@ def test_the_registry_names_every_subcommand_once_with_a_line_of_help() -> None:
         "experiment table1",
         "experiment rescore",
         "experiment verdicts",
-        "bench bench",
         "bench chaos",
         "bench client",
+        "bench economy",
         "bench endpoint_load",
         "bench formats",
         "bench pair_cores",
@@ -144,7 +146,7 @@ def test_python_m_mur_without_arguments_prints_the_help() -> None:
     ("argv", "says"),
     [
         (["serve"], "mur: error: unknown command 'serve': choose from solve, servers, endpoint, "),
-        (["bench", "tokens"], "mur bench: error: unknown command 'tokens': choose from bench, "),
+        (["bench", "tokens"], "mur bench: error: unknown command 'tokens': choose from chaos, "),
         (["--strategy", "critic"], "mur: error: unknown option '--strategy': options go after"),
     ],
 )

@@ -17,7 +17,7 @@ from mur.benchmarks.endpoint_load import (
     run,
     summarize,
 )
-from mur.benchmarks.fake_endpoint import expected_content
+from mur.testing.fake_endpoint import expected_content
 
 
 def free_port() -> int:

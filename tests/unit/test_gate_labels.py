@@ -6,7 +6,7 @@ from typing import get_args
 
 import pytest
 
-from mur.evals.harness.plan import BenchmarkPlan
+from mur.evals.harness.plan import EvaluationPlan
 from mur.evals.questions import load_dataset
 from mur.graphs import Context
 from mur.graphs.state import ContextError, context_for
@@ -84,8 +84,8 @@ def test_a_budget_gate_label_runs_once_like_the_budget_flag() -> None:
         "problems": problems,
         "gammas": (0.7, 0.9),
     }
-    by_flag = BenchmarkPlan(**common, gates=(), budgets=(("budget_tokens", 300),)).jobs()
-    by_label = BenchmarkPlan(**common, gates=("mur[budget=300]",)).jobs()
+    by_flag = EvaluationPlan(**common, gates=(), budgets=(("budget_tokens", 300),)).jobs()
+    by_label = EvaluationPlan(**common, gates=("mur[budget=300]",)).jobs()
     assert [(j.key, j.context) for j in by_flag] == [(j.key, j.context) for j in by_label]
     assert [j.key.gamma for j in by_label] == [None]
 

@@ -9,7 +9,7 @@ import re
 import pytest
 
 from fakes import FakeLogprobChat, Scripted
-from mur.evals.harness.plan import BenchmarkPlan
+from mur.evals.harness.plan import EvaluationPlan
 from mur.evals.harness.progress import RunProgress, duration
 from mur.evals.harness.records import RecordStore
 from mur.evals.harness.run_record import total_tokens
@@ -170,7 +170,7 @@ async def test_run_jobs_prints_progress_lines_to_a_non_terminal_stderr(
     tmp_path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     problems = load_dataset("math500", limit=6)
-    plan = BenchmarkPlan(
+    plan = EvaluationPlan(
         dataset="math500",
         strategy="critic",
         problems=tuple(problems),
@@ -192,7 +192,7 @@ async def test_run_jobs_counts_the_tokens_of_every_request_live(
 ) -> None:
     """The run-wide meter reaches the graph's requests: at the end it holds what the records
     hold (no request failed), so mid-run it counts the questions in flight as well."""
-    plan = BenchmarkPlan(
+    plan = EvaluationPlan(
         dataset="math500",
         strategy="critic",
         problems=tuple(load_dataset("math500", limit=3)),
@@ -247,7 +247,7 @@ async def test_run_jobs_prices_a_resumed_run_by_the_folders_records(
     tmp_path, runner_progress: list[RunProgress]
 ) -> None:
     """The runner tells the progress each job's setting and the folder's recorded costs."""
-    plan = BenchmarkPlan(
+    plan = EvaluationPlan(
         dataset="math500",
         strategy="critic",
         problems=tuple(load_dataset("math500", limit=3)),

@@ -14,8 +14,8 @@ import pytest
 
 from fakes import FakeLogprobChat, Scripted
 from faulty_server import faulty_server
-from mur.evals.benchmark import record_command, run_benchmark
-from mur.evals.harness.plan import BenchmarkPlan
+from mur.evals.evaluation import record_command, run_evaluation
+from mur.evals.harness.plan import EvaluationPlan
 from mur.evals.harness.records import RecordStore, load_records
 from mur.evals.harness.runner import run_jobs
 from mur.evals.questions import load_dataset
@@ -51,7 +51,7 @@ class Interrupting:
 
 
 def jobs_for(problems):
-    return BenchmarkPlan(
+    return EvaluationPlan(
         dataset="math500",
         strategy="critic",
         problems=tuple(problems),
@@ -62,7 +62,7 @@ def jobs_for(problems):
 
 
 def never_jobs(problems, max_steps: int):
-    plan = BenchmarkPlan(
+    plan = EvaluationPlan(
         dataset="math500",
         strategy="critic",
         problems=tuple(problems),
@@ -81,7 +81,7 @@ def test_plan_runs_gamma_blind_gates_once() -> None:
 
 
 def test_plan_contexts_carry_settings_seed_per_sample_and_budgets() -> None:
-    plan = BenchmarkPlan(
+    plan = EvaluationPlan(
         dataset="math500",
         strategy="critic",
         problems=tuple(load_dataset("math500", limit=1)),
@@ -101,9 +101,9 @@ def test_plan_contexts_carry_settings_seed_per_sample_and_budgets() -> None:
     assert jobs["mur[rate=0.25]", 0].context.target_scale_rate == 0.25
 
 
-def test_run_benchmark_writes_records_report_and_the_command(tmp_path: Path, capsys) -> None:
+def test_run_evaluation_writes_records_report_and_the_command(tmp_path: Path, capsys) -> None:
     model = FakeLogprobChat(responder=respond)
-    plan = BenchmarkPlan(
+    plan = EvaluationPlan(
         dataset="math500",
         strategy="critic",
         problems=tuple(load_dataset("math500", limit=2)),
@@ -112,7 +112,7 @@ def test_run_benchmark_writes_records_report_and_the_command(tmp_path: Path, cap
         out=tmp_path,
         command="python run.py --strategy critic --dataset math500 --limit 2",
     )
-    assert run_benchmark(plan, model, model) == 0
+    assert run_evaluation(plan, model, model) == 0
     assert (tmp_path / "command.txt").read_text() == plan.command + "\n"
     records = load_records(tmp_path)
     assert sorted(r["gate"] for r in records) == ["mur", "mur", "never", "never"]
@@ -121,7 +121,7 @@ def test_run_benchmark_writes_records_report_and_the_command(tmp_path: Path, cap
     finished = [datetime.fromisoformat(r["finished_at"]) for r in records]
     assert all(abs(datetime.now(UTC) - f) < timedelta(minutes=5) for f in finished)
     assert (tmp_path / "report.md").exists()
-    assert run_benchmark(plan, model, model) == 0  # everything done: nothing runs again
+    assert run_evaluation(plan, model, model) == 0  # everything done: nothing runs again
     assert len(load_records(tmp_path)) == 4
     assert "0 to go" in capsys.readouterr().err
 
@@ -129,8 +129,8 @@ def test_run_benchmark_writes_records_report_and_the_command(tmp_path: Path, cap
 def test_a_folder_refuses_runs_with_other_settings(tmp_path: Path, capsys) -> None:
     model = FakeLogprobChat(responder=respond)
 
-    def plan(**settings) -> BenchmarkPlan:
-        return BenchmarkPlan(
+    def plan(**settings) -> EvaluationPlan:
+        return EvaluationPlan(
             dataset="math500",
             strategy="critic",
             problems=tuple(load_dataset("math500", limit=1)),
@@ -139,14 +139,14 @@ def test_a_folder_refuses_runs_with_other_settings(tmp_path: Path, capsys) -> No
             out=tmp_path,
         )
 
-    assert run_benchmark(plan(), model, model) == 0
+    assert run_evaluation(plan(), model, model) == 0
     recorded = json.loads((tmp_path / "settings.json").read_text())
     assert recorded["max_steps"] == 3 and recorded["judge_force_verdict"] is False
     assert recorded["backbone_model"] == "FakeLogprobChat"
     assert "gate" not in recorded and "gamma" not in recorded
     capsys.readouterr()
 
-    assert run_benchmark(plan(judge_force_verdict=True), model, model) == 2
+    assert run_evaluation(plan(judge_force_verdict=True), model, model) == 2
     error = capsys.readouterr().err
     assert "judge_force_verdict=False" in error and "judge_force_verdict=True" in error
     assert "--out a new folder" in error
@@ -155,7 +155,7 @@ def test_a_folder_refuses_runs_with_other_settings(tmp_path: Path, capsys) -> No
     # A setting the file does not name yet (added since its runs) is taken as it comes.
     del recorded["critic_rounds"]
     (tmp_path / "settings.json").write_text(json.dumps(recorded))
-    assert run_benchmark(plan(), model, model) == 0
+    assert run_evaluation(plan(), model, model) == 0
     assert json.loads((tmp_path / "settings.json").read_text())["critic_rounds"] == 1
 
 
@@ -267,7 +267,7 @@ async def test_every_request_of_a_job_carries_that_jobs_session(tmp_path: Path) 
         return respond(messages, kwargs)
 
     problems = load_dataset("math500", TEST_DATA, limit=3)
-    plan = BenchmarkPlan(
+    plan = EvaluationPlan(
         dataset="math500",
         strategy="critic",
         problems=tuple(problems),
@@ -343,7 +343,7 @@ def test_a_stopped_benchmark_says_what_is_saved_and_exits_130(tmp_path: Path, ca
         return respond(messages, kwargs)
 
     model = FakeLogprobChat(responder=stop_at_first_request)
-    plan = BenchmarkPlan(
+    plan = EvaluationPlan(
         dataset="math500",
         strategy="critic",
         problems=tuple(load_dataset("math500", TEST_DATA, limit=3)),
@@ -352,11 +352,11 @@ def test_a_stopped_benchmark_says_what_is_saved_and_exits_130(tmp_path: Path, ca
         out=tmp_path,
         concurrency=1,
     )
-    assert run_benchmark(plan, model, model) == 130
+    assert run_evaluation(plan, model, model) == 130
     error = capsys.readouterr().err
     assert "SIGTERM: starting no new questions; the 1 in flight finish and are saved" in error
     assert f"stopped (SIGTERM): 1 runs finished this time and are saved in {tmp_path}" in error
     assert "2 left; rerun the same command" in error
     assert len(load_records(tmp_path)) == 1
-    assert run_benchmark(plan, model, model) == 0  # the rerun finishes the other two
+    assert run_evaluation(plan, model, model) == 0  # the rerun finishes the other two
     assert len(load_records(tmp_path)) == 3

@@ -204,7 +204,7 @@ async def test_refine_records_keep_their_shape_and_summarise_themselves(strategy
 @pytest.mark.parametrize("strategy", STRATEGIES)
 async def test_uses_verifier_says_whether_the_strategy_asks_the_verifier(strategy: str) -> None:
     """The registry's `uses_verifier` decides whose throughput bounds a benchmark's questions
-    in flight (evals.benchmark): it must match the calls the strategy makes."""
+    in flight (evals.evaluation): it must match the calls the strategy makes."""
     seen: list[dict[str, Any]] = []
     backbone = FakeLogprobChat(responder=backbone_script(seen), supports_n_choices=True)
     verifier = FakeLogprobChat(responder=backbone_script(seen), supports_n_choices=True)

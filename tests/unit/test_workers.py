@@ -30,7 +30,7 @@ import pytest
 import mur.cli
 from faulty_server import FaultyServer, faulty_server
 from mur.cli import solve as solve_command
-from mur.evals.harness.plan import BenchmarkPlan, Job
+from mur.evals.harness.plan import EvaluationPlan, Job
 from mur.evals.harness.pool import WorkerPool, run_in_workers, shares
 from mur.evals.harness.records import RECORDS, RecordStore, load_records
 from mur.evals.harness.runner import RunOutcome
@@ -155,7 +155,7 @@ def test_the_concurrency_is_split_as_evenly_as_it_goes() -> None:
 
 def benchmark_jobs(questions: int) -> list[Job]:
     problems = tuple(load_dataset("math500", TEST_DATA, limit=questions))
-    return BenchmarkPlan(dataset="math500", strategy="critic", problems=problems).jobs()
+    return EvaluationPlan(dataset="math500", strategy="critic", problems=problems).jobs()
 
 
 def run_fake_workers(folder: Path, mode: str, jobs: list[Job]) -> RunOutcome:
@@ -352,7 +352,7 @@ def test_sigint_to_the_group_then_sigterm_stop_the_workers_as_one_process_stops(
     ("flags", "says"),
     [
         (["--dataset", "math500", "--workers", "0"], "argument --workers: must be > 0, got 0"),
-        (["--workers", "2"], "--workers runs a benchmark's questions in processes: add --dataset"),
+        (["--workers", "2"], "--workers runs an evaluation in processes: add --dataset"),
     ],
 )
 def test_bad_workers_flags_exit_2_with_one_line(

@@ -1,4 +1,4 @@
-"""`mur bench bench`: MUR's token economy and the orchestration's speed, side by
+"""`mur bench economy`: MUR's token economy and the orchestration's speed, side by
 side, against one vLLM server; writes the tables to BENCHMARKS.md (its notes are kept).
 
 1. Token economy: every strategy under the gates `mur`, `mur+bc`, `always` and `never`.
@@ -61,7 +61,7 @@ def _csv(kind: type) -> Callable[[str], tuple[Any, ...]]:
     return parse
 
 
-PROG = "mur bench bench"
+PROG = "mur bench economy"
 
 
 def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
@@ -211,7 +211,7 @@ async def run_all(bench: Bench, pool: Sequence[Any]) -> dict[str, Any]:
 async def profile_graph(bench: Bench, path: str) -> str:
     """One more MUR run of the first strategy under pyinstrument; returns a summary line."""
     # Local: pyinstrument is an optional tool (pip install pyinstrument), not a dependency; at
-    # the top, every `mur bench bench` would fail without it.
+    # the top, every `mur bench economy` would fail without it.
     from pyinstrument import Profiler  # noqa: PLC0415
 
     s = bench.settings

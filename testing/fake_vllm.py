@@ -1,6 +1,6 @@
 """A vLLM-shaped server that answers at once, for measuring the client's own cost.
 
-    python -m mur.benchmarks.fake_vllm [--port 8061] [--steps 8]
+    python -m mur.testing.fake_vllm [--port 8061] [--steps 8]
 
 On a GPU the engine answers a hundred times faster than the 2-core CPU server, and the client
 (the graph, LangChain, the SDK, the checkpointer) may become the bottleneck. To see the
@@ -319,7 +319,7 @@ async def _lifespan(receive: Receive, send: Send) -> None:
             return
 
 
-def build_parser(prog: str = "python -m mur.benchmarks.fake_vllm") -> argparse.ArgumentParser:
+def build_parser(prog: str = "python -m mur.testing.fake_vllm") -> argparse.ArgumentParser:
     parser = OneLineParser(prog=prog, description="Serve instant vLLM-shaped replies.")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=port_or_any, default=8061, help="0: any free port")

@@ -1,7 +1,7 @@
-"""The MUR endpoint over a scripted backbone (benchmarks/scripted_chat.py), for load tests:
+"""The MUR endpoint over a scripted backbone (testing/scripted_chat.py), for load tests:
 every reply is known in advance, so a load test can check each one exactly.
 
-    python -m mur.benchmarks.fake_endpoint [--port 8051] [--max-runs 64] [--checkpointer TARGET]
+    python -m mur.testing.fake_endpoint [--port 8051] [--max-runs 64] [--checkpointer TARGET]
         [--call-delay 0] [--lease-seconds 30] [--calls-log PATH]
 
 A question `Load request N: ...` gets the steps `draft step 1 of request N`, then step 2
@@ -28,13 +28,13 @@ import uvicorn
 from langchain_core.messages import BaseMessage, HumanMessage
 from langchain_core.outputs import ChatResult
 
-from mur.benchmarks.scripted_chat import FakeLogprobChat, Scripted
 from mur.endpoint import create_app
 from mur.endpoint.checkpointing import CHECKPOINTER_ENV
 from mur.endpoint.cli import KEEP_ALIVE_SECONDS
 from mur.endpoint.runs import DEFAULT_LEASE_SECONDS
 from mur.graphs.checkpointers import MEMORY
 from mur.servers.cli import OneLineParser, port_number
+from mur.testing.scripted_chat import FakeLogprobChat, Scripted
 
 DRAFT_UNCERTAINTY = {1: 1.0, 2: 1.3, 3: 0.15}  # the gamma-gate scales step 2 only
 
@@ -132,7 +132,7 @@ def make_app(
 
 def main(argv: list[str] | None = None) -> None:
     parser = OneLineParser(
-        prog="python -m mur.benchmarks.fake_endpoint",
+        prog="python -m mur.testing.fake_endpoint",
         description="Serve the MUR endpoint over the scripted load-test backbone.",
     )
     parser.add_argument("--host", default="127.0.0.1")

@@ -1,4 +1,4 @@
-"""`mur solve --dataset ...`: a benchmark plan from the flags, run by evals.benchmark.
+"""`mur solve --dataset ...`: an evaluation plan from the flags, run by evals.evaluation.
 
 The plan records the command as it was typed (command.txt in the output folder), so a folder
 says how to make it again and a rerun of that line resumes it. With `--workers N` the questions
@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from mur.cli.flags import budget_settings, gammas, gates, shared_settings
-from mur.evals.harness.plan import BenchmarkPlan
+from mur.evals.harness.plan import EvaluationPlan
 from mur.evals.harness.pool import WorkerPool
 from mur.evals.harness.stopping import leave_stop_signals_to_parent
 from mur.evals.harness.worker import Channel, serve
@@ -57,11 +57,11 @@ def load_problems(args: argparse.Namespace) -> list[Problem]:
     return load_dataset(args.dataset, args.data_dir, limit=args.limit, offset=args.offset)
 
 
-def benchmark_plan(
+def evaluation_plan(
     args: argparse.Namespace, problems: Sequence[Problem], connection: Connection, command: str
-) -> BenchmarkPlan:
-    """The runner's typed plan (evals.harness.plan.BenchmarkPlan) from the flags."""
-    return BenchmarkPlan(
+) -> EvaluationPlan:
+    """The runner's typed plan (evals.harness.plan.EvaluationPlan) from the flags."""
+    return EvaluationPlan(
         dataset=args.dataset,
         strategy=args.strategy,
         problems=tuple(problems),
@@ -77,14 +77,14 @@ def benchmark_plan(
     )
 
 
-def run_benchmark(
-    plan: BenchmarkPlan, connection: Connection, prog: str, workers: WorkerPool | None = None
+def run_evaluation(
+    plan: EvaluationPlan, connection: Connection, prog: str, workers: WorkerPool | None = None
 ) -> int:
     """Run the plan (in `workers` processes, if given) and write its report; the exit status
     (errors start with `prog`)."""
-    # Here: the benchmark brings statistics and plots (scipy, matplotlib), seconds of imports
+    # Here: the evaluation brings statistics and plots (scipy, matplotlib), seconds of imports
     # that a single question, or a wrong --base-url, must not wait for.
-    from mur.evals.benchmark import run_benchmark as run_plan  # noqa: PLC0415
+    from mur.evals.evaluation import run_evaluation as run_plan  # noqa: PLC0415
 
     return run_plan(plan, connection.backbone, connection.verifier, prog=prog, workers=workers)
 
@@ -113,7 +113,7 @@ def serve_as_worker(args: argparse.Namespace, prog: str) -> int:
     except (ValueError, OSError, ServerError) as exc:
         print(f"{worker}: {exc}", file=sys.stderr)
         return 1
-    plan = benchmark_plan(args, problems, connection, command="")
+    plan = evaluation_plan(args, problems, connection, command="")
     try:
         serve(plan, connection.backbone, connection.verifier, channel)
     except Exception as exc:  # one line, not a traceback; the parent names the worker too

@@ -11,7 +11,7 @@ from pathlib import Path
 from langchain_core.language_models import BaseChatModel
 
 from mur.evals.harness.checkpoints import open_checkpoints
-from mur.evals.harness.plan import BenchmarkPlan
+from mur.evals.harness.plan import EvaluationPlan
 from mur.evals.harness.pool import WorkerPool, run_in_workers
 from mur.evals.harness.provenance import (
     ROLES,
@@ -40,7 +40,7 @@ def record_command(path: Path, command: str) -> None:
 
 
 def servers_in_use(
-    store: RecordStore, plan: BenchmarkPlan, backbone: BaseChatModel, verifier: BaseChatModel
+    store: RecordStore, plan: EvaluationPlan, backbone: BaseChatModel, verifier: BaseChatModel
 ) -> int:
     """Record the servers' facts in settings.json (refusing a resume on servers whose tokens
     differ) and return the questions to keep in flight: the plan's, or measured."""
@@ -63,8 +63,8 @@ def servers_in_use(
     return concurrency
 
 
-def run_benchmark(
-    plan: BenchmarkPlan,
+def run_evaluation(
+    plan: EvaluationPlan,
     backbone: BaseChatModel,
     verifier: BaseChatModel,
     *,

@@ -1,5 +1,5 @@
 """A scripted chat model that returns OpenAI-format token logprobs: the backbone of the unit
-tests (tests/fakes.py) and of the load benchmarks' endpoint (benchmarks/fake_endpoint.py), so
+tests (tests/fakes.py) and of the load suites' endpoint (testing/fake_endpoint.py), so
 every reply is known in advance. `responder(messages, kwargs)` scripts each reply; the model
 records its calls and reports usage like vLLM (completion tokens = generated tokens)."""
 
