@@ -40,7 +40,7 @@ from mur.benchmarks.report import load_line, machine_line, merge_notes, render
 from mur.benchmarks.results import GraphRun, RawRun, ReplayRun
 from mur.benchmarks.tables import fmt
 from mur.evals.questions import load_dataset
-from mur.graphs.refine import check_strategy
+from mur.graphs.refine import STRATEGIES
 from mur.graphs.state import context_for
 from mur.servers.cli import OneLineParser
 from mur.servers.clients.chat_models import resolve_model
@@ -233,9 +233,9 @@ async def profile_graph(bench: Bench, path: str) -> str:
 def check_arguments(args: argparse.Namespace, graph: dict[str, Any]) -> None:
     """Refuse what the runs could not use (ValueError naming it), before any server starts."""
     for strategy in args.strategies:
-        check_strategy(strategy)
+        STRATEGIES.check(strategy)
     if args.scaling_strategy:
-        check_strategy(args.scaling_strategy)
+        STRATEGIES.check(args.scaling_strategy)
     if args.questions < 2:
         raise ValueError(f"--questions must be >= 2, got {args.questions}")
     if args.concurrency < 1 or min(args.concurrency_levels) < 1:

@@ -47,7 +47,7 @@ from mur.evals.harness.run_record import total_tokens
 from mur.evals.harness.runner import run_jobs
 from mur.evals.questions import Problem, load_dataset
 from mur.graphs.mur import build_graph
-from mur.graphs.refine import check_strategy
+from mur.graphs.refine import STRATEGIES
 from mur.servers.cli import OneLineParser, usage_error
 from mur.servers.clients.chat_models import make_chat_model
 from mur.servers.clients.errors import ServerError
@@ -291,7 +291,7 @@ def describe_plan(
 ) -> str:
     """What a run would measure, without starting anything (`--dry-run`); raises ValueError
     for an unknown strategy or a bad gate label or setting."""
-    check_strategy(args.strategy)
+    STRATEGIES.check(args.strategy)
     plan = load_plan(problems, args)
     jobs = plan.jobs()
     context = jobs[0].context

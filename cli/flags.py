@@ -69,14 +69,8 @@ def add_context_flags(parser: argparse.ArgumentParser) -> None:
                 flag, dest=name, type=_csv(kind), metavar=name.upper(), help=help_text
             )
         else:
-            group.add_argument(
-                flag,
-                dest=name,
-                type=kind,
-                choices=choices,
-                required=name in CHOSEN,
-                help=help_text,
-            )
+            # no argparse choices: Context refuses a bad name with the names (one error)
+            group.add_argument(flag, dest=name, type=kind, required=name in CHOSEN, help=help_text)
 
 
 def _help(name: str, info: FieldInfo, choices: tuple[Any, ...] | None, sweep: bool) -> str:

@@ -23,7 +23,7 @@ class UsageError(Exception):
 
 def validate(args: argparse.Namespace) -> None:
     """Raise UsageError (or Context's ValueError, naming the field) for the first bad value."""
-    settings = flag_settings(args)
+    settings = {**flag_settings(args), "strategy": args.strategy}
     for label in [*gates(args), *budget_labels(args)]:
         for gamma in gammas(args):
             context_for(label, settings, gamma=gamma)

@@ -25,7 +25,7 @@ from mur.evals.harness.runner import RunOutcome, run_jobs
 from mur.evals.harness.stopping import STOPPED_EXIT
 from mur.evals.report.tables import write_report
 from mur.graphs.mur import build_graph
-from mur.graphs.refine import check_strategy
+from mur.graphs.refine import STRATEGIES
 from mur.servers.clients.errors import ServerUnavailable
 
 
@@ -46,7 +46,7 @@ def servers_in_use(
     differ) and return the questions to keep in flight: the plan's, or measured."""
     facts = role_facts(backbone, verifier)
     if plan.concurrency is None:
-        asked = ROLES if check_strategy(plan.strategy).uses_verifier else ("backbone",)
+        asked = ROLES if STRATEGIES[plan.strategy].uses_verifier else ("backbone",)
         concurrency, rates = choose_concurrency(facts, asked=asked)
         how = "measured" if rates else "default (no vLLM server to measure)"
     else:

@@ -429,11 +429,11 @@ def make_plan(args: argparse.Namespace, extra: Sequence[str]) -> Table1Plan:
     if "mur" not in args.gates:
         raise Table1Error(f"--gates {','.join(args.gates)}: the random phase needs mur")
     strategies = args.strategies or (preset.strategies if preset else DEFAULT_STRATEGIES)
-    unknown = [s for s in (*strategies, *(args.sweep_strategies or ())) if s not in STRATEGIES]
-    if unknown:
-        raise Table1Error(
-            f"unknown strategy {', '.join(unknown)}: choose from {', '.join(STRATEGIES)}"
-        )
+    try:
+        for strategy in (*strategies, *(args.sweep_strategies or ())):
+            STRATEGIES.check(strategy)
+    except ValueError as exc:  # one line naming the strategies
+        raise Table1Error(str(exc)) from None
     concurrency = ["--concurrency", str(args.concurrency)] if args.concurrency else []
     servers = _servers(args, preset)
     settings = preset.mur_args() if preset else ()

@@ -19,7 +19,7 @@ from langgraph.runtime import Runtime
 from mur.graphs.refine.base import kept_texts, run_settings, write_step
 from mur.graphs.state import Context, GateRecord, State, StepRecord
 from mur.nodes.answer import extract_answer
-from mur.nodes.branching import REGISTRY as BRANCHES
+from mur.nodes.branching import BRANCH_RULES
 from mur.nodes.budget import budget_margin
 from mur.nodes.confidence import GroupWatch, token_confidence
 from mur.nodes.draft import (
@@ -33,8 +33,7 @@ from mur.nodes.draft import (
 )
 from mur.nodes.gates import GateHistory, decide
 from mur.nodes.llm import ABORTED, TokenWatch
-from mur.nodes.stopping import REGISTRY as STOPS
-from mur.nodes.stopping import should_stop
+from mur.nodes.trace_stop import STOP_RULES, should_stop
 from mur.nodes.uncertainty import step_confidence, step_uncertainty, update_momentum
 from mur.nodes.voting import TraceRules
 from mur.servers.clients.transport_errors import ContextOverflow
@@ -91,7 +90,7 @@ def confidence_watch(state: State, ctx: Context) -> TokenWatch | None:
     confidence rule, a watch that says stop at the first token whose group (the window runs
     on from the kept steps' tokens) falls below the threshold; None otherwise."""
     threshold = state.get("stop_threshold")
-    if not STOPS[ctx.trace_stop].reads_confidence or threshold is None:
+    if not STOP_RULES[ctx.trace_stop].reads_confidence or threshold is None:
         return None
     group = GroupWatch(ctx.group_window)
     for confidence in trace_confidences(state.get("steps", []))[-ctx.group_window :]:
@@ -137,7 +136,7 @@ class Drafting:
             )
         if partial:
             draft = StepCandidate(**{**draft, "text": (partial + reply.choices[0].text).strip()})
-        if BRANCHES[ctx.branch].reads_entropy:
+        if BRANCH_RULES[ctx.branch].reads_entropy:
             draft["entropy_spikes"] = entropy_spikes(
                 reply.choices[0], ctx.branch_entropy, before=partial
             )

@@ -50,7 +50,7 @@ from mur.graphs.loop import (
     score_uncertainty,
 )
 from mur.graphs.model_calls import ModelCalls
-from mur.graphs.refine import REGISTRY, STRATEGIES, Kit
+from mur.graphs.refine import STRATEGIES, Kit
 from mur.graphs.state import (
     Context,
     InputState,
@@ -106,9 +106,9 @@ def build_loop(
     calls.add(graph, "draft_step", drafting.draft_step, on_overflow=draft_overflowed)
     graph.add_node("score_uncertainty", score_uncertainty)
     graph.add_node("gamma_gate", gamma_gate)
-    for name, strategy in REGISTRY.items():
-        kit = Kit(name, backbone, verifier, DEFAULT_CONTEXT, calls)
-        graph.add_node(name, strategy.build(kit))
+    for strategy in STRATEGIES.values():
+        kit = Kit(strategy.name, backbone, verifier, DEFAULT_CONTEXT, calls)
+        graph.add_node(strategy.name, strategy.build(kit))
     graph.add_node("commit_step", commit_step)
     calls.add(graph, "ask_answer", drafting.ask_answer, on_overflow=answer_overflowed)
     graph.add_node("finalize", finalize)

@@ -4,23 +4,38 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Mapping, Sequence
-from typing import Annotated, Any, Literal, NotRequired, TypedDict
+from dataclasses import fields
+from typing import TYPE_CHECKING, Annotated, Any, Literal, NotRequired, TypedDict, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from mur.graphs.records import Fallback, FinishReason, GateRecord, StepRecord, TraceSummary
-from mur.graphs.refine import StrategyName
-from mur.nodes.branching import REGISTRY as BRANCHES
-from mur.nodes.branching import BranchName, BranchParams
+from mur.graphs.refine import STRATEGIES
+from mur.nodes.branching import BRANCH_RULES, BranchParams
 from mur.nodes.budget import BudgetSettings
 from mur.nodes.draft import STEP_FORMATS, StepCandidate, StepFormat
 from mur.nodes.gate_labels import parse_gate_label
-from mur.nodes.gates import GateName, GateParams, question_seed
-from mur.nodes.settling import SettleName
-from mur.nodes.stopping import REGISTRY as STOPS
-from mur.nodes.stopping import StopName
+from mur.nodes.gates import GATES, GateParams, question_seed
+from mur.nodes.settling import SETTLE_RULES
+from mur.nodes.trace_stop import STOP_RULES
 from mur.nodes.usage import add_usage
-from mur.nodes.voting import VOTES, MeasureName, TraceRules, VoteName
+from mur.nodes.voting import VOTES, MeasureName, TraceRules
+
+if TYPE_CHECKING:  # mypy reads a name; pydantic, the CLI and Studio the registry's Literal
+    from _typeshed import DataclassInstance
+
+    StrategyName = str
+    GateName = str
+    VoteName = str
+    SettleName = str
+    StopName = str
+    BranchName = str
+else:
+    StrategyName, GateName, VoteName, SettleName, StopName, BranchName = (
+        registry.choice()
+        for registry in (STRATEGIES, GATES, VOTES, SETTLE_RULES, STOP_RULES, BRANCH_RULES)
+    )
+Rules = TypeVar("Rules", bound="DataclassInstance")
 
 
 class ContextError(ValueError):
@@ -38,7 +53,10 @@ def _one_line(exc: ValidationError, known: tuple[str, ...]) -> str:
         where = ".".join(str(part) for part in error["loc"])
         if error["type"] == "extra_forbidden":
             problems.append(f"unknown setting {where}: choose among {', '.join(known)}")
-        elif not error["loc"]:  # a check across fields (model validator)
+        elif error["type"] == "literal_error":  # as a registry's (nodes.registry) words it
+            names = error["ctx"]["expected"].replace("'", "").replace(" or ", ", ")
+            problems.append(f"unknown {where} {error['input']!r}: choose one of {names}")
+        elif not error["loc"] or error["type"] == "value_error":  # across fields, or a registry's
             problems.append(error["msg"].removeprefix("Value error, "))
         else:
             wanted = error["msg"].removeprefix("Input should ")
@@ -57,11 +75,9 @@ class Context(BaseModel):
     model_config = ConfigDict(strict=True, frozen=True, extra="forbid")
 
     strategy: StrategyName = Field(
-        "critic",
-        description="What scaling a step means: the refine strategy the gate calls "
-        "(graphs/refine).",
+        "critic", description=f"What scaling a step means: {STRATEGIES.describe()}."
     )
-    gate: GateName = Field("mur", description="Which steps to scale (mur = the gamma-gate).")
+    gate: GateName = Field("mur", description=f"Which steps to scale: {GATES.describe()}.")
     gamma: float = Field(
         0.9,
         gt=0,
@@ -177,11 +193,7 @@ class Context(BaseModel):
         "then one batch after another until the settle rule holds or `traces` are drawn. "
         "None: all at once.",
     )
-    vote: VoteName = Field(
-        "majority",
-        description="How traces vote: one vote each (majority), weighted by exp(-final "
-        "momentum) (momentum, MUR's), or by DeepConf's confidence_measure (confidence).",
-    )
+    vote: VoteName = Field("majority", description=f"How traces vote: {VOTES.describe()}.")
     vote_keep: float = Field(
         1.0,
         gt=0,
@@ -202,11 +214,8 @@ class Context(BaseModel):
     )
     settle: SettleName = Field(
         "never",
-        description="When to stop drawing traces (needs trace_batch): never; agree (the last "
-        "batch's answers, two or more, all agree: early-stopping self-consistency); consensus "
-        "(the leading answer holds `consensus` of the vote: DeepConf's adaptive sampling); "
-        "beta (P(leader beats runner-up) >= beta_confidence: Adaptive-Consistency, its_hub); "
-        "doubling (batches double until the leader holds `consensus`: its_hub).",
+        description="When the traces drawn settle the question, so that no more are drawn "
+        f"(needs trace_batch): {SETTLE_RULES.describe()}.",
     )
     consensus: float = Field(
         0.95,
@@ -223,9 +232,8 @@ class Context(BaseModel):
     )
     trace_stop: StopName = Field(
         "none",
-        description="Stop a trace after the warm-up part-way (it then has no vote): when a "
-        "group's confidence falls below the warm-up's (confidence, DeepConf's online rule) or "
-        "its momentum rises above the warm-up's (momentum, MUR's). Checked after every step.",
+        description="Stop a trace after the warm-up part-way (it then has no vote), checked "
+        f"after every step: {STOP_RULES.describe()}.",
     )
     stop_keep: float = Field(
         0.9,
@@ -236,12 +244,9 @@ class Context(BaseModel):
     )
     branch: BranchName = Field(
         "none",
-        description="Where a trace after the first batch starts: afresh (none), or as a branch "
-        "of a first-batch trace that keeps its steps before the branch point and draws the "
-        "rest: the step whose uncertainty most exceeds the gamma-gate's threshold (mur_max; "
-        "mur, MUR's pre-registered rule, is it), the first step the gate flags (mur_first), a "
-        "random step (random), or the first "
-        "token whose top-k entropy exceeds branch_entropy (eager, EAGer's; needs top_logprobs).",
+        description="Where a trace after the first batch starts: afresh, or as a branch of a "
+        "first-batch trace that keeps its steps before the branch point and draws the rest: "
+        f"{BRANCH_RULES.describe()}.",
     )
     branch_entropy: float = Field(
         2.0,
@@ -274,7 +279,7 @@ class Context(BaseModel):
             f"{name} {value}"
             for name, value, reads in (
                 ("vote", self.vote, VOTES[self.vote].reads_confidence),
-                ("trace_stop", self.trace_stop, STOPS[self.trace_stop].reads_confidence),
+                ("trace_stop", self.trace_stop, STOP_RULES[self.trace_stop].reads_confidence),
             )
             if reads
         ]
@@ -288,7 +293,7 @@ class Context(BaseModel):
                 f"vote_keep < 1 with the {self.vote} vote ranks traces by confidence: set "
                 "top_logprobs (e.g. 20)"
             )
-        if BRANCHES[self.branch].reads_entropy and self.top_logprobs == 0:
+        if BRANCH_RULES[self.branch].reads_entropy and self.top_logprobs == 0:
             raise ValueError(
                 f"branch {self.branch} reads token entropies: set top_logprobs (e.g. 20)"
             )
@@ -302,21 +307,15 @@ class Context(BaseModel):
             )
         return self
 
+    def _taken(self, rules: type[Rules], **given: Any) -> Rules:
+        """The settings a pure rule of nodes/ reads (a dataclass): each field the Context
+        field of its name, but those `given`."""
+        taken = {f.name: getattr(self, f.name) for f in fields(rules) if f.name not in given}
+        return rules(**taken, **given)
+
     def trace_rules(self) -> TraceRules:
         """The trace-level settings as the pure rules of nodes.voting read them."""
-        return TraceRules(
-            traces=self.traces,
-            batch=self.trace_batch,
-            vote=self.vote,
-            vote_keep=self.vote_keep,
-            measure=self.confidence_measure,
-            settle=self.settle,
-            consensus=self.consensus,
-            beta_confidence=self.beta_confidence,
-            stop=self.trace_stop,
-            stop_keep=self.stop_keep,
-            window=self.group_window,
-        )
+        return self._taken(TraceRules)
 
     @property
     def step_style(self) -> StepFormat:
@@ -328,27 +327,11 @@ class Context(BaseModel):
         return self.budget_tokens is not None or self.target_scale_rate is not None
 
     def budget_settings(self) -> BudgetSettings:
-        return BudgetSettings(
-            budget_tokens=self.budget_tokens,
-            target_scale_rate=self.target_scale_rate,
-            expected_steps=self.expected_steps,
-            scale_cost_factor=self.scale_cost_factor,
-            gamma=self.gamma,
-            alpha=self.alpha,
-            bias_correction=self.bias_correction,
-        )
+        return self._taken(BudgetSettings)
 
     def gate_params(self, question: str, margin: float | None = None) -> GateParams:
         """The gate's numbers for one question (its own random draws, see `question_seed`)."""
-        return GateParams(
-            alpha=self.alpha,
-            gamma=self.gamma,
-            bias_correction=self.bias_correction,
-            tau=self.tau,
-            rate=self.random_rate,
-            seed=question_seed(self.seed, question),
-            margin=margin,
-        )
+        return self._taken(GateParams, seed=question_seed(self.seed, question), margin=margin)
 
     def branch_params(self, question: str) -> BranchParams:
         """The branch rules' numbers for one question (the gate's, and its own seed)."""

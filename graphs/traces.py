@@ -3,7 +3,7 @@ a subgraph), started in batches from `plan_traces`, and `vote` reduces them to o
 
     plan_traces --Send x batch--> trace (the loop) --> plan_traces --(settled or all drawn)--> vote
 
-plan_traces decides with the pure rules of nodes.settling and nodes.stopping: how many traces
+plan_traces decides with the pure rules of nodes.settling and nodes.trace_stop: how many traces
 to start next (the settle rule), and after the warm-up batch the threshold at which a later
 trace stops (the stop rule, which commit_step checks after every step). One trace (the
 default) is the plain MUR loop: the vote over one trace is that trace.
@@ -30,7 +30,7 @@ from mur.graphs.state import Context, QuestionState, TraceInput, TraceOutput
 from mur.nodes.branching import ParentStep, Spike, branch_points, plan_branch
 from mur.nodes.confidence import TraceConfidence, trace_confidence
 from mur.nodes.settling import next_batch
-from mur.nodes.stopping import stop_threshold
+from mur.nodes.trace_stop import stop_threshold
 from mur.nodes.voting import TraceOutcome, answer_key, tally, vote_weight
 
 Update = dict[str, Any]

@@ -2,7 +2,7 @@
 
 A branch keeps its parent's steps before the branch point and draws the rest afresh, so the
 prefix is paid for once (and vLLM's prefix cache serves it). Which point is a rule of the
-registry below, one entry each, as the gates are: MUR's (the step whose uncertainty jumps
+registry below (nodes.registry), one entry each: MUR's (the step whose uncertainty jumps
 furthest above the gamma-gate's threshold from the momentum before it, or the first step the
 gate flags), a random step (the control), and EAGer's (Scalena et al., arXiv 2510.11170: the
 first token whose top-k entropy exceeds a threshold, branching inside the step).
@@ -18,9 +18,9 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
 
 from mur.nodes.gates import GateParams, derive_seed, mur_threshold
+from mur.nodes.registry import Registry
 
 
 @dataclass(frozen=True)
@@ -112,51 +112,40 @@ def _eager(parent: int, steps: Sequence[ParentStep], params: BranchParams) -> li
     ]
 
 
-REGISTRY: dict[str, BranchRule] = {
-    rule.name: rule
-    for rule in (
-        BranchRule("none", lambda *_: [], "no branching: every trace starts afresh"),
-        BranchRule(
-            "mur_max",
-            _mur_max,
-            "MUR: the step whose uncertainty most exceeds the gamma-gate's threshold",
-        ),
-        BranchRule(
-            "mur_first",
-            _mur_first,
-            "MUR: the first step the gamma-gate flags (then by excess)",
-        ),
-        BranchRule(
-            "mur",
-            _mur_max,
-            "MUR's branch rule as pre-registered (results/prereg-branching-fresh.md): mur_max",
-        ),
-        BranchRule("random", _random, "a uniformly random step (2..n) of the parent"),
-        BranchRule(
-            "eager",
-            _eager,
-            "EAGer: the first token whose top-k entropy exceeds branch_entropy",
-            reads_entropy=True,
-        ),
-    )
-}
-BRANCH_RULES: tuple[str, ...] = tuple(REGISTRY)
+BRANCH_RULES = Registry(
+    "branch rule",
+    BranchRule("none", lambda *_: [], "no branching: every trace starts afresh"),
+    BranchRule(
+        "mur_max",
+        _mur_max,
+        "MUR: the step whose uncertainty most exceeds the gamma-gate's threshold",
+    ),
+    BranchRule(
+        "mur_first", _mur_first, "MUR: the first step the gamma-gate flags (then by excess)"
+    ),
+    BranchRule(
+        "mur",
+        _mur_max,
+        "MUR's branch rule as pre-registered (results/prereg-branching-fresh.md): mur_max",
+    ),
+    BranchRule("random", _random, "a uniformly random step (2..n) of the parent"),
+    BranchRule(
+        "eager",
+        _eager,
+        "EAGer: the first token whose top-k entropy exceeds branch_entropy",
+        reads_entropy=True,
+    ),
+)
 MUR_RULE = "mur"
 """MUR's branch rule: the pilot of results/prereg-branching-fresh.md chose mur_max (it tied
 mur_first on accuracy and spent fewer tokens)."""
-if TYPE_CHECKING:
-    BranchName = str
-else:  # the registry's names as a Literal: Context's choices, the CLI's and Studio's
-    BranchName = Literal[BRANCH_RULES]
 
 
 def branch_points(
     parent: int, steps: Sequence[ParentStep], rule: str, params: BranchParams
 ) -> list[BranchPoint]:
     """Every point `rule` finds in trace `parent` (its kept `steps`), best first."""
-    if rule not in REGISTRY:
-        raise ValueError(f"unknown branch rule {rule!r}: choose one of {', '.join(BRANCH_RULES)}")
-    return REGISTRY[rule].points(parent, steps, params)
+    return BRANCH_RULES[rule].points(parent, steps, params)
 
 
 def plan_branch(

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from mur.nodes.gates import GAMMA_GATES, REGISTRY
+from mur.nodes.gates import GAMMA_GATES, GATES
 
 #: The paper's Table 1 rows as labels, from the gates' registry: Vanilla CoT, Per-Step Scale,
 #: MUR with and without the appendix's bias correction, and the two cheap baselines.
 PAPER_TABLE_LABELS: tuple[str, ...] = tuple(
-    label for gate in REGISTRY.values() for label in gate.table_labels
+    label for gate in GATES.values() for label in gate.table_labels
 )
 
 # Budget-mode Context fields and how a label names them.

@@ -12,8 +12,8 @@ import math
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
 
+from mur.nodes.registry import Registry
 from mur.nodes.uncertainty import check_alpha, corrected_momentum, update_momentum
 
 
@@ -25,7 +25,7 @@ class GateParams:
     gamma: float = 0.9
     bias_correction: bool = False
     tau: float = 0.9
-    rate: float = 0.5
+    random_rate: float = 0.5
     seed: int = 0
     margin: float | None = None  # budget mode: the excess needed, replacing -ln(gamma)
 
@@ -33,8 +33,8 @@ class GateParams:
         check_alpha(self.alpha)
         if not (self.gamma > 0 and math.isfinite(self.gamma)):
             raise ValueError(f"gamma must be a finite number > 0, got {self.gamma}")
-        if not 0.0 <= self.rate <= 1.0:
-            raise ValueError(f"rate must lie in [0, 1], got {self.rate}")
+        if not 0.0 <= self.random_rate <= 1.0:
+            raise ValueError(f"random_rate must lie in [0, 1], got {self.random_rate}")
         if not 0.0 < self.tau <= 1.0:
             raise ValueError(f"tau must lie in (0, 1], got {self.tau}")
 
@@ -107,62 +107,50 @@ def _smart(call: GateCall) -> GateDecision:
 
 
 def _random(call: GateCall) -> GateDecision:
-    rate = call.params.rate
+    rate = call.params.random_rate
     return GateDecision(random_draw(call.params.seed, call.step) < rate, rate)
 
 
-REGISTRY: dict[str, Gate] = {
-    gate.name: gate
-    for gate in (  # the paper's order: its Table 1 rows follow it
-        Gate(
-            "never",
-            lambda call: GateDecision(False),
-            "Vanilla CoT: no step",
-            from_step=1,
-            table_labels=("never",),
-        ),
-        Gate(
-            "always",
-            lambda call: GateDecision(True),
-            "Per-Step Scale: every step",
-            from_step=1,
-            table_labels=("always",),
-        ),
-        Gate(
-            "mur",
-            _mur,
-            "MUR's gamma-gate: m_t > M_{t-1} - ln(gamma)",
-            reads_gamma=True,
-            table_labels=("mur", "mur+bc"),
-        ),
-        Gate(
-            "average",
-            _average,
-            "Avg uncertainty: m_t above the mean of the kept steps'",
-            table_labels=("average",),
-        ),
-        Gate(
-            "smart",
-            _smart,
-            "SMART: mean token probability below tau",
-            from_step=1,
-            table_labels=("smart",),
-        ),
-        Gate("random", _random, "random at a rate, to match another gate's scaled share"),
-    )
-}
-GATES: tuple[str, ...] = tuple(REGISTRY)
+GATES = Registry(  # the paper's order: its Table 1 rows follow it
+    "gate",
+    Gate(
+        "never",
+        lambda call: GateDecision(False),
+        "Vanilla CoT: no step",
+        from_step=1,
+        table_labels=("never",),
+    ),
+    Gate(
+        "always",
+        lambda call: GateDecision(True),
+        "Per-Step Scale: every step",
+        from_step=1,
+        table_labels=("always",),
+    ),
+    Gate(
+        "mur",
+        _mur,
+        "MUR's gamma-gate: m_t > M_{t-1} - ln(gamma)",
+        reads_gamma=True,
+        table_labels=("mur", "mur+bc"),
+    ),
+    Gate(
+        "average",
+        _average,
+        "Avg uncertainty: m_t above the mean of the kept steps'",
+        table_labels=("average",),
+    ),
+    Gate(
+        "smart",
+        _smart,
+        "SMART: mean token probability below tau",
+        from_step=1,
+        table_labels=("smart",),
+    ),
+    Gate("random", _random, "random at a rate, to match another gate's scaled share"),
+)
 #: The gates whose decisions read gamma; a gamma sweep runs the others once.
-GAMMA_GATES: frozenset[str] = frozenset(g.name for g in REGISTRY.values() if g.reads_gamma)
-if TYPE_CHECKING:
-    GateName = str
-else:  # the registry's names as a Literal: Context's choices, the CLI's and Studio's
-    GateName = Literal[GATES]
-
-
-def check_gate(gate: str) -> None:
-    if gate not in REGISTRY:
-        raise ValueError(f"unknown gate {gate!r}: choose one of {', '.join(GATES)}")
+GAMMA_GATES: frozenset[str] = frozenset(g.name for g in GATES.values() if g.reads_gamma)
 
 
 def mur_threshold(momentum: float, steps_seen: int, params: GateParams) -> float:
@@ -207,10 +195,9 @@ def decide(
     params: GateParams,
 ) -> GateDecision:
     """The scale decision for 1-based step `step` whose draft has this uncertainty."""
-    check_gate(gate)
+    chosen = GATES[gate]
     if step < 1:
         raise ValueError(f"steps are numbered from 1, got {step}")
-    chosen = REGISTRY[gate]
     if step < chosen.from_step:
         return GateDecision(False)  # no momentum yet: nothing to compare with
     return chosen.rule(GateCall(step, uncertainty, confidence, history, params))
@@ -225,7 +212,7 @@ def replay_decisions(
     bias_correction: bool = False,
     tau: float = 0.9,
     confidences: Sequence[float] | None = None,
-    rate: float = 0.5,
+    random_rate: float = 0.5,
     seed: int = 0,
     draft_uncertainties: Sequence[float | None] | None = None,
 ) -> list[bool]:
@@ -235,10 +222,8 @@ def replay_decisions(
     whose uncertainty differs from the draft the gate saw: pass the draft uncertainties (None
     where the draft was kept) to replay a recorded trace exactly.
     """
-    check_gate(gate)
-    params = GateParams(
-        alpha=alpha, gamma=gamma, bias_correction=bias_correction, tau=tau, rate=rate, seed=seed
-    )
+    GATES.check(gate)
+    params = GateParams(alpha, gamma, bias_correction, tau, random_rate, seed)
     if gate == "smart" and (confidences is None or len(confidences) != len(uncertainties)):
         raise ValueError("the smart gate replays from confidences, one per step")
     if draft_uncertainties is not None and len(draft_uncertainties) != len(uncertainties):

@@ -1,5 +1,6 @@
-"""When to stop drawing traces: the settle rules, one registry entry each, checked after every
-batch (live in graphs/traces.py, and in the replay of recorded traces alike).
+"""When the traces drawn settle the question (no more are drawn): the settle rules, one
+registry entry each, checked after every batch (live in graphs/traces.py, and in the replay
+of recorded traces alike).
 
 - agree: early-stopping self-consistency (Li et al., ICLR 2024, arXiv 2401.10480) with the
   batch as its window: the last batch's answers, two or more, are all one answer;
@@ -22,13 +23,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
 
+from mur.nodes.registry import Registry
 from mur.nodes.voting import TraceOutcome, TraceRules, answer_key, tally
 
 
 @dataclass(frozen=True)
-class Settle:
+class SettleRule:
     """One rule that says the traces drawn so far settle the question."""
 
     name: str
@@ -61,30 +62,23 @@ def _doubling(outcomes: Sequence[TraceOutcome], rules: TraceRules) -> bool:
     return voters >= 2 and leader / voters >= rules.consensus
 
 
-REGISTRY: dict[str, Settle] = {
-    rule.name: rule
-    for rule in (
-        Settle("never", lambda outcomes, rules: False, "draw every trace"),
-        Settle("agree", _agree, "the last batch's answers agree (ESC, window = the batch)"),
-        Settle("consensus", _consensus, "the leader holds `consensus` of the vote (DeepConf)"),
-        Settle(
-            "beta",
-            _beta,
-            "P(leader beats the runner-up) >= beta_confidence (Adaptive-Consistency, its_hub)",
-        ),
-        Settle(
-            "doubling",
-            _doubling,
-            "batches double until the leader holds `consensus` of the votes (its_hub)",
-            next_size=lambda drawn, rules: drawn,
-        ),
-    )
-}
-SETTLE_RULES: tuple[str, ...] = tuple(REGISTRY)
-if TYPE_CHECKING:
-    SettleName = str
-else:  # the registry's names as a Literal: Context's choices, the CLI's and Studio's
-    SettleName = Literal[SETTLE_RULES]
+SETTLE_RULES = Registry(
+    "settle rule",
+    SettleRule("never", lambda outcomes, rules: False, "draw every trace"),
+    SettleRule("agree", _agree, "the last batch's answers, two or more, agree (ESC)"),
+    SettleRule("consensus", _consensus, "the leader holds `consensus` of the vote (DeepConf)"),
+    SettleRule(
+        "beta",
+        _beta,
+        "P(leader beats the runner-up) >= beta_confidence (Adaptive-Consistency, its_hub)",
+    ),
+    SettleRule(
+        "doubling",
+        _doubling,
+        "batches double until the leader holds `consensus` of the votes (its_hub)",
+        next_size=lambda drawn, rules: drawn,
+    ),
+)
 
 
 def top_two_counts(outcomes: Sequence[TraceOutcome]) -> tuple[int, int]:
@@ -110,7 +104,7 @@ def leader_beats_runner_up(leader: int, runner_up: int) -> float:
 
 def settled(outcomes: Sequence[TraceOutcome], rules: TraceRules) -> bool:
     """Whether the traces so far settle the question (no more are drawn)."""
-    return bool(outcomes) and REGISTRY[rules.settle].settled(outcomes, rules)
+    return bool(outcomes) and SETTLE_RULES[rules.settle].settled(outcomes, rules)
 
 
 def next_batch(outcomes: Sequence[TraceOutcome], rules: TraceRules) -> int:
@@ -119,8 +113,8 @@ def next_batch(outcomes: Sequence[TraceOutcome], rules: TraceRules) -> int:
         return rules.first_batch
     if len(outcomes) >= rules.traces or settled(outcomes, rules):
         return 0
-    size = REGISTRY[rules.settle].next_size
-    wanted = size(len(outcomes), rules) if size else rules.batch or rules.traces
+    size = SETTLE_RULES[rules.settle].next_size
+    wanted = size(len(outcomes), rules) if size else rules.trace_batch or rules.traces
     return min(wanted, rules.traces - len(outcomes))
 
 
@@ -128,4 +122,4 @@ def _last_batch_size(drawn: int, rules: TraceRules) -> int:
     first = rules.first_batch
     if drawn <= first:
         return drawn
-    return (drawn - first - 1) % (rules.batch or rules.traces) + 1
+    return (drawn - first - 1) % (rules.trace_batch or rules.traces) + 1

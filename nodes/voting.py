@@ -3,11 +3,11 @@ votes. Pure functions of numbers and answers, so the graph's live run (graphs/tr
 the replay of recorded traces (evals/report/traces.py) decide alike.
 
 A question is solved in batches of traces: the first batch (the warm-up) runs in full and
-sets the stop threshold; each later batch runs with the stop rule (nodes.stopping), until the
-settle rule (nodes.settling) says the leading answer is settled or `traces` are drawn; later
+sets the stop threshold; each later batch runs with the stop rule (nodes.trace_stop), until
+the settle rule (nodes.settling) says the leading answer is settled or `traces` are drawn; later
 traces may branch off the warm-up's (nodes.branching). A stopped trace has no vote (DeepConf).
-Each kind of rule is a registry, one entry per rule, as the gates are (nodes.gates): Context's
-choices, the flags and Studio's read the names from there.
+Each kind of rule is a registry (nodes.registry), one entry per rule, as the gates are:
+Context's choices, the flags and Studio's read the names from there.
 """
 
 from __future__ import annotations
@@ -16,32 +16,34 @@ import math
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from mur.nodes.confidence import TraceConfidence
+from mur.nodes.registry import Registry
 
 MeasureName = Literal["lowest_group", "bottom_10", "tail", "mean"]
 
 
 @dataclass(frozen=True)
 class TraceRules:
-    """The trace-level settings of a run (graphs.Context holds and describes each one)."""
+    """The trace-level settings of a run: graphs.Context's fields of the same names, which
+    describe each one."""
 
     traces: int = 1
-    batch: int | None = None  # None: all traces at once
+    trace_batch: int | None = None  # None: all traces at once
     vote: str = "majority"
     vote_keep: float = 1.0
-    measure: MeasureName = "lowest_group"
+    confidence_measure: MeasureName = "lowest_group"
     settle: str = "never"
     consensus: float = 0.95
     beta_confidence: float = 0.95
-    stop: str = "none"
+    trace_stop: str = "none"
     stop_keep: float = 0.9
-    window: int = 64
+    group_window: int = 64
 
     @property
     def first_batch(self) -> int:
-        return min(self.batch or self.traces, self.traces)
+        return min(self.trace_batch or self.traces, self.traces)
 
 
 @dataclass(frozen=True)
@@ -114,36 +116,30 @@ class Vote:
     """Its vote_keep filter ranks by confidence (top_logprobs when vote_keep < 1)."""
 
 
-VOTES: dict[str, Vote] = {
-    vote.name: vote
-    for vote in (
-        Vote(
-            "majority",
-            lambda outcome, rules: 1.0,
-            lambda outcome, rules: trace_score(outcome, rules.measure),
-            "one vote each (self-consistency)",
-            ranks_by_confidence=True,
-        ),
-        Vote(
-            "momentum",
-            lambda outcome, rules: math.exp(-outcome.momentum),
-            lambda outcome, rules: -outcome.momentum,
-            "weighted by exp(-final momentum) (MUR's)",
-        ),
-        Vote(
-            "confidence",
-            lambda outcome, rules: max(trace_score(outcome, rules.measure), 0.0),
-            lambda outcome, rules: trace_score(outcome, rules.measure),
-            "weighted by DeepConf's confidence_measure",
-            reads_confidence=True,
-            ranks_by_confidence=True,
-        ),
-    )
-}
-if TYPE_CHECKING:
-    VoteName = str
-else:  # the registry's names as a Literal: Context's choices, the CLI's and Studio's
-    VoteName = Literal[tuple(VOTES)]
+VOTES = Registry(
+    "vote",
+    Vote(
+        "majority",
+        lambda outcome, rules: 1.0,
+        lambda outcome, rules: trace_score(outcome, rules.confidence_measure),
+        "one vote each (self-consistency)",
+        ranks_by_confidence=True,
+    ),
+    Vote(
+        "momentum",
+        lambda outcome, rules: math.exp(-outcome.momentum),
+        lambda outcome, rules: -outcome.momentum,
+        "weighted by exp(-final momentum) (MUR's)",
+    ),
+    Vote(
+        "confidence",
+        lambda outcome, rules: max(trace_score(outcome, rules.confidence_measure), 0.0),
+        lambda outcome, rules: trace_score(outcome, rules.confidence_measure),
+        "weighted by DeepConf's confidence_measure",
+        reads_confidence=True,
+        ranks_by_confidence=True,
+    ),
+)
 
 
 def vote_weight(outcome: TraceOutcome, rules: TraceRules) -> float:

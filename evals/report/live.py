@@ -21,7 +21,7 @@ from mur.evals.harness.run_record import RunRecord, setting_of, total_tokens
 from mur.evals.report import stats
 from mur.evals.report.markdown import points
 from mur.evals.report.traces import Replayed
-from mur.nodes.branching import REGISTRY as BRANCH_RULES
+from mur.nodes.branching import BRANCH_RULES
 
 
 @dataclass(frozen=True)

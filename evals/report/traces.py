@@ -1,7 +1,7 @@
 """Several independent traces of one question, analysed from the records: accuracy against k,
 how well each trace signal ranks traces (within-question AUROC), and every trace rule (votes,
 settle rules, stop rules) replayed on the recorded traces with the very functions a live run
-calls (nodes.voting, nodes.settling, nodes.stopping, graphs.traces, graphs.loop.stops_after).
+calls (nodes.voting, nodes.settling, nodes.trace_stop, graphs.traces, graphs.loop.stops_after).
 Traces are independent samples, so a rule replayed on them in sample order is what a live run
 would have done on those draws.
 
@@ -28,8 +28,7 @@ from mur.graphs.state import Context
 from mur.graphs.traces import MUR_ESC, outcome_of, summarize_trace
 from mur.nodes.confidence import first_breach
 from mur.nodes.settling import next_batch
-from mur.nodes.stopping import REGISTRY as STOPS
-from mur.nodes.stopping import stop_threshold
+from mur.nodes.trace_stop import STOP_RULES, stop_threshold
 from mur.nodes.voting import TraceOutcome, TraceRules, answer_key, tally
 
 ENDING_REASONS = frozenset({"answer", "end_of_sequence", "context_length"})
@@ -129,10 +128,10 @@ def cut_at_stop(trace: RecordedTrace, rules: TraceRules, threshold: float | None
     costing the tokens up to it (a live run also pays what the server made before it saw the
     stream close)."""
     outcome = trace.outcome
-    if threshold is None or rules.stop == "none":
+    if threshold is None or rules.trace_stop == "none":
         return outcome
-    if STOPS[rules.stop].reads_confidence:  # watched token by token inside each step
-        breach = first_breach(trace_confidences(trace.steps), threshold, rules.window)
+    if STOP_RULES[rules.trace_stop].reads_confidence:  # watched token by token inside each step
+        breach = first_breach(trace_confidences(trace.steps), threshold, rules.group_window)
         if breach is None:
             return outcome
         return replace(outcome, answer=None, tokens=breach + 1, stopped=True)
@@ -280,7 +279,7 @@ def run_rule(name: str, questions: Sequence[Question], rules: TraceRules) -> Rul
 def named_rules(traces: int) -> dict[str, TraceRules]:
     """The rules the report replays (the pre-registration names them), by name."""
     full = TraceRules(traces=traces)
-    adaptive = replace(full, batch=2)
+    adaptive = replace(full, trace_batch=2)
     esc = mur_esc(traces)
     return {
         "majority": full,
@@ -289,19 +288,21 @@ def named_rules(traces: int) -> dict[str, TraceRules]:
         "DeepConf offline, top 10%": replace(full, vote="confidence", vote_keep=0.1),
         "adaptive, consensus 0.95": replace(adaptive, settle="consensus"),
         "DeepConf online, keep 90%": replace(
-            adaptive, vote="confidence", settle="consensus", stop="confidence", stop_keep=0.9
+            adaptive, vote="confidence", settle="consensus", trace_stop="confidence", stop_keep=0.9
         ),
         "DeepConf online, keep 10%": replace(
-            adaptive, vote="confidence", settle="consensus", stop="confidence", stop_keep=0.1
+            adaptive, vote="confidence", settle="consensus", trace_stop="confidence", stop_keep=0.1
         ),
         "mur-esc": esc,
         # mur-esc taken apart: how much of its saving is the settling, how much the stop.
-        "mur-esc's settling alone (ESC, window 2)": replace(esc, stop="none"),
+        "mur-esc's settling alone (ESC, window 2)": replace(esc, trace_stop="none"),
         "mur-esc's momentum stop alone": replace(esc, settle="never"),
         # The statistical stops (nodes.settling): ESC's window (2 is the settling alone above),
         # the Beta stop, its_hub's doubling.
-        "ESC, window 4": replace(full, batch=4, settle="agree"),
-        "Beta stop 0.95 (Adaptive-Consistency, its_hub)": replace(full, batch=1, settle="beta"),
+        "ESC, window 4": replace(full, trace_batch=4, settle="agree"),
+        "Beta stop 0.95 (Adaptive-Consistency, its_hub)": replace(
+            full, trace_batch=1, settle="beta"
+        ),
         "its_hub doubling, share 0.75": replace(adaptive, settle="doubling", consensus=0.75),
     }
 

@@ -3,37 +3,25 @@
 Adding a strategy: write `graphs/refine/<name>.py` (its `RefineRecord`, its scratch state, a
 `Scratch` with its own keys, its nodes as methods of a `StrategyNodes` subclass whose `wire`
 adds them to the subgraph, those that ask a model with `kit.add_model_node`, and
-`STRATEGY = Strategy("<name>", <Scratch>, <Nodes>, <Record>)`: graphs/refine/kit.py), then
-import it and list it below. `STRATEGIES`, `check_strategy`, the choices of
-`Context.strategy` (and so of `mur solve --strategy`), the endpoint's model names and the
-subgraphs mounted in the one graph that Studio draws all follow from this list.
+`STRATEGY = Strategy("<name>", <Scratch>, <Nodes>, <Record>, <description>)`:
+graphs/refine/kit.py), then import it and list it below. The choices of `Context.strategy`
+(and so of `mur solve --strategy`), the endpoint's model names and the subgraphs mounted in
+the one graph that Studio draws all follow from this list (nodes.registry).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any
 
 from mur.graphs.refine import best_of_n, critic, foresight, thinking
 from mur.graphs.refine.base import RefineRecord
 from mur.graphs.refine.kit import Kit, Strategy
+from mur.nodes.registry import Registry
 
-REGISTRY: dict[str, Strategy] = {
-    module.STRATEGY.name: module.STRATEGY for module in (critic, best_of_n, foresight, thinking)
-}
-STRATEGIES: tuple[str, ...] = tuple(REGISTRY)
-
-if TYPE_CHECKING:  # the names are the registry's, known when it is built
-    StrategyName = str
-else:
-    StrategyName = Literal[STRATEGIES]
-
-
-def check_strategy(strategy: str) -> Strategy:
-    """The registry entry of `strategy`, or a ValueError naming the valid ones."""
-    if strategy not in REGISTRY:
-        raise ValueError(f"unknown strategy {strategy!r}: choose one of {', '.join(STRATEGIES)}")
-    return REGISTRY[strategy]
+STRATEGIES: Registry[Strategy] = Registry(
+    "strategy", *(module.STRATEGY for module in (critic, best_of_n, foresight, thinking))
+)
 
 
 def summarise(record: Mapping[str, Any] | None) -> str:
@@ -42,16 +30,7 @@ def summarise(record: Mapping[str, Any] | None) -> str:
         return ""
     if record.get("context_length"):  # the graph kept the draft: the context was full
         return "no room left in the context, draft kept"
-    return check_strategy(record["strategy"]).summarise(record)
+    return STRATEGIES[record["strategy"]].summarise(record)
 
 
-__all__ = [
-    "REGISTRY",
-    "STRATEGIES",
-    "Kit",
-    "RefineRecord",
-    "Strategy",
-    "StrategyName",
-    "check_strategy",
-    "summarise",
-]
+__all__ = ["STRATEGIES", "Kit", "RefineRecord", "Strategy", "summarise"]

@@ -74,4 +74,4 @@ class BestOfNNodes(CandidateNodes):
         return {"kept": candidates[chosen], "refine": record.as_dict()}
 
 
-STRATEGY = Strategy("best_of_n", BestOfNState, BestOfNNodes, BestOfNRecord)
+STRATEGY = Strategy("best_of_n", BestOfNState, BestOfNNodes, BestOfNRecord, "guided search")

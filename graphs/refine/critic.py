@@ -123,4 +123,4 @@ async def record(state: CriticState) -> Update:
     }
 
 
-STRATEGY = Strategy("critic", CriticState, CriticNodes, CriticRecord)
+STRATEGY = Strategy("critic", CriticState, CriticNodes, CriticRecord, "LLM as a critic")

@@ -130,5 +130,5 @@ class ForesightNodes(CandidateNodes):
 
 
 STRATEGY = Strategy(
-    "foresight", ForesightState, ForesightNodes, ForesightRecord, uses_verifier=False
+    "foresight", ForesightState, ForesightNodes, ForesightRecord, "lookahead", uses_verifier=False
 )

@@ -5,7 +5,7 @@ entry, which builds the subgraph.
 A strategy's file (graphs/refine/<name>.py) holds its record, its scratch state (a `Scratch`
 with its own keys), its nodes as methods of a `StrategyNodes` subclass whose `wire` adds them
 to the subgraph (a strategy that chooses among N candidates subclasses `CandidateNodes`, which
-wires them already), and `STRATEGY = Strategy(name, <its scratch>, <its nodes>, <its record>)`.
+wires them already), and `STRATEGY = Strategy(name, <scratch>, <nodes>, <record>, <description>)`.
 `Strategy.build(kit)` compiles the subgraph `refine_<name>` that the loop mounts.
 """
 
@@ -188,14 +188,15 @@ class CandidateNodes(StrategyNodes):
 @dataclass(frozen=True)
 class Strategy:
     """A registry entry: the strategy's name, its scratch state (a `Scratch` with its own
-    keys), its nodes, its record type, and whether it asks the verifier (a strategy that does
-    not leaves the verifier's server idle, so that server's speed does not bound how many
-    questions a benchmark keeps in flight)."""
+    keys), its nodes, its record type, its description, and whether it asks the verifier (a
+    strategy that does not leaves the verifier's server idle, so that server's speed does not
+    bound how many questions a benchmark keeps in flight)."""
 
     name: str
     scratch: type
     nodes: type[StrategyNodes]
     record: type[RefineRecord]
+    description: str
     uses_verifier: bool = True
 
     def build(self, kit: Kit) -> RefineGraph:

@@ -81,4 +81,6 @@ class ThinkingNodes(StrategyNodes):
         }
 
 
-STRATEGY = Strategy("thinking", ThinkingState, ThinkingNodes, ThinkingRecord, uses_verifier=False)
+STRATEGY = Strategy(
+    "thinking", ThinkingState, ThinkingNodes, ThinkingRecord, "thinking switch", uses_verifier=False
+)

@@ -126,7 +126,7 @@ def check_against_replies(
     assert usage["llm_calls"] == len(backbone) + len(verifier)
 
 
-@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("strategy", STRATEGIES.names)
 async def test_every_step_and_decision_recomputes_from_the_servers_replies(
     cpu_server, strategy: str
 ) -> None:

@@ -78,14 +78,15 @@ def strategy_of_this_commit() -> str:
     checked-out commit, so that successive commits take turns (the date where git is absent)."""
     chosen = os.environ.get(STRATEGY_ENV, "").strip()
     if chosen:
-        if chosen not in STRATEGIES:
-            raise pytest.UsageError(f"{STRATEGY_ENV}={chosen}: choose one of {STRATEGIES}")
-        return chosen
+        try:
+            return STRATEGIES.check(chosen)
+        except ValueError as exc:
+            raise pytest.UsageError(f"{STRATEGY_ENV}: {exc}") from None
     head = subprocess.run(
         ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=False
     ).stdout.strip()
     turn = int(head, 16) if head else datetime.date.today().toordinal()
-    return STRATEGIES[turn % len(STRATEGIES)]
+    return STRATEGIES.names[turn % len(STRATEGIES)]
 
 
 async def solve_and_check(reasoner: RunningServer, strategies: Sequence[str]) -> None:

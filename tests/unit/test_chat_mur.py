@@ -125,7 +125,7 @@ async def test_callbacks_see_one_run_with_the_graph_beneath_it() -> None:
     ("make", "says"),
     [
         (lambda llm: ChatMUR(backbone=llm, gamma="high"), "gamma must be a valid number"),
-        (lambda llm: ChatMUR(backbone=llm, strategy="nope"), "strategy must be"),
+        (lambda llm: ChatMUR(backbone=llm, strategy="nope"), "unknown strategy 'nope'"),
         (lambda llm: ChatMUR(backbone=llm).bind_tools([]), "ChatMUR produces no tool calls"),
         (
             lambda llm: ChatMUR(backbone=llm).with_structured_output(dict),

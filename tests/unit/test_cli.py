@@ -29,7 +29,10 @@ from mur.servers.connect import Connection
 ROOT = Path(__file__).resolve().parents[2]
 
 BAD = {
-    "unknown strategy": (["--strategy", "beam"], "invalid choice"),
+    "unknown strategy": (
+        ["--strategy", "beam"],
+        "unknown strategy 'beam': choose one of critic, best_of_n, foresight, thinking",
+    ),
     "stop rule without batches": (
         ["--strategy", "critic", "--traces", "4", "--trace-stop", "momentum"],
         "settle, trace_stop and branch act between batches: set trace_batch below traces (4), got "
@@ -45,13 +48,16 @@ BAD = {
     "alpha one": (["--strategy", "critic", "--alpha", "1"], "alpha must be less than 1, got 1"),
     "unknown gate": (
         ["--strategy", "critic", "--gate", "sometimes"],
-        "gate must be 'never', 'always', 'mur'",
+        "unknown gate 'sometimes': choose one of never, always, mur, average, smart, random",
     ),
     "unknown gate in a list": (
         ["--strategy", "critic", "--dataset", "math500", "--gate", "mur,sometimes"],
-        "got 'sometimes'",
+        "unknown gate 'sometimes': choose one of never",
     ),
-    "bad choice": (["--strategy", "critic", "--thinking-style", "deep"], "invalid choice"),
+    "bad choice": (
+        ["--strategy", "critic", "--thinking-style", "deep"],
+        "unknown thinking_style 'deep': choose one of prefix, qwen3",
+    ),
     "rate out of range": (
         ["--strategy", "critic", "--target-scale-rate", "0.5,1.5"],
         "target_scale_rate must be less than or equal to 1, got 1.5",
@@ -327,7 +333,7 @@ def test_the_usage_error_is_one_line_through_the_shell() -> None:
         timeout=120,
     )
     assert done.returncode == 2 and done.stdout == ""
-    assert done.stderr.startswith("run.py: error: argument --strategy: invalid choice: 'beam'")
+    assert done.stderr.startswith("run.py: error: unknown strategy 'beam': choose one of critic")
     assert done.stderr.endswith("; see --help\n") and done.stderr.count("\n") == 1
 
 

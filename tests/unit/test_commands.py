@@ -38,13 +38,13 @@ NAMES = [words.removeprefix("mur ") for words in SUBCOMMANDS]
 # Bad input of each subcommand, refused before any server is touched or folder written: the
 # words after `mur <name>`, and what the one line says.
 BAD_INPUT = {
-    "solve": (["--strategy", "beam"], "argument --strategy: invalid choice: 'beam'"),
+    "solve": (["--strategy", "beam"], "unknown strategy 'beam': choose one of critic"),
     "servers": (["up", "--profile", "no-such-profile"], "invalid choice: 'no-such-profile'"),
     "endpoint": (["--max-runs", "0"], "--max-runs: must be > 0, got 0"),
     "report": (["/nonexistent/run"], "/nonexistent/run"),
     "compare": (["/nonexistent/a", "/nonexistent/b"], "/nonexistent/a"),
     "records": (["drop", "/nonexistent/run", "--gate", "mur"], "no records.jsonl"),
-    "experiment table1": (["--strategies", "beam", "--dry-run"], "unknown strategy beam"),
+    "experiment table1": (["--strategies", "beam", "--dry-run"], "unknown strategy 'beam'"),
     "experiment rescore": (["/nonexistent/run"], "/nonexistent/run"),
     "experiment verdicts": (["/nonexistent/run"], "/nonexistent/run"),
     "bench economy": (["--gates", "sometimes"], "'sometimes'"),

@@ -90,7 +90,7 @@ async def test_random_gate_draws_per_question_and_replays() -> None:
         scaled = [s["scaled"] for s in result["steps"]]
         kept = [s["uncertainty"] for s in result["steps"]]
         seed = question_seed(0, question)
-        assert replay_decisions("random", kept, rate=0.5, seed=seed) == scaled
+        assert replay_decisions("random", kept, random_rate=0.5, seed=seed) == scaled
         patterns.add(tuple(scaled))
     assert len(patterns) > 1  # one seed for all questions scaled the same steps in each
 
@@ -190,9 +190,9 @@ async def test_missing_logprobs_is_a_clear_error() -> None:
 def test_invalid_settings_fail_before_any_call() -> None:
     with pytest.raises(ValueError, match="gamma"):
         Context(gamma=0)
-    with pytest.raises(ValueError, match=r"gate must be 'never', .* got 'sometimes'"):
+    with pytest.raises(ValueError, match=r"unknown gate 'sometimes': choose one of never, "):
         Context(gate="sometimes")
-    with pytest.raises(ValueError, match=r"strategy must be 'critic', .* got 'beam'"):
+    with pytest.raises(ValueError, match=r"unknown strategy 'beam': choose one of critic, "):
         Context(strategy="beam")
 
 

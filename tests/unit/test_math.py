@@ -102,7 +102,10 @@ def test_raising_gamma_never_removes_a_scaled_step(seq, g1, g2, corrected) -> No
 @given(st.lists(uncertainty, min_size=1, max_size=30), gamma, st.booleans())
 def test_first_step_is_never_scaled_by_history_gates(seq, g, corrected) -> None:
     for gate in ("mur", "average", "random"):
-        assert replay_decisions(gate, seq, gamma=g, bias_correction=corrected, rate=1.0)[0] is False
+        assert (
+            replay_decisions(gate, seq, gamma=g, bias_correction=corrected, random_rate=1.0)[0]
+            is False
+        )
 
 
 @given(st.lists(uncertainty, min_size=1, max_size=30))
@@ -128,10 +131,12 @@ def test_smart_gate_reads_confidences() -> None:
 @settings(max_examples=30)
 @given(st.lists(uncertainty, min_size=2, max_size=40), st.integers(0, 2**31))
 def test_random_gate_is_seeded_and_matches_rate_extremes(seq, seed) -> None:
-    once = replay_decisions("random", seq, rate=0.5, seed=seed)
-    assert once == replay_decisions("random", seq, rate=0.5, seed=seed)
-    assert replay_decisions("random", seq, rate=0.0, seed=seed) == [False] * len(seq)
-    assert replay_decisions("random", seq, rate=1.0, seed=seed) == [False] + [True] * (len(seq) - 1)
+    once = replay_decisions("random", seq, random_rate=0.5, seed=seed)
+    assert once == replay_decisions("random", seq, random_rate=0.5, seed=seed)
+    assert replay_decisions("random", seq, random_rate=0.0, seed=seed) == [False] * len(seq)
+    assert replay_decisions("random", seq, random_rate=1.0, seed=seed) == [False] + [True] * (
+        len(seq) - 1
+    )
 
 
 def test_each_question_draws_its_own_random_steps_at_the_rate() -> None:
@@ -141,7 +146,7 @@ def test_each_question_draws_its_own_random_steps_at_the_rate() -> None:
     seeds = [question_seed(0, q) for q in questions]
     assert len(set(seeds)) == len(questions) and seeds[0] == question_seed(0, questions[0])
     assert question_seed(1, questions[0]) != seeds[0]
-    decisions = [replay_decisions("random", [0.1] * 10, rate=0.218, seed=s) for s in seeds]
+    decisions = [replay_decisions("random", [0.1] * 10, random_rate=0.218, seed=s) for s in seeds]
     share = sum(sum(d[1:]) for d in decisions) / (len(decisions) * 9)
     assert 0.19 < share < 0.25
     assert len({tuple(d) for d in decisions}) > 100  # patterns differ from question to question
@@ -160,10 +165,10 @@ def test_draft_uncertainties_replay_a_refined_trace() -> None:
 def test_decide_matches_replay_for_every_gate() -> None:
     seq, confs = [0.5, 0.9, 0.2, 1.4, 0.7], [0.9, 0.6, 0.95, 0.4, 0.8]
     for gate in GATES:
-        params = GateParams(rate=0.5, seed=3)
+        params = GateParams(random_rate=0.5, seed=3)
         history, live = GateHistory(), []
         for i, (m, c) in enumerate(zip(seq, confs, strict=True), start=1):
             d = decide(gate, step=i, uncertainty=m, confidence=c, history=history, params=params)
             live.append(d.scale)
             history.commit(m, params.alpha)
-        assert live == replay_decisions(gate, seq, confidences=confs, rate=0.5, seed=3)
+        assert live == replay_decisions(gate, seq, confidences=confs, random_rate=0.5, seed=3)

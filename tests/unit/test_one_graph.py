@@ -20,7 +20,7 @@ from fakes import FakeLogprobChat, Scripted
 from mur.graphs.loop import DEFAULT_CONTEXT
 from mur.graphs.model_calls import ModelCalls
 from mur.graphs.mur import build_graph
-from mur.graphs.refine import REGISTRY, STRATEGIES, Kit
+from mur.graphs.refine import STRATEGIES, Kit
 from mur.graphs.solve import solve
 from mur.graphs.state import Context
 from mur.servers.clients.errors import ServerError
@@ -37,7 +37,7 @@ def fake() -> FakeLogprobChat:
 def inner_nodes(strategy: str) -> set[str]:
     """The nodes of `strategy`'s subgraph, drawn on its own."""
     kit = Kit(strategy, fake(), fake(), DEFAULT_CONTEXT, ModelCalls())
-    return set(REGISTRY[strategy].build(kit).get_graph().nodes) - ENDS
+    return set(STRATEGIES[strategy].build(kit).get_graph().nodes) - ENDS
 
 
 def test_the_drawing_shows_the_traces_the_loop_and_every_strategys_own_nodes() -> None:

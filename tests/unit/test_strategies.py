@@ -12,7 +12,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
 from fakes import FakeLogprobChat, Scripted
 from mur.graphs.mur import build_graph
-from mur.graphs.refine import REGISTRY, STRATEGIES, RefineRecord, check_strategy, summarise
+from mur.graphs.refine import STRATEGIES, RefineRecord, summarise
 from mur.graphs.refine.critic import CriticRecord
 from mur.graphs.state import Context
 
@@ -188,7 +188,7 @@ SUMMARIES = {
 }
 
 
-@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("strategy", STRATEGIES.names)
 async def test_refine_records_keep_their_shape_and_summarise_themselves(strategy: str) -> None:
     result, _, _ = await run(strategy, foresight_selection="argmax")
     refine = result["steps"][0]["refine"]
@@ -201,7 +201,7 @@ async def test_refine_records_keep_their_shape_and_summarise_themselves(strategy
     json.dumps(result)  # plain data all the way down
 
 
-@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("strategy", STRATEGIES.names)
 async def test_uses_verifier_says_whether_the_strategy_asks_the_verifier(strategy: str) -> None:
     """The registry's `uses_verifier` decides whose throughput bounds a benchmark's questions
     in flight (evals.evaluation): it must match the calls the strategy makes."""
@@ -214,7 +214,7 @@ async def test_uses_verifier_says_whether_the_strategy_asks_the_verifier(strateg
         context=Context(strategy=strategy, gate="always", max_steps=2),
     )
     assert backbone.calls
-    assert bool(verifier.calls) == check_strategy(strategy).uses_verifier
+    assert bool(verifier.calls) == STRATEGIES[strategy].uses_verifier
 
 
 def test_critic_rounds_carry_a_revision_only_when_revised() -> None:
@@ -230,8 +230,6 @@ def test_critic_rounds_carry_a_revision_only_when_revised() -> None:
 
 
 def test_the_registry_is_the_list_of_strategies() -> None:
-    assert tuple(REGISTRY) == STRATEGIES == ("critic", "best_of_n", "foresight", "thinking")
-    for name, entry in REGISTRY.items():
-        assert entry.name == name and issubclass(entry.record, RefineRecord)
-    with pytest.raises(ValueError, match="unknown strategy 'beam': choose one of critic"):
-        check_strategy("beam")
+    assert STRATEGIES.names == ("critic", "best_of_n", "foresight", "thinking")
+    for entry in STRATEGIES.values():
+        assert entry.description and issubclass(entry.record, RefineRecord)

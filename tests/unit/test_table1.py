@@ -179,8 +179,8 @@ def test_cli_dry_run_and_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture
     assert "--verifier-profile cpu-tiny --out" in out and "sweep" not in out
     assert main(["--strategies", "critic,beam", "--dry-run"]) == 2
     assert capsys.readouterr().err.strip() == (
-        "mur experiment table1: unknown strategy beam: "
-        "choose from critic, best_of_n, foresight, thinking"
+        "mur experiment table1: unknown strategy 'beam': "
+        "choose one of critic, best_of_n, foresight, thinking"
     )
     with pytest.raises(SystemExit) as exited:  # the parser's, as for every command's --profile
         main([*args, "--profile", "nope"])
@@ -193,7 +193,7 @@ def test_cli_dry_run_and_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture
 @pytest.mark.parametrize(
     ("flags", "error"),
     [
-        (["--gates", "mur,bogus"], "--gates bogus: gate must be 'never', 'always', 'mur', "),
+        (["--gates", "mur,bogus"], "--gates bogus: unknown gate 'bogus': choose one of never, "),
         (["--gamma", "0"], "--gamma 0: gamma must be greater than 0, got 0.0"),
     ],
 )

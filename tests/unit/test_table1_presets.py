@@ -130,8 +130,8 @@ def test_the_random_baseline_waits_for_every_sample_of_mur(tmp_path: Path) -> No
         (["--concurrency", "0"], "mur experiment table1: error: argument --concurrency: must be "
          "> 0, got 0; see --help"),
         # mur solve's own check of a gate and a gamma (graphs.state.context_for), not a plan
-        (["--gates", "mur,bogus"], "mur experiment table1: --gates bogus: gate must be 'never', "
-         "'always', 'mur', 'average', 'smart' or 'random', got 'bogus'"),
+        (["--gates", "mur,bogus"], "mur experiment table1: --gates bogus: unknown gate 'bogus': "
+         "choose one of never, always, mur, average, smart, random"),
         (["--gates", "mur,mur@0.5"], "mur experiment table1: --gates mur@0.5: gate label "
          "'mur@0.5': only random takes a rate (random@0.12)"),
         (["--gamma", "0"], "mur experiment table1: --gamma 0: gamma must be greater than 0, got "

@@ -232,6 +232,8 @@ async def test_deepconf_online_stops_a_trace_mid_step_and_the_stream_with_it() -
         key = JobKey("math500", "q1", "critic", "never", None, sample)
         records.append(make_record(key, "1", full, full["answer"] == "1", 0.1))
     (question,), _ = question_traces(records)
-    rules = TraceRules(traces=4, batch=2, stop="confidence", stop_keep=1.0, window=2)
+    rules = TraceRules(
+        traces=4, trace_batch=2, trace_stop="confidence", stop_keep=1.0, group_window=2
+    )
     result = replay(question, rules)
     assert (result.correct, result.drawn, result.stopped, result.tokens) == (True, 4, 1, 27)

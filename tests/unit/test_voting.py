@@ -18,7 +18,7 @@ from mur.nodes.confidence import (
     trace_confidence,
 )
 from mur.nodes.settling import leader_beats_runner_up, next_batch, settled, top_two_counts
-from mur.nodes.stopping import should_stop, stop_threshold
+from mur.nodes.trace_stop import should_stop, stop_threshold
 from mur.nodes.voting import TraceOutcome, TraceRules, answer_key, tally
 
 
@@ -128,7 +128,7 @@ def test_all_traces_at_once_by_default() -> None:
 
 
 def test_agree_settles_when_the_last_batch_agrees() -> None:
-    rules = TraceRules(traces=8, batch=2, settle="agree")
+    rules = TraceRules(traces=8, trace_batch=2, settle="agree")
     assert next_batch([], rules) == 2
     assert next_batch([outcome(0, "1"), outcome(1, "1")], rules) == 0
     split = [outcome(0, "1"), outcome(1, "2")]
@@ -140,7 +140,7 @@ def test_agree_settles_when_the_last_batch_agrees() -> None:
 
 
 def test_consensus_needs_two_voters_and_the_share() -> None:
-    rules = TraceRules(traces=8, batch=1, settle="consensus", consensus=0.7)
+    rules = TraceRules(traces=8, trace_batch=1, settle="consensus", consensus=0.7)
     assert not settled([outcome(0, "1")], rules)
     assert settled([outcome(0, "1"), outcome(1, "1")], rules)
     assert not settled([outcome(0, "1"), outcome(1, "1"), outcome(2, "2")], rules)  # 0.67
@@ -172,7 +172,7 @@ def test_the_beta_stop_is_the_posterior_that_the_leader_beats_the_runner_up(
 
 
 def test_beta_settles_after_four_agreeing_answers_at_0_95() -> None:
-    rules = TraceRules(traces=8, batch=1, settle="beta", beta_confidence=0.95)
+    rules = TraceRules(traces=8, trace_batch=1, settle="beta", beta_confidence=0.95)
     agreeing = [outcome(i, "7") for i in range(4)]
     assert [settled(agreeing[:k], rules) for k in range(1, 5)] == [False, False, False, True]
     # a dissenting answer, a stopped trace and an unanswered one: 4 to 1 is not enough
@@ -183,7 +183,7 @@ def test_beta_settles_after_four_agreeing_answers_at_0_95() -> None:
 
 
 def test_doubling_draws_2_4_8_until_the_leader_holds_its_share() -> None:
-    rules = TraceRules(traces=16, batch=2, settle="doubling", consensus=0.75)
+    rules = TraceRules(traces=16, trace_batch=2, settle="doubling", consensus=0.75)
     assert next_batch([], rules) == 2
     split = [outcome(0, "1"), outcome(1, "2")]
     assert next_batch(split, rules) == 2  # 2 drawn: 2 more
@@ -199,20 +199,20 @@ def test_doubling_draws_2_4_8_until_the_leader_holds_its_share() -> None:
 
 def test_thresholds_come_from_the_warmup() -> None:
     warmup = [outcome(0, "a", momentum=1.0, lowest=4.0), outcome(1, "b", momentum=3.0, lowest=8.0)]
-    rules = TraceRules(traces=4, batch=2, stop="momentum", stop_keep=1.0)
+    rules = TraceRules(traces=4, trace_batch=2, trace_stop="momentum", stop_keep=1.0)
     assert stop_threshold(warmup, rules) == 3.0  # the larger final momentum
     assert stop_threshold(warmup, replace(rules, stop_keep=0.5)) == 2.0
-    confidence = replace(rules, stop="confidence", stop_keep=0.9)
+    confidence = replace(rules, trace_stop="confidence", stop_keep=0.9)
     assert stop_threshold(warmup, confidence) == pytest.approx(4.4)  # the 10% quantile
-    assert stop_threshold(warmup, replace(rules, stop="none")) is None
+    assert stop_threshold(warmup, replace(rules, trace_stop="none")) is None
     assert stop_threshold([outcome(0, "a", lowest=None)], confidence) is None
 
 
 def test_should_stop_reads_momentum_or_any_full_window() -> None:
-    momentum = TraceRules(traces=4, batch=2, stop="momentum")
+    momentum = TraceRules(traces=4, trace_batch=2, trace_stop="momentum")
     assert should_stop(momentum, 2.0, momentum=2.5, confidences=[])
     assert not should_stop(momentum, 2.0, momentum=2.0, confidences=[])
     assert not should_stop(momentum, None, momentum=9.0, confidences=[])
-    confidence = replace(momentum, stop="confidence", window=2)
+    confidence = replace(momentum, trace_stop="confidence", group_window=2)
     assert should_stop(confidence, 3.0, momentum=0.0, confidences=[5.0, 0.5, 5.0])
     assert not should_stop(confidence, 3.0, momentum=0.0, confidences=[5.0, 4.0, 5.0])

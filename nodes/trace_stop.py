@@ -1,7 +1,8 @@
-"""Stopping a trace part-way: the stop rules, one registry entry each. The warm-up batch sets
-a rule's threshold; each later trace is checked against it (after every step, and for the
-confidence rule token by token inside a step, where the request is closed and the server
-stops generating). A stopped trace has no vote.
+"""Stopping a trace part-way (Context's `trace_stop`; not a request's stop strings, nor the
+settle rules that stop drawing traces, nor a run being shut down): the stop rules, one
+registry entry each. The warm-up batch sets a rule's threshold; each later trace is checked
+against it (after every step, and for the confidence rule token by token inside a step, where
+the request is closed and the server stops generating). A stopped trace has no vote.
 
 - momentum (MUR's): the stop_keep quantile of the warm-ups' final momentum; a later trace
   stops once its momentum rises above it;
@@ -14,16 +15,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
 from mur.nodes.confidence import first_breach
+from mur.nodes.registry import Registry
 from mur.nodes.voting import TraceOutcome, TraceRules
 
 
 @dataclass(frozen=True)
-class Stop:
+class StopRule:
     """One rule that stops a later trace part-way."""
 
     name: str
@@ -45,39 +46,32 @@ def _confidence_threshold(warmup: Sequence[TraceOutcome], rules: TraceRules) -> 
     return float(np.quantile(lows, 1.0 - rules.stop_keep)) if lows else None
 
 
-REGISTRY: dict[str, Stop] = {
-    rule.name: rule
-    for rule in (
-        Stop("none", lambda warmup, rules: None, lambda *_: False, "every trace runs in full"),
-        Stop(
-            "momentum",
-            _momentum_threshold,
-            lambda rules, threshold, momentum, confidences: momentum > threshold,
-            "MUR's: its momentum rises above the warm-ups'",
+STOP_RULES = Registry(
+    "stop rule",
+    StopRule("none", lambda warmup, rules: None, lambda *_: False, "every trace runs in full"),
+    StopRule(
+        "momentum",
+        _momentum_threshold,
+        lambda rules, threshold, momentum, confidences: momentum > threshold,
+        "MUR's: its momentum rises above the warm-ups'",
+    ),
+    StopRule(
+        "confidence",
+        _confidence_threshold,
+        lambda rules, threshold, momentum, confidences: (
+            first_breach(confidences, threshold, rules.group_window) is not None
         ),
-        Stop(
-            "confidence",
-            _confidence_threshold,
-            lambda rules, threshold, momentum, confidences: (
-                first_breach(confidences, threshold, rules.window) is not None
-            ),
-            "DeepConf's online rule: a group's confidence falls below the warm-ups'",
-            reads_confidence=True,
-        ),
-    )
-}
-STOP_RULES: tuple[str, ...] = tuple(REGISTRY)
-if TYPE_CHECKING:
-    StopName = str
-else:  # the registry's names as a Literal: Context's choices, the CLI's and Studio's
-    StopName = Literal[STOP_RULES]
+        "DeepConf's online rule: a group's confidence falls below the warm-ups'",
+        reads_confidence=True,
+    ),
+)
 
 
 def stop_threshold(warmup: Sequence[TraceOutcome], rules: TraceRules) -> float | None:
     """The stop rule's threshold, from the warm-up traces (None: no stopping)."""
     if not warmup:
         return None
-    return REGISTRY[rules.stop].threshold(warmup, rules)
+    return STOP_RULES[rules.trace_stop].threshold(warmup, rules)
 
 
 def should_stop(
@@ -91,4 +85,4 @@ def should_stop(
     far (every full window among them), against the threshold."""
     if threshold is None:
         return False
-    return REGISTRY[rules.stop].breached(rules, threshold, momentum, confidences)
+    return STOP_RULES[rules.trace_stop].breached(rules, threshold, momentum, confidences)
