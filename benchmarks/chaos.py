@@ -340,7 +340,7 @@ def faults_of(text: str) -> tuple[str, ...]:
     unknown = [name for name in names if name not in FAULTS]
     if unknown or not names:
         raise argparse.ArgumentTypeError(
-            f"unknown fault {unknown[0] if unknown else text!r}; faults: {', '.join(FAULTS)}"
+            f"unknown fault {unknown[0] if unknown else text!r}: choose one of {', '.join(FAULTS)}"
         )
     return names
 

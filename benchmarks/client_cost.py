@@ -124,7 +124,7 @@ def chosen_arms(text: str) -> list[Arm]:
     names = [name.strip() for name in text.split(",") if name.strip()]
     unknown = [name for name in names if name not in ARM_NAMES]
     if unknown or not names:
-        raise ValueError(f"unknown arm {unknown[0]!r}; arms: {', '.join(ARM_NAMES)}")
+        raise ValueError(f"unknown arm {unknown[0]!r}: choose one of {', '.join(ARM_NAMES)}")
     return [arm for arm in ARMS if arm.name in names]
 
 

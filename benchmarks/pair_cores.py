@@ -48,7 +48,7 @@ def ways(text: str) -> tuple[CoreSharing, ...]:
         way = next((way for way in CORE_SHARING if way == word), None)
         if way is None:
             raise argparse.ArgumentTypeError(
-                f"unknown way {word!r}: choose from {', '.join(CORE_SHARING)}"
+                f"unknown way {word!r}: choose one of {', '.join(CORE_SHARING)}"
             )
         chosen.append(way)
     if not chosen:

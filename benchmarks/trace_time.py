@@ -36,10 +36,9 @@ from typing import Any
 from mur.evals.harness.records import describe_differences
 from mur.evals.questions import load_dataset
 from mur.evals.report.live import first_ids
+from mur.experiments.parallel_traces import MUR_ESC
 from mur.graphs.mur import build_graph
 from mur.graphs.state import Context, output_of
-from mur.graphs.traces import MUR_ESC
-from mur.nodes.branching import MUR_RULE
 from mur.servers.cli import OneLineParser, comma_choices, positive_int, usage_error
 from mur.servers.clients.errors import ServerError
 from mur.servers.clients.metrics import generation_tokens, prompt_tokens, settled
@@ -58,7 +57,7 @@ PROG = "mur bench trace_time"
 ARMS: dict[str, Mapping[str, Any]] = {
     "majority@8": {"traces": 8},
     "mur-esc": MUR_ESC,
-    "MUR branching": {**MUR_ESC, "branch": MUR_RULE},
+    "MUR branching": {**MUR_ESC, "branch": "mur_max"},
     "EAGer branching": {**MUR_ESC, "branch": "eager"},
 }
 

@@ -65,4 +65,4 @@ def _unknown(group: Command, name: str, prog: str) -> int:
         return usage_error(
             prog, f"unknown option {name!r}: options go after a command{solve}; commands: {choices}"
         )
-    return usage_error(prog, f"unknown command {name!r}: choose from {choices}")
+    return usage_error(prog, f"unknown command {name!r}: choose one of {choices}")

@@ -121,12 +121,12 @@ MUR = Command(
         Command(
             "report",
             "a run folder's tables and plots, again from its records",
-            "mur.evals.report.tables",
+            "mur.cli.report",
         ),
         Command(
             "compare",
             "two results folders side by side, paired on their common questions",
-            "mur.evals.report.compare",
+            "mur.cli.compare",
         ),
         Command(
             "records",

@@ -21,6 +21,7 @@ from statistics import fmean
 
 from mur.graphs.state import Context
 from mur.nodes.gate_labels import parse_gate_label
+from mur.nodes.registry import Registry
 
 
 @dataclass(frozen=True)
@@ -79,7 +80,7 @@ PAPER_GPU = Preset(
     thinking_style="qwen3",
 )
 
-PRESETS: dict[str, Preset] = {preset.name: preset for preset in (PAPER_GPU,)}
+PRESETS: Registry[Preset] = Registry("preset", PAPER_GPU)
 
 
 # ----------------------------------------------------------------------------- the budget

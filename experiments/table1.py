@@ -8,7 +8,7 @@ For each dataset and strategy, into `<results>/<dataset>-<strategy>-<tag>/`, thr
 `mur solve ... --dataset` command (the `mur` console script installed with the project), so each
 folder's command.txt reads like a user's:
 
-1. main: the paper's rows (nodes.gate_labels.PAPER_TABLE_LABELS: never, always, mur, mur+bc,
+1. main: the paper's rows (nodes.gate_labels.STANDARD_LABELS: never, always, mur, mur+bc,
    average, smart) at the dataset's gamma;
 2. random: the random gate at the rate that scales as many steps as MUR did in phase 1
    (computed from its records, so phase 1 must be complete);
@@ -57,7 +57,7 @@ from mur.evals.report.headlines import matched_random_rate
 from mur.experiments.presets import PRESETS, DatasetRun, Preset, Tokens, budget_lines, run_tokens
 from mur.graphs.refine import STRATEGIES
 from mur.graphs.state import context_for
-from mur.nodes.gate_labels import PAPER_TABLE_LABELS
+from mur.nodes.gate_labels import STANDARD_LABELS
 from mur.servers.cli import OneLineParser, positive_int
 from mur.servers.clients.errors import ServerError
 from mur.servers.connect import add_connection_arguments, connection_argv
@@ -102,7 +102,7 @@ class Table1Plan:
     results: Path
     tag: str
     run_args: tuple[str, ...]  # mur flags shared by every command
-    main_gates: tuple[str, ...] = PAPER_TABLE_LABELS
+    main_gates: tuple[str, ...] = STANDARD_LABELS
     data_dir: str | None = None  # for the datasets the project does not ship (GPQA)
     preset: Preset | None = None  # the preset it came from: the dry run prints its budget
 
@@ -327,10 +327,8 @@ def _csv(kind: type) -> Callable[[str], tuple]:
 def _preset(name: str) -> Preset:
     try:
         return PRESETS[name]
-    except KeyError:
-        raise argparse.ArgumentTypeError(
-            f"unknown preset {name!r}: choose from {', '.join(PRESETS)}"
-        ) from None
+    except ValueError as exc:  # the registry's one line, naming the presets
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
@@ -343,7 +341,7 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     add = parser.add_argument
     unshipped = [name for name in DATASETS if name not in PUBLIC_DATASETS]
     add("--preset", type=_preset, metavar="NAME", help="named settings: "
-        + "; ".join(f"{p.name}: {p.description}" for p in PRESETS.values())
+        + PRESETS.describe()
         + ". Sets the strategies, the datasets with their gammas and samples, the server "
         "profiles (and the backbone's URL, unless --base-url or MUR_BASE_URL says where) and "
         "the thinking settings; other flags still apply")  # fmt: skip
@@ -356,7 +354,7 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     add("--sweep", type=_csv(float), help="gammas of the sweep (default "
         f"{','.join(map(str, DEFAULT_SWEEP))}; with --preset, none)")  # fmt: skip
     add("--sweep-strategies", type=_csv(str), help="default: the first strategy")
-    add("--gates", type=_csv(str), default=PAPER_TABLE_LABELS, help="the main phase's gates")
+    add("--gates", type=_csv(str), default=STANDARD_LABELS, help="the main phase's gates")
     add("--concurrency", type=positive_int, help="questions in flight (default: measured by mur)")
     add("--data-dir", help=f"where the datasets the project does not ship ({', '.join(unshipped)}) "
         f"are read from, or 'hf': passed to their {COMMAND} commands (default: ${DATA_DIR_ENV}, "

@@ -35,18 +35,6 @@ from mur.nodes.voting import TraceOutcome, answer_key, tally, vote_weight
 
 Update = dict[str, Any]
 
-MUR_ESC: dict[str, Any] = {
-    "traces": 8,
-    "trace_batch": 2,
-    "settle": "agree",
-    "trace_stop": "momentum",
-    "stop_keep": 1.0,
-}
-"""MUR's adaptive trace rule, mur-esc (results/prereg-parallel-traces.md, H6), as Context
-settings: traces two at a time, at most 8, until a pair agrees; a trace after the first two
-stops once its momentum exceeds theirs."""
-
-
 # ---------------------------------------------------------------------------- summaries
 
 

@@ -123,11 +123,6 @@ BRANCH_RULES = Registry(
     BranchRule(
         "mur_first", _mur_first, "MUR: the first step the gamma-gate flags (then by excess)"
     ),
-    BranchRule(
-        "mur",
-        _mur_max,
-        "MUR's branch rule as pre-registered (results/prereg-branching-fresh.md): mur_max",
-    ),
     BranchRule("random", _random, "a uniformly random step (2..n) of the parent"),
     BranchRule(
         "eager",
@@ -136,9 +131,6 @@ BRANCH_RULES = Registry(
         reads_entropy=True,
     ),
 )
-MUR_RULE = "mur"
-"""MUR's branch rule: the pilot of results/prereg-branching-fresh.md chose mur_max (it tied
-mur_first on accuracy and spent fewer tokens)."""
 
 
 def branch_points(

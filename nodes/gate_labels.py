@@ -13,11 +13,9 @@ from typing import Any
 
 from mur.nodes.gates import GAMMA_GATES, GATES
 
-#: The paper's Table 1 rows as labels, from the gates' registry: Vanilla CoT, Per-Step Scale,
-#: MUR with and without the appendix's bias correction, and the two cheap baselines.
-PAPER_TABLE_LABELS: tuple[str, ...] = tuple(
-    label for gate in GATES.values() for label in gate.table_labels
-)
+#: Every gate in its standard settings, as labels, from the gates' registry (never, always, mur
+#: with and without bias correction, average, smart: the rows of the paper's table).
+STANDARD_LABELS: tuple[str, ...] = tuple(label for gate in GATES.values() for label in gate.labels)
 
 # Budget-mode Context fields and how a label names them.
 BUDGET_LABELS = {"budget_tokens": "budget", "target_scale_rate": "rate"}

@@ -84,8 +84,9 @@ class Gate:
     (step 1 has none, and is never scaled by them), 1 for the others."""
     reads_gamma: bool = False
     """Its decision depends on gamma, so a gamma sweep runs it once per gamma."""
-    table_labels: tuple[str, ...] = ()
-    """Its rows of the paper's Table 1, as gate labels (`nodes.gate_labels`)."""
+    labels: tuple[str, ...] = ()
+    """The labels a run names it by in its standard settings (`nodes.gate_labels`: `mur+bc` is
+    mur with bias correction); an evaluation of every gate runs them all."""
 
 
 def _mur(call: GateCall) -> GateDecision:
@@ -118,34 +119,34 @@ GATES = Registry(  # the paper's order: its Table 1 rows follow it
         lambda call: GateDecision(False),
         "Vanilla CoT: no step",
         from_step=1,
-        table_labels=("never",),
+        labels=("never",),
     ),
     Gate(
         "always",
         lambda call: GateDecision(True),
         "Per-Step Scale: every step",
         from_step=1,
-        table_labels=("always",),
+        labels=("always",),
     ),
     Gate(
         "mur",
         _mur,
         "MUR's gamma-gate: m_t > M_{t-1} - ln(gamma)",
         reads_gamma=True,
-        table_labels=("mur", "mur+bc"),
+        labels=("mur", "mur+bc"),
     ),
     Gate(
         "average",
         _average,
         "Avg uncertainty: m_t above the mean of the kept steps'",
-        table_labels=("average",),
+        labels=("average",),
     ),
     Gate(
         "smart",
         _smart,
         "SMART: mean token probability below tau",
         from_step=1,
-        table_labels=("smart",),
+        labels=("smart",),
     ),
     Gate("random", _random, "random at a rate, to match another gate's scaled share"),
 )

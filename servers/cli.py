@@ -94,7 +94,7 @@ def comma_choices(choices: Collection[str], noun: str) -> Callable[[str], tuple[
         if unknown or not chosen:
             named = ", ".join(repr(name) for name in unknown) or repr(text)
             raise argparse.ArgumentTypeError(
-                f"unknown {noun} {named}: choose from {', '.join(choices)}"
+                f"unknown {noun} {named}: choose one of {', '.join(choices)}"
             )
         return chosen
 

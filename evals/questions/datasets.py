@@ -12,6 +12,7 @@ from __future__ import annotations
 from mur.evals.questions import parsers
 from mur.evals.questions.grading import choice_equal, extract_answer, integer_equal, math_equal
 from mur.evals.questions.problem import Dataset, HubSplit, Problem
+from mur.nodes.registry import Registry
 
 _AIME_SYSTEM = "You are a helpful math assistant."
 
@@ -58,22 +59,17 @@ GPQA_DIAMOND = Dataset(
     "the hub is gated: accept its terms there, then `hf auth login`",
 )
 
-REGISTRY: dict[str, Dataset] = {
-    entry.name: entry for entry in (MATH500, AIME24, AIME25, GPQA_DIAMOND)
-}
+REGISTRY: Registry[Dataset] = Registry("dataset", MATH500, AIME24, AIME25, GPQA_DIAMOND)
 #: The benchmark names ``load_dataset`` accepts.
-DATASETS: tuple[str, ...] = tuple(REGISTRY)
+DATASETS: tuple[str, ...] = REGISTRY.names
 #: The benchmarks whose files ship inside the project.
-PUBLIC_DATASETS: tuple[str, ...] = tuple(name for name, d in REGISTRY.items() if d.public)
+PUBLIC_DATASETS: tuple[str, ...] = tuple(d.name for d in REGISTRY.values() if d.public)
 
 
 def check_dataset(name: str) -> Dataset:
     """The registry entry of ``name`` (case-insensitive), or a ValueError naming the valid
     ones."""
-    key = name.strip().lower() if isinstance(name, str) else name
-    if key not in REGISTRY:
-        raise ValueError(f"unknown dataset {name!r}; valid names: {', '.join(DATASETS)}")
-    return REGISTRY[key]
+    return REGISTRY[name.strip().lower() if isinstance(name, str) else name]
 
 
 def describe() -> str:
@@ -90,12 +86,6 @@ def grade(problem: Problem, prediction: str | None) -> bool:
     """
     if not isinstance(prediction, str):
         return False
-    try:
-        entry = REGISTRY[problem.dataset]
-    except KeyError:
-        raise ValueError(
-            f"grade() does not know dataset {problem.dataset!r}; "
-            f"expected one of {', '.join(DATASETS)}"
-        ) from None
+    entry = REGISTRY[problem.dataset]
     answer = extract_answer(prediction)
     return entry.grade(prediction if answer is None else answer, problem.answer)

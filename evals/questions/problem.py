@@ -126,6 +126,10 @@ class Dataset:
     public: bool = True  # ships in evals/questions/data; False: never in the repository
     access: str = ""  # for a set that is not public: why, and how to get it
 
+    @property
+    def description(self) -> str:
+        return self.title
+
     def problem(self, parsed: Parsed) -> Problem:
         return Problem(
             dataset=self.name,

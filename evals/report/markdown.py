@@ -1,4 +1,4 @@
-"""report.md: the benchmark rows as Markdown tables, the MUR headline and how it is computed.
+"""report.md: an evaluation's rows as Markdown tables, the MUR headline and how it is computed.
 
 Kept apart from the numbers (evals/report/tables.py) so that the table layout can change without
 touching the statistics. Accuracies arrive as fractions and print as percent.
@@ -258,7 +258,7 @@ def to_markdown(
 ) -> str:
     runs = sum(r.runs for r in rows if r.dataset != "average")
     lines = [
-        "# Benchmark report",
+        "# Evaluation report",
         "",
         f"From `{source}`: {runs} runs, {len(_sections(rows))} dataset/strategy table(s). "
         "Recompute with `mur report DIR`.",

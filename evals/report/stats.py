@@ -1,4 +1,4 @@
-"""The statistics behind the benchmark tables: bootstrap intervals and the paired exact test.
+"""The statistics behind the evaluation tables: bootstrap intervals and the paired exact test.
 
 The unit of evidence is the question: a question's score is the mean correctness of its
 samples, so several samples of one question never count as independent questions. Two

@@ -17,10 +17,8 @@ gamma_sweep.png beside the records.
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
-import sys
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
@@ -33,9 +31,8 @@ from mur.evals.harness.records import load_records
 from mur.evals.harness.run_record import RunRecord, setting_of
 from mur.evals.report import stats
 from mur.evals.report.choices import Choice, mur_choices
+from mur.evals.report.experiment import Evidence, Experiment, decisions_markdown
 from mur.evals.report.headlines import HEADLINE_GAMMA, Headline, headline_json, headlines
-from mur.evals.report.hypotheses import hypothesis_tests
-from mur.evals.report.hypotheses import to_markdown as hypotheses_markdown
 from mur.evals.report.live import load_arm
 from mur.evals.report.markdown import to_markdown
 from mur.evals.report.pairing import (
@@ -50,15 +47,8 @@ from mur.evals.report.pairing import (
     setting_order,
 )
 from mur.evals.report.plots import plot_accuracy_vs_tokens, plot_gamma_sweep
-from mur.evals.report.preregs import PREREGS
 from mur.evals.report.rows import Row, RunTime
-from mur.evals.report.trace_report import (
-    DEFAULT_PREREG,
-    online_check,
-    online_markdown,
-    trace_section,
-)
-from mur.servers.cli import OneLineParser, positive_float, positive_int
+from mur.evals.report.trace_report import trace_section
 
 
 @dataclass(frozen=True)
@@ -206,30 +196,32 @@ def has_traces(records: Sequence[RunRecord]) -> bool:
     return len(settings) == 1 and any(r["sample"] > 0 for r in records)
 
 
+READS = {"traces": "a folder of one setting's traces", "folders": "several run folders combined"}
+
+
 def write_report(
     folder: str | Path,
     *,
+    experiments: Sequence[Experiment] = (),
     headline_gamma: float = HEADLINE_GAMMA,
     resamples: int = stats.RESAMPLES,
     seed: int = stats.SEED,
     sources: Sequence[str | Path] = (),
-    predicted_by: str | Path | None = None,
-    prereg: str = DEFAULT_PREREG,
     live: Mapping[str, str | Path] | None = None,
 ) -> Report:
     """Recompute every table and plot of a run folder from its records (plain and packed).
 
     With `sources` (several run folders, e.g. one per strategy) the report combines their
-    records into `folder`, and adds the pre-registered hypotheses per strategy and pooled
-    (`evals.report.hypotheses`). With `predicted_by` (a folder of recorded traces) it adds
-    the online check of this folder's live trace rule against their replays. A folder of
-    traces decides the hypotheses of `prereg` (evals.report.preregs), with the `live` folders
-    (by name) beside its replayed rules."""
+    records into `folder`. The first of `experiments` that reads what the records are (a
+    folder of one setting's traces, or several folders combined) decides its hypotheses; a
+    folder of traces replays its rules, with the `live` folders (by name) beside them."""
     folder = Path(folder)
-    if prereg not in PREREGS:
-        raise ValueError(f"unknown pre-registration {prereg!r}: choose one of {', '.join(PREREGS)}")
     arms = [load_arm(name, path) for name, path in (live or {}).items()]
     records = [r for source in sources for r in load_records(source)] or load_records(folder)
+    traced = has_traces(records)
+    experiment = _chosen(experiments, "traces" if traced else "folders" if sources else None)
+    if arms and not traced:
+        raise ValueError(f"--live compares with recorded traces, and {folder} holds none")
     folder.mkdir(parents=True, exist_ok=True)
     rows = summarize(records, resamples=resamples, seed=seed)
     heads = headlines(records, headline_gamma, resamples=resamples, seed=seed)
@@ -249,24 +241,29 @@ def write_report(
         plots=[p.name for p in (plot_path, sweep_path) if p is not None],
         served={str(f): served_by(f) for f in [*(sources or [folder]), *(live or {}).values()]},
     )
-    tests = hypothesis_tests(records, headline_gamma, resamples=resamples, seed=seed)
+    decided: dict[str, Any] = {}
+    if experiment is not None and not traced:
+        decisions = experiment.decide(Evidence(records, headline_gamma, resamples, seed))
+        decided = {"prereg": experiment.document, "hypotheses": [asdict(d) for d in decisions]}
+        markdown = (
+            f"## The claim, tested\n\n{decisions_markdown(experiment, decisions)}\n\n{markdown}"
+        )
     if sources:
         listed = ", ".join(f"`{source}`" for source in sources)
-        markdown = f"Combined from {listed}.\n\n{hypotheses_markdown(tests)}\n{markdown}"
+        markdown = f"Combined from {listed}.\n\n{markdown}"
     traces: dict[str, Any] = {}
     traces_plot: Path | None = None
-    if has_traces(records):
+    if traced:
         section, traces, traces_plot = trace_section(
-            records, folder, prereg=prereg, arms=arms, resamples=resamples, seed=seed
+            records,
+            folder,
+            experiment=experiment,
+            arms=arms,
+            headline_gamma=headline_gamma,
+            resamples=resamples,
+            seed=seed,
         )
         markdown = f"{markdown}\n{section}"
-    elif arms:
-        raise ValueError(f"--live compares with recorded traces, and {folder} holds none")
-    online: dict[str, Any] = {}
-    if predicted_by is not None:
-        check = online_check(load_records(predicted_by), records)
-        markdown = f"{markdown}\n{online_markdown(check, str(predicted_by))}"
-        online = {"predicted_by": str(predicted_by), "passes": check.passes, **asdict(check)}
     markdown_path = folder / "report.md"
     json_path = folder / "report.json"
     markdown_path.write_text(markdown)
@@ -275,15 +272,28 @@ def write_report(
         "headlines": [headline_json(h) for h in heads],
         "mur_choices": [{**asdict(c), "pairing": pairing_json(c.pairing)} for c in choices],
         "run_time": asdict(timing),
-        **({"hypotheses": [asdict(t) for t in tests]} if sources else {}),
+        **decided,
         **({"traces": traces} if traces else {}),
-        **({"online_check": online} if online else {}),
         "method": {"resamples": resamples, "seed": seed, "confidence": stats.CONFIDENCE},
     }
     json_path.write_text(json.dumps(_finite(document), indent=1, allow_nan=False) + "\n")
     return Report(
         rows, heads, choices, markdown, markdown_path, json_path, plot_path, sweep_path, traces_plot
     )
+
+
+def _chosen(experiments: Sequence[Experiment], reads: str | None) -> Experiment | None:
+    """The first experiment that reads what the records are; one named for what they are not
+    is an error."""
+    chosen = next((e for e in experiments if e.reads == reads), None)
+    if chosen is None and len(experiments) == 1:
+        wanted = experiments[0]
+        held = READS.get(reads or "", "one run folder without traces")
+        raise ValueError(
+            f"{wanted.name} ({wanted.document}) decides on {READS[wanted.reads]}; "
+            f"these records are {held}"
+        )
+    return chosen
 
 
 def _finite(value: Any) -> Any:
@@ -295,101 +305,3 @@ def _finite(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [_finite(v) for v in value]
     return value
-
-
-PROG = "mur report"
-
-
-def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
-    parser = OneLineParser(prog=prog, description="Tables and plots from a run's records.")
-    parser.add_argument(
-        "run_dirs",
-        nargs="+",
-        metavar="run_dir",
-        help="a folder of benchmark records (mur solve --out); several, with --out, combine",
-    )
-    parser.add_argument(
-        "--out",
-        type=Path,
-        help="with several folders: where the combined report.md and plots go (the "
-        "hypotheses H1-H3 per strategy and pooled are added)",
-    )
-    parser.add_argument(
-        "--headline-gamma",
-        type=positive_float,
-        default=HEADLINE_GAMMA,
-        help="the MUR gamma the headline compares with always (default 0.9, the paper's)",
-    )
-    parser.add_argument(
-        "--resamples", type=positive_int, default=stats.RESAMPLES, help="bootstrap resamples"
-    )
-    parser.add_argument("--seed", type=int, default=stats.SEED, help="bootstrap seed")
-    parser.add_argument(
-        "--predicted-by",
-        type=Path,
-        metavar="DIR",
-        help="the online check: run_dir holds a live run of one trace rule, DIR the same "
-        "questions' recorded traces; the report adds whether the live accuracy and tokens "
-        "fall where replaying the rule on DIR predicts",
-    )
-    parser.add_argument(
-        "--prereg",
-        choices=tuple(PREREGS),
-        default=DEFAULT_PREREG,
-        help="a folder of traces: whose pre-registered hypotheses to decide "
-        + "; ".join(f"{p.name}: {p.document}" for p in PREREGS.values()),
-    )
-    parser.add_argument(
-        "--live",
-        type=_named_folder,
-        action="append",
-        default=[],
-        metavar="NAME=DIR",
-        help="a folder of traces: a live run of a trace rule on (some of) its questions, shown "
-        "beside the replayed rules against majority@K; the pre-registration reads its arms by "
-        "name (branching-fresh: mur, random, eager)",
-    )
-    return parser
-
-
-def _named_folder(text: str) -> tuple[str, Path]:
-    name, sep, folder = text.partition("=")
-    if not sep or not name or not folder:
-        raise argparse.ArgumentTypeError(f"expected NAME=DIR, got {text!r}")
-    return name, Path(folder)
-
-
-def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
-    """Write and print the report of one folder (or of several, combined into --out)."""
-    parser = build_parser(prog)
-    args = parser.parse_args(argv)
-    names = [name for name, _ in args.live]
-    if repeated := sorted({n for n in names if names.count(n) > 1}):
-        parser.error(f"--live names each arm once: {', '.join(repeated)} given twice")
-    if len(args.run_dirs) > 1 and args.out is None:
-        parser.error("several folders combine into one report: name it with --out DIR")
-    combined = len(args.run_dirs) > 1 or args.out is not None
-    try:
-        report = write_report(
-            args.out if combined else args.run_dirs[0],
-            headline_gamma=args.headline_gamma,
-            resamples=args.resamples,
-            seed=args.seed,
-            sources=args.run_dirs if combined else (),
-            predicted_by=args.predicted_by,
-            prereg=args.prereg,
-            live=dict(args.live),
-        )
-    except (FileNotFoundError, ValueError) as exc:
-        print(f"{prog}: {exc}", file=sys.stderr)
-        return 2
-    print(report.markdown)
-    written = [
-        report.markdown_path,
-        report.json_path,
-        report.plot_path,
-        report.sweep_path,
-        report.traces_plot_path,
-    ]
-    print("written: " + ", ".join(str(p) for p in written if p), file=sys.stderr)
-    return 0

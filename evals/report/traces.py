@@ -5,8 +5,7 @@ calls (nodes.voting, nodes.settling, nodes.trace_stop, graphs.traces, graphs.loo
 Traces are independent samples, so a rule replayed on them in sample order is what a live run
 would have done on those draws.
 
-The replays feed the pre-registered decisions, which evals/report/preregs.py takes (H4-H7 of
-results/prereg-parallel-traces.md among them).
+Which rules are replayed is an experiment's choice (experiments/, e.g. parallel_traces.RULES).
 """
 
 from __future__ import annotations
@@ -25,7 +24,7 @@ from mur.evals.report import stats
 from mur.graphs.loop import stops_after, trace_confidences
 from mur.graphs.records import StepRecord, TraceSummary
 from mur.graphs.state import Context
-from mur.graphs.traces import MUR_ESC, outcome_of, summarize_trace
+from mur.graphs.traces import outcome_of, summarize_trace
 from mur.nodes.confidence import first_breach
 from mur.nodes.settling import next_batch
 from mur.nodes.trace_stop import STOP_RULES, stop_threshold
@@ -274,74 +273,3 @@ def run_rule(name: str, questions: Sequence[Question], rules: TraceRules) -> Rul
         stopped_per_question=float(np.mean([r.stopped for r in values])),
         per_question=results,
     )
-
-
-def named_rules(traces: int) -> dict[str, TraceRules]:
-    """The rules the report replays (the pre-registration names them), by name."""
-    full = TraceRules(traces=traces)
-    adaptive = replace(full, trace_batch=2)
-    esc = mur_esc(traces)
-    return {
-        "majority": full,
-        "momentum vote (MUR)": replace(full, vote="momentum"),
-        "DeepConf offline, top 90%": replace(full, vote="confidence", vote_keep=0.9),
-        "DeepConf offline, top 10%": replace(full, vote="confidence", vote_keep=0.1),
-        "adaptive, consensus 0.95": replace(adaptive, settle="consensus"),
-        "DeepConf online, keep 90%": replace(
-            adaptive, vote="confidence", settle="consensus", trace_stop="confidence", stop_keep=0.9
-        ),
-        "DeepConf online, keep 10%": replace(
-            adaptive, vote="confidence", settle="consensus", trace_stop="confidence", stop_keep=0.1
-        ),
-        "mur-esc": esc,
-        # mur-esc taken apart: how much of its saving is the settling, how much the stop.
-        "mur-esc's settling alone (ESC, window 2)": replace(esc, trace_stop="none"),
-        "mur-esc's momentum stop alone": replace(esc, settle="never"),
-        # The statistical stops (nodes.settling): ESC's window (2 is the settling alone above),
-        # the Beta stop, its_hub's doubling.
-        "ESC, window 4": replace(full, trace_batch=4, settle="agree"),
-        "Beta stop 0.95 (Adaptive-Consistency, its_hub)": replace(
-            full, trace_batch=1, settle="beta"
-        ),
-        "its_hub doubling, share 0.75": replace(adaptive, settle="doubling", consensus=0.75),
-    }
-
-
-def mur_esc(traces: int = 8) -> TraceRules:
-    """H6's named adaptive rule (graphs.traces.MUR_ESC): batches of 2, settle when a batch
-    agrees, MUR's momentum stop at the warm-up's largest final momentum, majority vote."""
-    return replace(Context(**MUR_ESC).trace_rules(), traces=traces)
-
-
-@dataclass(frozen=True)
-class Prediction:
-    """Where a live run of a rule should land: the 2.5-97.5th percentiles, over replays, of
-    its accuracy and its tokens, traces drawn and traces stopped a question."""
-
-    accuracy: stats.Interval
-    tokens: stats.Interval
-    traces: stats.Interval
-    stopped: stats.Interval
-
-
-def prediction_interval(
-    questions: Sequence[Question], rules: TraceRules, *, replays: int = 2000, seed: int = 0
-) -> Prediction:
-    """What a live run of `rules` on these questions should land in, over `replays` random
-    orders of each question's recorded traces."""
-    rng = np.random.default_rng(seed)
-    means: list[tuple[float, float, float, float]] = []
-    for _ in range(replays):
-        results = [
-            replay(q, rules, order=rng.permutation(len(q.traces)).tolist()) for q in questions
-        ]
-        means.append(
-            (
-                float(np.mean([r.correct for r in results])),
-                float(np.mean([r.tokens for r in results])),
-                float(np.mean([r.drawn for r in results])),
-                float(np.mean([r.stopped for r in results])),
-            )
-        )
-    low, high = np.percentile(np.array(means), [2.5, 97.5], axis=0)
-    return Prediction(*(stats.Interval(float(a), float(b)) for a, b in zip(low, high, strict=True)))

@@ -66,7 +66,7 @@ def cpu_weights() -> str:
     """The format CPU profiles serve: `$MUR_CPU_WEIGHTS` if set, else bf16.
 
     bf16 on every CPU: W8A8 is faster where the CPU has VNNI, but it was not shown to answer
-    as well (the decision and its numbers: results/prereg-int8.md). A CPU check choosing a
+    as well (servers/README.md, "weight formats", says by how much). A CPU check choosing a
     faster format would go here.
     """
     override = os.environ.get(WEIGHTS_ENV, "").strip()

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from mur.evals.harness.records import load_records
-from mur.nodes.gate_labels import PAPER_TABLE_LABELS as MAIN_GATES
+from mur.nodes.gate_labels import STANDARD_LABELS as MAIN_GATES
 
 ROOT = Path(__file__).resolve().parents[2]
 QUESTIONS = 1  # every phase of the table needs only one; each question is a run per gate

@@ -13,7 +13,7 @@ import pytest
 from mur.evals.harness.records import load_records
 from mur.evals.questions import load_dataset
 from mur.experiments.table1 import build_parser, make_plan, run_mur
-from mur.nodes.gate_labels import PAPER_TABLE_LABELS
+from mur.nodes.gate_labels import STANDARD_LABELS
 from tiny_qwen3 import SERVED_NAME, TinyQwen3Server
 
 pytestmark = pytest.mark.integration
@@ -40,13 +40,13 @@ def test_the_paper_presets_first_question_gives_a_record_per_gate(
 
     records = load_records(first.folder)
     (question,) = load_dataset("math500", limit=1)
-    assert sorted(r["gate"] for r in records) == sorted(PAPER_TABLE_LABELS)
+    assert sorted(r["gate"] for r in records) == sorted(STANDARD_LABELS)
     for record in records:
         assert (record["dataset"], record["problem_id"]) == ("math500", question.id)
         assert (record["strategy"], record["sample"]) == ("critic", 0)
         assert record["gamma"] == (0.9 if record["gate"] in ("mur", "mur+bc") else None)
         assert record["steps_total"] >= 1 and record["usage"]["backbone_tokens"] > 0
-    assert plan.progress(first) == (len(PAPER_TABLE_LABELS), len(PAPER_TABLE_LABELS))
+    assert plan.progress(first) == (len(STANDARD_LABELS), len(STANDARD_LABELS))
     # The preset's settings reached mur (the thinking switch's, the qwen3-1.7b profile's), the
     # user's caps came after them, and the external model is the server named for it.
     settings = json.loads((first.folder / "settings.json").read_text())

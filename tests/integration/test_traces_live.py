@@ -65,13 +65,13 @@ def test_run_py_votes_over_traces_with_the_servers_token_count(
 def test_branches_count_only_what_they_draw_by_the_servers_token_count(
     cpu_server: RunningServer, generated_tokens: Callable[[], int]
 ) -> None:
-    """`mur solve --traces 8 --trace-batch 2 --branch mur --json`: the six later traces
+    """`mur solve --traces 8 --trace-batch 2 --branch mur_max --json`: the six later traces
     branch off the two warm-ups (each names its parent and branch step), and the usage, which
     counts only what each branch drew, is exactly what the server generated. (EAGer's rule,
     inside a step, runs live through the endpoint below.)"""
     command = [
         *(sys.executable, "-m", "mur", "solve", "--strategy", "critic", "--gate", "never"),
-        *("--traces", "8", "--trace-batch", "2", "--branch", "mur", "--json"),
+        *("--traces", "8", "--trace-batch", "2", "--branch", "mur_max", "--json"),
         *("--question", QUESTION, "--base-url", cpu_server.base_url, "--model", cpu_server.model),
         *("--max-steps", "3", "--max-step-tokens", "24", "--top-logprobs", "5"),
         *("--branch-entropy", "0.5"),  # SmolLM2's top-5 entropies: spikes in every trace

@@ -18,7 +18,6 @@ from mur.graphs.solve import solve
 from mur.graphs.state import Context, ContextError
 from mur.nodes.branching import (
     BRANCH_RULES,
-    MUR_RULE,
     BranchParams,
     BranchPoint,
     ParentStep,
@@ -52,14 +51,6 @@ def test_mur_max_orders_steps_by_their_excess_over_the_gate() -> None:
     order = [plan_branch(n * 2, [parent, parent], "mur_max", PARAMS) for n in range(4)]
     assert [p.step for p in order if p] == [2, 3, 4, 2]  # cycling past the last point
     assert all(p is not None and p.parent == 0 and p.token is None for p in order)
-
-
-def test_murs_pre_registered_rule_is_mur_max() -> None:
-    parent = steps_of([0.1, 0.5, 0.1, 0.9, 0.1, 0.3])
-    for n in range(6):
-        assert plan_branch(n, [parent], MUR_RULE, PARAMS) == plan_branch(
-            n, [parent], "mur_max", PARAMS
-        )
 
 
 def test_mur_first_takes_flagged_steps_in_order_then_by_excess() -> None:

@@ -44,6 +44,6 @@ def test_each_layer_is_measured_on_the_same_questions(
 
 
 def test_bad_arms_and_a_missing_table_are_one_line() -> None:
-    with pytest.raises(ValueError, match="unknown arm 'nope'; arms: floor top0"):
+    with pytest.raises(ValueError, match="unknown arm 'nope': choose one of floor top0, sdk top0"):
         client_cost.chosen_arms("floor top0,nope")
     assert client_cost.main(["--table"]) == 2

@@ -9,9 +9,10 @@ import pytest
 from test_report import record, write_records
 
 import mur.cli
+from mur.cli.compare import main
 from mur.evals.harness.records import load_records
 from mur.evals.report import stats
-from mur.evals.report.compare import compare, main, non_inferior, to_markdown
+from mur.evals.report.compare import compare, non_inferior, to_markdown
 from mur.evals.report.compare_traces import (
     compare_traces,
     first_samples,

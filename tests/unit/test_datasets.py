@@ -136,7 +136,7 @@ def test_gpqa_is_never_in_the_repository() -> None:
 
 
 def test_system_prompts_follow_the_contract() -> None:
-    assert {name: entry.system_prompt for name, entry in REGISTRY.items()} == {
+    assert {name: entry.system_prompt for name, entry in REGISTRY.entries.items()} == {
         "math500": None,
         "aime24": AIME_SYSTEM,
         "aime25": AIME_SYSTEM,
@@ -543,7 +543,7 @@ def test_every_entry_is_whole_and_only_public_sets_ship() -> None:
     assert set(REGISTRY) == set(DATASETS) and {"gpqa_diamond"} == set(DATASETS) - set(
         PUBLIC_DATASETS
     )
-    for name, entry in REGISTRY.items():
+    for name, entry in REGISTRY.entries.items():
         assert entry.name == name and entry.title and entry.files and entry.hub
         shipped = [(ds.SHIPPED_DATA_DIR / file).exists() for file in entry.files]
         assert any(shipped) if entry.public else not any(shipped)
@@ -575,7 +575,7 @@ def test_a_dataset_is_one_registry_entry_plus_its_file(
         ),
         grade=math_equal,
     )
-    monkeypatch.setitem(REGISTRY, "gsm8k", gsm8k)
+    monkeypatch.setitem(REGISTRY.entries, "gsm8k", gsm8k)
     [problem] = load_dataset("gsm8k", tmp_path)
     assert (problem.dataset, problem.id, problem.answer) == ("gsm8k", "0", "72")
     assert problem.system_prompt is None

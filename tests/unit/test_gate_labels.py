@@ -11,7 +11,7 @@ from mur.evals.questions import load_dataset
 from mur.graphs import Context
 from mur.graphs.state import ContextError, context_for
 from mur.nodes.gate_labels import (
-    PAPER_TABLE_LABELS,
+    STANDARD_LABELS,
     budget_label,
     gate_family,
     is_budget_label,
@@ -106,9 +106,9 @@ def test_a_label_and_settings_make_one_context() -> None:
 
 
 def test_which_labels_read_gamma_and_which_are_the_papers() -> None:
-    assert [label for label in PAPER_TABLE_LABELS if reads_gamma(label)] == ["mur", "mur+bc"]
+    assert [label for label in STANDARD_LABELS if reads_gamma(label)] == ["mur", "mur+bc"]
     assert not reads_gamma("mur[budget=300]") and not reads_gamma("random@0.2")
-    for label in PAPER_TABLE_LABELS:
+    for label in STANDARD_LABELS:
         context_for(label)  # every row is a valid setting
 
 
@@ -117,5 +117,5 @@ def test_a_gate_is_one_registry_entry_and_its_facts_follow() -> None:
     registry: a gate added there is everywhere at once."""
     assert get_args(Context.model_fields["gate"].annotation) == GATES.names
     assert {"mur"} == GAMMA_GATES and reads_gamma("mur") and not reads_gamma("average")
-    assert PAPER_TABLE_LABELS == ("never", "always", "mur", "mur+bc", "average", "smart")
+    assert STANDARD_LABELS == ("never", "always", "mur", "mur+bc", "average", "smart")
     assert all(gate.description for gate in GATES.values())

@@ -412,7 +412,7 @@ def test_grade_math(prediction: str | None, correct: bool) -> None:
 
 
 def test_grade_unknown_dataset() -> None:
-    with pytest.raises(ValueError, match="does not know dataset 'gsm8k'"):
+    with pytest.raises(ValueError, match="unknown dataset 'gsm8k': choose one of math500"):
         grade(_problem("gsm8k", "1"), "1")
 
 

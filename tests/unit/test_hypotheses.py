@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from test_report import record, write_records
 
-from mur.evals.report import hypotheses
-from mur.evals.report.tables import main as report_main
+from mur.cli.report import main as report_main
+from mur.experiments import small_backbone as hypotheses
 
 
 def strategy_records(strategy: str, questions: int, correct: dict[str, set[int]]) -> list[dict]:
@@ -103,11 +103,13 @@ def test_report_combines_folders_and_states_the_hypotheses(tmp_path: Path) -> No
     out = tmp_path / "combined"
     assert report_main([str(first), str(second), "--out", str(out), "--resamples", "200"]) == 0
     markdown = (out / "report.md").read_text()
-    assert "## The claim, tested (H1-H3)" in markdown
-    assert "| H1 | always - never | pooled | 12 |" in markdown
+    assert "Hypotheses of `results/prereg-small-backbone-external-judge.md`:" in markdown
+    assert "| H1: scaling pays: always - never, pooled | " in markdown
+    assert "12 pairs, better / worse" in markdown
     assert (out / "accuracy_vs_tokens.png").exists()
     document = json.loads((out / "report.json").read_text())
-    assert {t["scope"] for t in document["hypotheses"]} == {"critic", "best_of_n", "pooled"}
+    scopes = {d["claim"].rpartition(", ")[2] for d in document["hypotheses"]}
+    assert scopes == {"critic", "best_of_n", "pooled"}
 
 
 def test_several_folders_need_out(capsys: pytest.CaptureFixture[str]) -> None:
@@ -115,3 +117,19 @@ def test_several_folders_need_out(capsys: pytest.CaptureFixture[str]) -> None:
         report_main(["a", "b"])
     assert exited.value.code == 2
     assert "--out" in capsys.readouterr().err
+
+
+def test_an_experiment_named_for_records_it_does_not_read_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    critic = strategy_records(
+        "critic", 4, {"never": {0}, "always": {0, 1}, "mur": {0}, "random@0.333": set()}
+    )
+    folder = write_records(tmp_path / "critic", critic)
+    assert report_main([str(folder), "--prereg", "parallel-traces", "--resamples", "50"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "mur report: parallel-traces (results/prereg-parallel-traces.md) decides on a folder of "
+        "one setting's traces; these records are one run folder without traces"
+    ]
+    assert report_main([str(folder), "--resamples", "50"]) == 0  # no experiment: plain tables
+    assert "hypotheses" not in json.loads((folder / "report.json").read_text())

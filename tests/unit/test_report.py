@@ -8,11 +8,12 @@ from pathlib import Path
 
 import pytest
 
+from mur.cli.report import main
 from mur.evals.report import stats
 from mur.evals.report.headlines import headlines
 from mur.evals.report.markdown import to_markdown
 from mur.evals.report.plots import accuracy_figure, accuracy_limits, gamma_figure
-from mur.evals.report.tables import main, summarize, write_report
+from mur.evals.report.tables import summarize, write_report
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

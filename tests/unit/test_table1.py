@@ -17,7 +17,7 @@ import pytest
 from mur.experiments import table1
 from mur.experiments.presets import DatasetRun
 from mur.experiments.table1 import Table1Error, Table1Plan, main, mur_program, run_mur, run_table
-from mur.nodes.gate_labels import PAPER_TABLE_LABELS as MAIN_GATES
+from mur.nodes.gate_labels import STANDARD_LABELS as MAIN_GATES
 
 
 def plan(tmp_path: Path, **overrides) -> Table1Plan:
@@ -236,6 +236,6 @@ def test_the_mur_command_is_the_one_beside_the_interpreter(
 def test_the_dataset_comes_from_the_registry(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--dataset", "gsm8k", "--dry-run"]) == 2
     assert capsys.readouterr().err.strip() == (
-        "mur experiment table1: unknown dataset 'gsm8k'; "
-        "valid names: math500, aime24, aime25, gpqa_diamond"
+        "mur experiment table1: unknown dataset 'gsm8k': "
+        "choose one of math500, aime24, aime25, gpqa_diamond"
     )

@@ -115,12 +115,12 @@ def test_the_random_baseline_waits_for_every_sample_of_mur(tmp_path: Path) -> No
     ("args", "error"),
     [
         (["--preset", "paper-cpu"], "mur experiment table1: error: argument --preset: "
-         "unknown preset 'paper-cpu': choose from paper-gpu; see --help"),
+         "unknown preset 'paper-cpu': choose one of paper-gpu; see --help"),
         (["--preset", "paper-gpu", "--gamma", "0.9"], "mur experiment table1: --gamma 0.9: the "
          "preset paper-gpu sets gamma by dataset (math500 0.9, aime24 0.8, aime25 0.8, "
          "gpqa_diamond 0.7); drop --gamma, or drop --preset"),
         (["--preset", "paper-gpu", "--dataset", "aime24,gsm8k"], "mur experiment table1: unknown "
-         "dataset 'gsm8k'; valid names: math500, aime24, aime25, gpqa_diamond"),
+         "dataset 'gsm8k': choose one of math500, aime24, aime25, gpqa_diamond"),
         (["--dataset", "aime24,aime25"], "mur experiment table1: --dataset aime24,aime25: one "
          "dataset (several: --preset)"),
         (["--preset", "paper-gpu", "--limit", "0"], "mur experiment table1: error: argument "

@@ -13,14 +13,15 @@ import pytest
 from test_traces import QUESTION, Traces
 
 from fakes import FakeLogprobChat
+from mur.cli.report import main
 from mur.evals.harness.records import RecordStore, load_records
 from mur.evals.harness.run_record import JobKey, RunRecord, make_record
-from mur.evals.report.preregs import PREREGS
-from mur.evals.report.tables import main, write_report
+from mur.evals.report.tables import write_report
 from mur.evals.report.traces import majority_at, question_traces, within_question_auroc
+from mur.experiments import parallel_traces
+from mur.experiments.registry import EXPERIMENTS
 from mur.graphs.mur import build_graph
 from mur.graphs.state import Context
-from mur.graphs.traces import MUR_ESC
 
 QUESTIONS = 12
 SAMPLES = 4
@@ -67,7 +68,9 @@ async def test_the_analysis_decides_h4_to_h7_from_the_records(tmp_path: Path) ->
         questions, lambda t: -t.summary["momentum"], "momentum", resamples=200
     )
     assert momentum.value == 1.0 and momentum.questions == 9  # q % 4 == 0: no wrong trace
-    report = write_report(write(tmp_path / "run", records), resamples=200)
+    report = write_report(
+        write(tmp_path / "run", records), experiments=[parallel_traces.EXPERIMENT], resamples=200
+    )
     text = report.markdown_path.read_text()
     assert f"## Traces: {QUESTIONS} questions x {SAMPLES} traces" in text
     for name in ("H4", "H5", "H6", "H7", "mur-esc", "DeepConf online, keep 90%"):
@@ -126,7 +129,10 @@ async def live_folder(folder: Path, **settings: Any) -> Path:
     return write(folder, records)
 
 
-RULE = {**MUR_ESC, "traces": SAMPLES}  # mur-esc's schedule, at the 4 traces recorded here
+RULE = {
+    **parallel_traces.MUR_ESC,
+    "traces": SAMPLES,
+}  # mur-esc's schedule, at the 4 traces recorded here
 FRESH = ["--prereg", "branching-fresh", "--resamples", "50"]
 
 
@@ -134,10 +140,10 @@ FRESH = ["--prereg", "branching-fresh", "--resamples", "50"]
 def fresh_prereg(monkeypatch: pytest.MonkeyPatch) -> None:
     """branching-fresh as registered, but planned on this module's 12 questions and with its
     arms' schedule at 4 traces (the recorded traces here are 4 a question)."""
-    registered = PREREGS["branching-fresh"]
+    registered = EXPERIMENTS["branching-fresh"]
     arms = {name: {**wanted, "traces": SAMPLES} for name, wanted in registered.arms.items()}
     scaled = replace(registered, questions=QUESTIONS, arms=arms)
-    monkeypatch.setitem(PREREGS, "branching-fresh", scaled)
+    monkeypatch.setitem(EXPERIMENTS.entries, "branching-fresh", scaled)
 
 
 def decisions_of(folder: str) -> dict[str, dict[str, Any]]:
@@ -231,8 +237,8 @@ async def test_a_live_folder_that_cannot_be_compared_exits_2(
 ) -> None:
     """Once the recorded folder has every planned question (3 here), a live question it
     never ran means the wrong folders were paired."""
-    registered = PREREGS["parallel-traces"]
-    monkeypatch.setitem(PREREGS, "parallel-traces", replace(registered, questions=3))
+    registered = EXPERIMENTS["parallel-traces"]
+    monkeypatch.setitem(EXPERIMENTS.entries, "parallel-traces", replace(registered, questions=3))
     recorded = str(write(tmp_path / "recorded", (await recorded_traces())[: SAMPLES * 3]))
     mur = await live_folder(tmp_path / "mur", traces=SAMPLES, trace_batch=2, branch="mur_max")
     assert main([recorded, "--live", f"mur={mur}"]) == 2  # 12 live questions, 3 recorded
@@ -241,3 +247,20 @@ async def test_a_live_folder_that_cannot_be_compared_exits_2(
     with pytest.raises(SystemExit) as usage:
         main([recorded, "--live", str(mur)])
     assert usage.value.code == 2 and "expected NAME=DIR" in capsys.readouterr().err
+
+
+async def test_the_documented_experiment_is_decided_as_written(tmp_path: Path) -> None:
+    """docs/extending.md's example experiment, run as the page shows it, decides its
+    hypothesis on recorded traces beside majority@K."""
+    page = (Path(__file__).resolve().parents[2] / "docs/extending.md").read_text()
+    example = page.split("## An experiment", 1)[1].split("```python", 1)[1].split("```", 1)[0]
+    namespace: dict[str, Any] = {}
+    exec(compile(example, "docs/extending.md", "exec"), namespace)
+    experiment = namespace["EXPERIMENT"]
+    folder = write(tmp_path / "run", await recorded_traces())
+    report = write_report(folder, experiments=[experiment], resamples=50)
+    assert "Hypotheses of `results/prereg-vote-weights.md`:" in report.markdown
+    assert "| confidence vote |" in report.markdown
+    document = json.loads(report.json_path.read_text())["traces"]
+    [decision] = document["hypotheses"]
+    assert decision["name"] == "H12" and decision["detail"].startswith("pending: 12 of 200")

@@ -13,7 +13,8 @@ from langchain_core.messages import BaseMessage
 
 from fakes import FakeLogprobChat, Scripted
 from mur.evals.harness.run_record import JobKey, make_record
-from mur.evals.report.traces import Question, mur_esc, question_traces, replay
+from mur.evals.report.traces import Question, question_traces, replay
+from mur.experiments.parallel_traces import RULES
 from mur.graphs.mur import build_graph
 from mur.graphs.solve import solve
 from mur.graphs.state import OUTPUT_KEYS, Context, ContextError
@@ -129,7 +130,7 @@ async def test_the_replay_on_recorded_traces_decides_as_the_live_run() -> None:
     """The same eight traces run in full and recorded, then mur-esc replayed on them: the
     answer, the traces drawn and stopped, and the tokens are the live run's."""
     question = await recorded_question(ESC_PLANS)
-    result = replay(question, mur_esc(8))
+    result = replay(question, RULES["mur-esc"].rules(8))
     assert (result.correct, result.drawn, result.stopped, result.tokens) == (True, 6, 1, 11 * 4)
 
 

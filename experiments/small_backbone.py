@@ -1,15 +1,19 @@
-"""The paper's claim as three pre-registered tests, per strategy and pooled over strategies.
+"""The paper's claim as three pre-registered tests on a small backbone with an external judge
+(results/prereg-small-backbone-external-judge.md), per strategy and pooled over strategies:
 
 - H1, scaling pays: always > never.
 - H2, economy: MUR at the headline gamma spends at most `ECONOMY_RATIO` of always's tokens, and
   the lower end of the 95% interval of MUR - always is above `ECONOMY_MARGIN`.
 - H3, selection: MUR > random at MUR's measured rate, two-sided exact sign test p < `ALPHA`.
 
-Per strategy each comparison is `evals.settings.pair` (paired bootstrap interval, exact sign
-test = McNemar's with one sample per question). Pooled, a question brings the pairs of every
-strategy that ran it, so the interval resamples questions, each with all its pairs (a cluster
+    mur report results/math500-{critic,foresight,thinking,best_of_n}-0.5b-judge-1.5b \\
+        --out results/small-backbone-external-judge
+
+Per strategy each comparison is paired by question (bootstrap interval, exact sign test =
+McNemar's with one sample per question). Pooled, a question brings the pairs of every strategy
+that ran it, so the interval resamples questions, each with all its pairs (a cluster
 bootstrap), and the exact test counts the discordant pairs over all strategies. The pooled
-numbers decide; results/prereg-small-backbone-external-judge.md states the rules.
+numbers decide.
 """
 
 from __future__ import annotations
@@ -22,8 +26,8 @@ import numpy as np
 
 from mur.evals.harness.run_record import RunRecord
 from mur.evals.report import stats
+from mur.evals.report.experiment import Decision, Evidence, Experiment
 from mur.evals.report.headlines import HEADLINE_GAMMA, matched_random_rate, matched_random_runs
-from mur.evals.report.markdown import points
 from mur.evals.report.pairing import SettingKey, SettingRuns, group_settings
 
 ECONOMY_RATIO = 0.5
@@ -153,12 +157,13 @@ def _selects(difference: float, _: stats.Interval | None, p_value: float, __: fl
     return difference > 0 and p_value < ALPHA
 
 
-Decision = Callable[[float, stats.Interval | None, float, float], bool]
-HYPOTHESES: tuple[tuple[str, str, Decision | None], ...] = (
+Rule = Callable[[float, stats.Interval | None, float, float], bool]
+COST = "cost"
+HYPOTHESES: tuple[tuple[str, str, Rule | None], ...] = (
     ("H1", "always - never", _scales),
     ("H2", "mur - always", _economical),
     ("H3", "mur - random at MUR's rate", _selects),
-    ("cost", "mur - never", None),  # MUR's price over plain CoT: reported, not tested
+    (COST, "mur - never", None),  # MUR's price over plain CoT: reported, not tested
 )
 
 
@@ -184,7 +189,7 @@ def _comparisons(
     if mur is not None and always is not None:
         found["H2"] = _pairs(strategy, mur, always)
     if mur is not None and never is not None:
-        found["cost"] = _pairs(strategy, mur, never)
+        found[COST] = _pairs(strategy, mur, never)
     if mur is not None:
         rate = matched_random_rate(mur.records)
         matched = matched_random_runs(settings, (dataset, strategy), rate)
@@ -225,35 +230,37 @@ def hypothesis_tests(
     return tests
 
 
-def _holds(supported: bool | None) -> str:
-    return "-" if supported is None else "yes" if supported else "no"
+CLAIMS = {
+    "H1": "scaling pays",
+    "H2": f"economy (<= {ECONOMY_RATIO:g}x the tokens, lower bound > "
+    f"{ECONOMY_MARGIN * 100:+.0f} points)",
+    "H3": f"selection (exact p < {ALPHA:g})",
+    COST: "MUR's price over plain CoT",
+}
 
 
-def to_markdown(tests: Sequence[Test]) -> str:
-    """The hypotheses table: one row per hypothesis and scope."""
-    lines = [
-        "## The claim, tested (H1-H3)",
-        "",
-        "H1 scaling pays (always > never: the pooled 95% interval above 0); H2 economy (MUR "
-        f"spends <= {ECONOMY_RATIO:g}x always's tokens and the lower end of MUR - always is "
-        f"above {ECONOMY_MARGIN * 100:+.0f} points); H3 selection (MUR > random at its rate, "
-        f"exact p < {ALPHA:g}). Pooled rows resample questions with all their strategy pairs; "
-        "the pooled row decides.",
-        "",
-        "| hypothesis | comparison | scope | pairs | points [95% CI] | better / worse | p "
-        "| tokens ratio | wall ratio | holds |",
-        "|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for t in tests:
-        interval = f" [{points(t.interval.low)}, {points(t.interval.high)}]" if t.interval else ""
-        lines.append(
-            f"| {t.hypothesis} | {t.comparison} | {t.scope} | {t.pairs} | "
-            f"{points(t.difference)}{interval} | {t.better} / {t.worse} | {t.p_value:.3g} | "
-            f"{t.tokens_ratio:.2f}x | {t.wall_ratio:.2f}x | {_holds(t.supported)} |"
-        )
-    lines += [
-        "",
-        "Tokens ratio and wall ratio: the first setting's total tokens (backbone + external) "
-        "and wall time per question over the second's, on the same pairs.",
-    ]
-    return "\n".join(lines) + "\n"
+def _decision(t: Test) -> Decision:
+    return Decision(
+        t.hypothesis,
+        f"{CLAIMS[t.hypothesis]}: {t.comparison}, {t.scope}",
+        t.difference,
+        t.interval,
+        t.supported,
+        f"{t.pairs} pairs, better / worse {t.better} / {t.worse}, exact p {t.p_value:.3g}; "
+        f"{t.tokens_ratio:.2f}x the tokens, {t.wall_ratio:.2f}x the wall time",
+        tested=t.hypothesis != COST,
+    )
+
+
+def decide(e: Evidence) -> list[Decision]:
+    """H1-H3 per strategy and pooled (the pooled row decides), and MUR's cost over never."""
+    tests = hypothesis_tests(e.records, e.headline_gamma, resamples=e.resamples, seed=e.seed)
+    return [_decision(t) for t in tests]
+
+
+EXPERIMENT = Experiment(
+    "small-backbone-external-judge",
+    "results/prereg-small-backbone-external-judge.md",
+    reads="folders",
+    decide=decide,
+)
