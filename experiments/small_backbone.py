@@ -50,24 +50,6 @@ class PairSet:
     reference_wall: list[float]
 
 
-@dataclass(frozen=True)
-class Test:
-    """One hypothesis on one scope (a strategy, or all strategies pooled)."""
-
-    hypothesis: str  # H1 | H2 | H3
-    comparison: str  # e.g. "always - never"
-    scope: str  # a strategy, or POOLED
-    pairs: int
-    difference: float  # accuracy points as a fraction (0.05 = 5 points)
-    interval: stats.Interval | None
-    better: int
-    worse: int
-    p_value: float
-    tokens_ratio: float
-    wall_ratio: float
-    supported: bool | None  # None: reported, not a hypothesis
-
-
 def _pairs(strategy: str, setting: SettingRuns, reference: SettingRuns) -> PairSet:
     scores, reference_scores = setting.scores(), reference.scores()
     common = sorted(scores.keys() & reference_scores.keys())
@@ -105,6 +87,16 @@ def cluster_interval(
     return stats.Interval(float(low), float(high))
 
 
+COST = "cost"
+CLAIMS = {
+    "H1": "scaling pays",
+    "H2": f"economy (<= {ECONOMY_RATIO:g}x the tokens, lower bound > "
+    f"{ECONOMY_MARGIN * 100:+.0f} points)",
+    "H3": f"selection (exact p < {ALPHA:g})",
+    COST: "MUR's price over plain CoT",
+}
+
+
 def _test(
     hypothesis: str,
     comparison: str,
@@ -114,7 +106,7 @@ def _test(
     *,
     resamples: int,
     seed: int,
-) -> Test:
+) -> Decision:
     diffs = [d for s in sets for d in s.diffs]
     by_question: dict[str, list[float]] = {}
     for pair_set in sets:
@@ -129,19 +121,16 @@ def _test(
     wall = sum(w for s in sets for w in s.wall)
     reference_wall = sum(w for s in sets for w in s.reference_wall)
     tokens_ratio = tokens / reference_tokens if reference_tokens else math.nan
-    return Test(
-        hypothesis=hypothesis,
-        comparison=comparison,
-        scope=scope,
-        pairs=len(diffs),
-        difference=difference,
-        interval=interval,
-        better=better,
-        worse=worse,
-        p_value=p_value,
-        tokens_ratio=tokens_ratio,
-        wall_ratio=wall / reference_wall if reference_wall else math.nan,
-        supported=decide(difference, interval, p_value, tokens_ratio) if decide else None,
+    wall_ratio = wall / reference_wall if reference_wall else math.nan
+    return Decision(
+        hypothesis,
+        f"{CLAIMS[hypothesis]}: {comparison}, {scope}",
+        difference,
+        interval,
+        decide(difference, interval, p_value, tokens_ratio) if decide else None,
+        f"{len(diffs)} pairs, better / worse {better} / {worse}, exact p {p_value:.3g}; "
+        f"{tokens_ratio:.2f}x the tokens, {wall_ratio:.2f}x the wall time",
+        tested=decide is not None,
     )
 
 
@@ -158,7 +147,6 @@ def _selects(difference: float, _: stats.Interval | None, p_value: float, __: fl
 
 
 Rule = Callable[[float, stats.Interval | None, float, float], bool]
-COST = "cost"
 HYPOTHESES: tuple[tuple[str, str, Rule | None], ...] = (
     ("H1", "always - never", _scales),
     ("H2", "mur - always", _economical),
@@ -204,7 +192,7 @@ def hypothesis_tests(
     *,
     resamples: int = stats.RESAMPLES,
     seed: int = stats.SEED,
-) -> list[Test]:
+) -> list[Decision]:
     """H1-H3 for every strategy of one dataset, then pooled over the strategies (only when
     there are several)."""
     settings = group_settings(records)
@@ -230,32 +218,9 @@ def hypothesis_tests(
     return tests
 
 
-CLAIMS = {
-    "H1": "scaling pays",
-    "H2": f"economy (<= {ECONOMY_RATIO:g}x the tokens, lower bound > "
-    f"{ECONOMY_MARGIN * 100:+.0f} points)",
-    "H3": f"selection (exact p < {ALPHA:g})",
-    COST: "MUR's price over plain CoT",
-}
-
-
-def _decision(t: Test) -> Decision:
-    return Decision(
-        t.hypothesis,
-        f"{CLAIMS[t.hypothesis]}: {t.comparison}, {t.scope}",
-        t.difference,
-        t.interval,
-        t.supported,
-        f"{t.pairs} pairs, better / worse {t.better} / {t.worse}, exact p {t.p_value:.3g}; "
-        f"{t.tokens_ratio:.2f}x the tokens, {t.wall_ratio:.2f}x the wall time",
-        tested=t.hypothesis != COST,
-    )
-
-
 def decide(e: Evidence) -> list[Decision]:
     """H1-H3 per strategy and pooled (the pooled row decides), and MUR's cost over never."""
-    tests = hypothesis_tests(e.records, e.headline_gamma, resamples=e.resamples, seed=e.seed)
-    return [_decision(t) for t in tests]
+    return hypothesis_tests(e.records, e.headline_gamma, resamples=e.resamples, seed=e.seed)
 
 
 EXPERIMENT = Experiment(

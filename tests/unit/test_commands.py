@@ -148,7 +148,10 @@ def test_python_m_mur_without_arguments_prints_the_help() -> None:
 @pytest.mark.parametrize(
     ("argv", "says"),
     [
-        (["serve"], "mur: error: unknown command 'serve': choose one of solve, servers, endpoint, "),
+        (
+            ["serve"],
+            "mur: error: unknown command 'serve': choose one of solve, servers, endpoint, ",
+        ),
         (["bench", "tokens"], "mur bench: error: unknown command 'tokens': choose one of chaos, "),
         (["--strategy", "critic"], "mur: error: unknown option '--strategy': options go after"),
     ],

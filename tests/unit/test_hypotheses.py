@@ -48,25 +48,25 @@ def test_per_strategy_and_pooled_tests_by_hand() -> None:
         {"never": {0}, "always": {0, 1, 2}, "mur": {0, 1, 2}, "random@0.333": {0, 1}},
     )
     tests = hypotheses.hypothesis_tests(critic + best, resamples=2000)
-    by = {(t.hypothesis, t.scope): t for t in tests}
+    by = {(d.name, d.claim.rpartition(", ")[2]): d for d in tests}
     h1_critic = by[("H1", "critic")]
-    assert (h1_critic.pairs, h1_critic.better, h1_critic.worse) == (10, 4, 0)
-    assert h1_critic.difference == pytest.approx(0.4)
+    assert h1_critic.detail.startswith("10 pairs, better / worse 4 / 0, ")
+    assert h1_critic.value == pytest.approx(0.4)
     pooled = by[("H1", hypotheses.POOLED)]
-    assert (pooled.pairs, pooled.better, pooled.worse) == (20, 6, 0)
-    assert pooled.difference == pytest.approx(0.3)
-    assert pooled.p_value == pytest.approx(2 * 0.5**6)
+    assert pooled.detail.startswith(f"20 pairs, better / worse 6 / 0, exact p {2 * 0.5**6:.3g};")
+    assert pooled.value == pytest.approx(0.3)
     assert pooled.interval is not None and pooled.interval.low > 0 and pooled.supported
     # H2: 150 / 400 tokens, and MUR loses one question of the critic: -0.05 pooled.
     h2 = by[("H2", hypotheses.POOLED)]
-    assert h2.tokens_ratio == pytest.approx(150 / 400) and h2.wall_ratio == pytest.approx(1.5 / 4)
-    assert h2.difference == pytest.approx(-0.05)
+    assert h2.detail.endswith(f"{150 / 400:.2f}x the tokens, {1.5 / 4:.2f}x the wall time")
+    assert h2.value == pytest.approx(-0.05)
     assert h2.supported == (h2.interval.low > hypotheses.ECONOMY_MARGIN)
     # H3: MUR solves 5 more than random (4 critic + 1 best_of_n), none fewer: p = 2 / 2^5.
     h3 = by[("H3", hypotheses.POOLED)]
-    assert (h3.better, h3.worse) == (5, 0) and h3.p_value == pytest.approx(2 * 0.5**5)
+    assert f"better / worse 5 / 0, exact p {2 * 0.5**5:.3g};" in h3.detail
     assert not h3.supported  # 5 better, 0 worse is p = 0.0625: not below 0.05
-    assert by[("cost", "critic")].supported is None
+    cost = by[(hypotheses.COST, "critic")]
+    assert cost.supported is None and not cost.tested
 
 
 def test_h3_needs_the_exact_test_below_alpha() -> None:
@@ -78,10 +78,9 @@ def test_h3_needs_the_exact_test_below_alpha() -> None:
         "critic", 10, {"never": set(), "always": {0, 1}, "mur": {0, 1}, "random@0.333": {0}}
     )
     for records, expected in ((six, (6, 0, True)), (one, (1, 0, False))):
-        tests = [
-            t for t in hypotheses.hypothesis_tests(records, resamples=500) if t.hypothesis == "H3"
-        ]
-        assert [(t.better, t.worse, t.supported) for t in tests] == [expected]
+        [h3] = [d for d in hypotheses.hypothesis_tests(records, resamples=500) if d.name == "H3"]
+        better, worse, supported = expected
+        assert f"better / worse {better} / {worse}," in h3.detail and h3.supported is supported
 
 
 def test_cluster_interval_resamples_questions_not_pairs() -> None:
