@@ -15,12 +15,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from mur.evals.report import stats
-from mur.evals.report.experiment import Experiment
 from mur.evals.report.headlines import HEADLINE_GAMMA
 from mur.evals.report.tables import write_report
 from mur.experiments import online_check
 from mur.experiments.registry import EXPERIMENTS
-from mur.servers.cli import OneLineParser, positive_float, positive_int
+from mur.servers.cli import OneLineParser, entry_of, positive_float, positive_int
 
 PROG = "mur report"
 
@@ -58,7 +57,7 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--prereg",
-        type=_experiment,
+        type=entry_of(EXPERIMENTS),
         metavar="NAME",
         help="the pre-registered experiment whose hypotheses to decide (default: the first "
         "that reads what the records are: a folder of traces, or several folders combined); "
@@ -76,13 +75,6 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
         + ")",
     )
     return parser
-
-
-def _experiment(name: str) -> Experiment:
-    try:
-        return EXPERIMENTS[name]
-    except ValueError as exc:  # the registry's one line, naming the experiments
-        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _named_folder(text: str) -> tuple[str, Path]:

@@ -58,7 +58,7 @@ from mur.experiments.presets import PRESETS, DatasetRun, Preset, Tokens, budget_
 from mur.graphs.refine import STRATEGIES
 from mur.graphs.state import context_for
 from mur.nodes.gate_labels import STANDARD_LABELS
-from mur.servers.cli import OneLineParser, positive_int
+from mur.servers.cli import OneLineParser, entry_of, positive_int
 from mur.servers.clients.errors import ServerError
 from mur.servers.connect import add_connection_arguments, connection_argv
 from mur.servers.processes.profiles import DEFAULT_PROFILE, get_profile
@@ -324,13 +324,6 @@ def _csv(kind: type) -> Callable[[str], tuple]:
     return parse
 
 
-def _preset(name: str) -> Preset:
-    try:
-        return PRESETS[name]
-    except ValueError as exc:  # the registry's one line, naming the presets
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
 def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     parser = OneLineParser(
         prog=prog,
@@ -340,7 +333,7 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     )
     add = parser.add_argument
     unshipped = [name for name in DATASETS if name not in PUBLIC_DATASETS]
-    add("--preset", type=_preset, metavar="NAME", help="named settings: "
+    add("--preset", type=entry_of(PRESETS), metavar="NAME", help="named settings: "
         + PRESETS.describe()
         + ". Sets the strategies, the datasets with their gammas and samples, the server "
         "profiles (and the backbone's URL, unless --base-url or MUR_BASE_URL says where) and "

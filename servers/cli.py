@@ -13,11 +13,16 @@ import argparse
 import math
 import sys
 from collections.abc import Callable, Collection
-from typing import Any, NoReturn, TypeVar
+from typing import Any, NoReturn, Protocol, TypeVar
 
 USAGE_EXIT = 2  # argparse's own status for a usage error
 MAX_PORT = 65535  # the highest TCP port
 Number = TypeVar("Number", int, float)
+Entry = TypeVar("Entry", covariant=True)
+
+
+class Named(Protocol[Entry]):
+    def __getitem__(self, name: str, /) -> Entry: ...
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -97,5 +102,18 @@ def comma_choices(choices: Collection[str], noun: str) -> Callable[[str], tuple[
                 f"unknown {noun} {named}: choose one of {', '.join(choices)}"
             )
         return chosen
+
+    return parse
+
+
+def entry_of(registry: Named[Entry]) -> Callable[[str], Entry]:
+    """argparse type: the entry `registry` names; an unknown name is the registry's own one
+    line (a nodes.registry.Registry raises ValueError listing its names)."""
+
+    def parse(name: str) -> Entry:
+        try:
+            return registry[name]
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
 
     return parse

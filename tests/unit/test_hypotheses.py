@@ -132,3 +132,15 @@ def test_an_experiment_named_for_records_it_does_not_read_is_one_line(
     ]
     assert report_main([str(folder), "--resamples", "50"]) == 0  # no experiment: plain tables
     assert "hypotheses" not in json.loads((folder / "report.json").read_text())
+
+
+def test_an_unknown_experiment_is_the_registrys_one_line(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        report_main(["somewhere", "--prereg", "nope"])
+    assert exited.value.code == 2
+    assert capsys.readouterr().err.strip().endswith(
+        "argument --prereg: unknown experiment 'nope': choose one of "
+        "small-backbone-external-judge, parallel-traces, branching-fresh; see --help"
+    )
