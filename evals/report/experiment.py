@@ -1,10 +1,7 @@
 """What every pre-registered experiment shares: the evidence a report gathers, the one
-`Decision` type its tests return, and the one table that prints them.
-
-An experiment itself is an entry in experiments/ (its arms, its replayed rules by name, the
-questions it plans, its `decide`); a report takes one (`tables.write_report(experiment=...)`),
-so nothing here names a hypothesis or a result.
-"""
+`Decision` type its tests return, and the one table that prints them. The experiments
+themselves are entries in experiments/ (`tables.write_report(experiments=...)` takes them), so
+nothing here names a hypothesis or a result."""
 
 from __future__ import annotations
 
@@ -152,12 +149,8 @@ class Experiment:
                 )
 
 
-def _span(interval: stats.Interval | None, unit: str) -> str:
-    if interval is None:
-        return "-"
-    if unit == "auroc":
-        return f"[{interval.low:.3f}, {interval.high:.3f}]"
-    return f"[{points(interval.low)}, {points(interval.high)}]"
+def _shown(value: float, unit: str) -> str:
+    return f"{value:.3f}" if unit == "auroc" else points(value)
 
 
 def decisions_markdown(experiment: Experiment, decisions: Sequence[Decision]) -> str:
@@ -169,14 +162,14 @@ def decisions_markdown(experiment: Experiment, decisions: Sequence[Decision]) ->
         "|---|---|---|---|---|",
     ]
     for d in decisions:
-        if d.tested and d.supported is None:
-            value, span = "-", "-"
-        elif d.unit == "auroc":
-            value, span = f"{d.value:.3f}", _span(d.interval, d.unit)
-        else:
-            value, span = f"{points(d.value)} points", _span(d.interval, d.unit)
+        shown = not (d.tested and d.supported is None)
+        value = _shown(d.value, d.unit) + (" points" if d.unit == "points" else "")
+        span = "-"
+        if shown and d.interval:
+            span = f"[{_shown(d.interval.low, d.unit)}, {_shown(d.interval.high, d.unit)}]"
         supported = {True: "yes", False: "no", None: "pending" if d.tested else "-"}
         lines.append(
-            f"| {d.name}: {d.claim} | {value} | {span} | {supported[d.supported]} | {d.detail} |"
+            f"| {d.name}: {d.claim} | {value if shown else '-'} | {span} | "
+            f"{supported[d.supported]} | {d.detail} |"
         )
     return "\n".join(lines)
