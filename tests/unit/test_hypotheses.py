@@ -140,7 +140,8 @@ def test_an_unknown_experiment_is_the_registrys_one_line(
     with pytest.raises(SystemExit) as exited:
         report_main(["somewhere", "--prereg", "nope"])
     assert exited.value.code == 2
-    assert capsys.readouterr().err.strip().endswith(
+    err = capsys.readouterr().err.strip()
+    assert err.endswith(
         "argument --prereg: unknown experiment 'nope': choose one of "
         "small-backbone-external-judge, parallel-traces, branching-fresh; see --help"
     )
