@@ -18,7 +18,7 @@ from pathlib import Path
 from mur.cli.flags import budget_settings, gammas, gates, shared_settings
 from mur.evals.harness.plan import EvaluationPlan
 from mur.evals.harness.pool import WorkerPool
-from mur.evals.harness.stopping import leave_stop_signals_to_parent
+from mur.evals.harness.shutdown import leave_stop_signals_to_parent
 from mur.evals.harness.worker import Channel, serve
 from mur.evals.questions import Problem, load_dataset
 from mur.servers.clients.errors import ServerError

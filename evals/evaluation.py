@@ -22,7 +22,7 @@ from mur.evals.harness.provenance import (
 )
 from mur.evals.harness.records import RecordStore, SettingsMismatchError
 from mur.evals.harness.runner import RunOutcome, run_jobs
-from mur.evals.harness.stopping import STOPPED_EXIT
+from mur.evals.harness.shutdown import STOPPED_EXIT
 from mur.evals.report.tables import write_report
 from mur.graphs.mur import build_graph
 from mur.graphs.refine import STRATEGIES

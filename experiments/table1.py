@@ -43,7 +43,7 @@ from types import FrameType
 from mur.evals.harness.plan import gate_variants
 from mur.evals.harness.records import CorruptRecordsError, records_so_far
 from mur.evals.harness.run_record import RunRecord
-from mur.evals.harness.stopping import STOP_SIGNALS, STOPPED_EXIT
+from mur.evals.harness.shutdown import STOP_SIGNALS, STOPPED_EXIT
 from mur.evals.questions import (
     DATA_DIR_ENV,
     DATASETS,
@@ -241,7 +241,7 @@ def mur_program() -> list[str]:
 
 def run_mur(argv: Sequence[str], program: Sequence[str] | None = None) -> int:
     """`mur solve` (or `program`) in a child process, stopped the way `mur solve` stops
-    (evals.harness.stopping): each SIGTERM to this process goes on to it, and so does each
+    (evals.harness.shutdown): each SIGTERM to this process goes on to it, and so does each
     SIGINT unless the terminal's Ctrl-C reaches the child itself (this process group in the
     terminal's foreground); meanwhile this process waits for the child's finished questions."""
     child = subprocess.Popen([*(program or mur_program()), *argv])

@@ -18,7 +18,7 @@ graph on one core (the GIL). Here the parent hands the questions out and N worke
   create it. A question stopped part-way resumes from its checkpoint on whichever worker runs
   it next time: its thread is its record key.
 - Signals: only the parent acts on SIGINT/SIGTERM (workers start with them blocked and then
-  ignore them: harness/stopping.py). A first stop tells every worker `end` (start nothing new,
+  ignore them: harness/shutdown.py). A first stop tells every worker `end` (start nothing new,
   finish those in flight); a second tells them `cancel` (stop now, resume next time). The exit
   status and lines are those of one process. SIGKILL of the whole process group loses nothing
   a rerun does not redo from the records and checkpoints on disk.
@@ -64,7 +64,7 @@ from mur.evals.harness.progress import RunProgress
 from mur.evals.harness.records import RecordStore
 from mur.evals.harness.run_record import setting_of, total_tokens
 from mur.evals.harness.runner import RunOutcome
-from mur.evals.harness.stopping import (
+from mur.evals.harness.shutdown import (
     StopSignals,
     blocked_stop_signals,
     cancelling_line,

@@ -17,7 +17,7 @@ from mur.evals.harness.plan import Job
 from mur.evals.harness.progress import RunProgress
 from mur.evals.harness.records import RecordStore
 from mur.evals.harness.run_record import RunRecord, make_record, setting_of, total_tokens
-from mur.evals.harness.stopping import StopSignals, cancelling_line, finishing_line
+from mur.evals.harness.shutdown import StopSignals, cancelling_line, finishing_line
 from mur.evals.questions import grade
 from mur.nodes.usage import CallMeter, metered
 from mur.servers.clients.collector import tune_collector
@@ -61,7 +61,7 @@ async def run_jobs(
     `give_up_after` questions in a row fail on the server itself (unreachable, 5xx after the
     graph's retries): then the server is gone, and the rest is left for a rerun. A first
     SIGINT/SIGTERM starts no new question and waits for those in flight; a second cancels
-    them (evals.harness.stopping). Every request of one job carries the session id
+    them (evals.harness.shutdown). Every request of one job carries the session id
     `<run_id>/<job key>` (servers.clients.sessions), so a router in front of replicas keeps each job
     on one replica. A `graph` compiled with a checkpointer runs each question as the thread
     named by its key: a question stopped part-way resumes there (evals.harness.checkpoints).

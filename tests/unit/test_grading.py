@@ -23,7 +23,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mur.evals.harness.stopping import StopSignals
+from mur.evals.harness.shutdown import StopSignals
 from mur.evals.questions import (
     SHIPPED_DATA_DIR,
     DatasetError,

@@ -1,4 +1,4 @@
-"""Stopping a long evaluation without throwing work away.
+"""Shutting a long evaluation down without throwing work away.
 
 A benchmark question can take half an hour of server time, and a run holds many in flight.
 So a first SIGINT (Ctrl-C) or SIGTERM starts no new question and lets the ones in flight
