@@ -1,17 +1,12 @@
-"""Two results folders side by side: the same settings, paired on the questions both ran.
-
-    mur compare results/math500-critic-qwen2.5-coder-1.5b \\
-        results/math500-critic-qwen2.5-coder-1.5b-forced [--samples N] [--margin POINTS] \\
-        [--out FILE]
-
-For two configurations of one experiment (a setting changed between folders, say forced
-verdicts on and off): for every setting (dataset, strategy, gate label, gamma) in both, on the
-questions both answered, the accuracy of each, the difference B - A with its paired bootstrap
-interval and the exact sign test, and the tokens per question of each with their ratio.
-`--samples N`: only samples 0..N-1 of each folder, a question without all N left out (and
-named). `--margin POINTS`: per setting, whether B is non-inferior at that margin (the lower
-95% bound of B - A strictly above it). When both folders hold recorded traces of one setting,
-a traces section follows (evals.report.compare_traces): majority@k, tokens per trace, the
+"""Two results folders side by side (`mur compare`, cli/compare.py): the same settings, paired on
+the questions both ran. For two configurations of one experiment (a setting changed between
+folders, say forced verdicts on and off): for every setting (dataset, strategy, gate label,
+gamma) in both, on the questions both answered, the accuracy of each, the difference B - A with
+its paired bootstrap interval and the exact sign test, and the tokens per question of each with
+their ratio. `--samples N`: only samples 0..N-1 of each folder, a question without all N left out
+(and named). `--margin POINTS`: per setting, whether B is non-inferior at that margin (the lower
+95% bound of B - A strictly above it). When both folders hold recorded traces of one setting, a
+traces section follows (evals.report.compare_traces): majority@k, tokens per trace, the
 within-question AUROC of the final momentum, server time and tokens per server-second.
 """
 

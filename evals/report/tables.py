@@ -1,18 +1,13 @@
-"""Paper-style tables and plots recomputed from a folder's records.
-
-    mur report DIR [--headline-gamma 0.9] [--resamples 10000] [--seed 0]
-
-One row per setting (dataset, strategy, gate label, gamma), as in the paper's Table 1:
-accuracy with a 95% bootstrap interval over questions, the paired comparison against the
-`always` gate (Per-Step Scale) on the questions both ran (accuracy difference with its
-interval, exact sign test = McNemar's), backbone / external / total tokens per question and
-against always, scaled and total steps, wall time per question. Then the average over
-datasets when there are several, the headline (`evals.report.headlines`: MUR against always
-and against random at its rate), MUR's settings against its default (`evals.report.choices`)
-and the
-busy wall clock of the whole run across resumed sessions (from each record's finished_at and
-latency). Writes report.md, report.json, accuracy_vs_tokens.png and (for a gamma list)
-gamma_sweep.png beside the records.
+"""Paper-style tables and plots recomputed from a folder's records (`mur report`, cli/report.py).
+One row per setting (dataset, strategy, gate label, gamma), as in the paper's Table 1: accuracy
+with a 95% bootstrap interval over questions, the paired comparison against the `always` gate
+(Per-Step Scale) on the questions both ran (accuracy difference with its interval, exact sign
+test = McNemar's), backbone / external / total tokens per question and against always, scaled and
+total steps, wall time per question. Then the average over datasets when there are several, the
+headline (`evals.report.headlines`: MUR against always and against random at its rate), MUR's
+settings against its default (`evals.report.choices`) and the busy wall clock of the whole run
+across resumed sessions (from each record's finished_at and latency). Writes report.md,
+report.json, accuracy_vs_tokens.png and (for a gamma list) gamma_sweep.png beside the records.
 """
 
 from __future__ import annotations
