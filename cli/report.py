@@ -103,13 +103,12 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
             seed=args.seed,
             sources=args.run_dirs if combined else (),
             live=dict(args.live),
+            appendices=[online_check.against(args.predicted_by)] if args.predicted_by else [],
         )
-        if args.predicted_by is not None:
-            online_check.add_to(report, args.predicted_by)
     except (FileNotFoundError, ValueError) as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
         return 2
-    print(report.markdown_path.read_text())
+    print(report.markdown)
     written = [
         report.markdown_path,
         report.json_path,

@@ -54,7 +54,9 @@ def _branch_point(e: Evidence) -> Decision:
         return pending("H11", claim, why)
     mur, random = e.arms["mur"], e.arms["random"]
     ids = sorted(q.problem_id for q in e.questions)
-    diff, interval = paired_difference(mur, random, ids, resamples=e.resamples, seed=e.seed)
+    diff, interval = paired_difference(
+        mur.per_question, random.per_question, ids, resamples=e.resamples, seed=e.seed
+    )
     branched = {
         arm.name: sum(arm.per_question[q].branched for q in ids) / len(ids) for arm in (mur, random)
     }

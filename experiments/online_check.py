@@ -14,6 +14,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -21,7 +22,7 @@ from mur.evals.harness.records import load_records
 from mur.evals.harness.run_record import RunRecord, total_tokens
 from mur.evals.report import stats
 from mur.evals.report.live import first_ids
-from mur.evals.report.tables import Report
+from mur.evals.report.tables import Appendix
 from mur.evals.report.traces import Question, question_traces, recorded_context, replay
 from mur.nodes.voting import TraceRules
 
@@ -129,16 +130,13 @@ def online_markdown(check: OnlineCheck, recorded: str) -> str:
     )
 
 
-def add_to(report: Report, predicted_by: Path) -> None:
-    """Append the check of the report's folder (a live run) against `predicted_by` (the
-    recorded traces) to its report.md and report.json."""
-    check = online_check(load_records(predicted_by), load_records(report.json_path.parent))
-    section = online_markdown(check, str(predicted_by))
-    report.markdown_path.write_text(f"{report.markdown_path.read_text()}\n{section}")
-    document = json.loads(report.json_path.read_text())
-    document["online_check"] = {
-        "predicted_by": str(predicted_by),
-        "passes": check.passes,
-        **asdict(check),
-    }
-    report.json_path.write_text(json.dumps(document, indent=1, allow_nan=False) + "\n")
+def against(predicted_by: Path) -> Appendix:
+    """The check of a report's records (a live run) against the recorded traces in
+    `predicted_by`, as a section of the report (`write_report(appendices=...)`)."""
+
+    def section(live: Sequence[RunRecord]) -> tuple[str, str, dict[str, Any]]:
+        check = online_check(load_records(predicted_by), live)
+        entry = {"predicted_by": str(predicted_by), "passes": check.passes, **asdict(check)}
+        return online_markdown(check, str(predicted_by)), "online_check", entry
+
+    return section

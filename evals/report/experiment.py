@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from mur.evals.harness.run_record import RunRecord
 from mur.evals.report import stats
-from mur.evals.report.live import LiveArm, LiveRow, first_ids
+from mur.evals.report.live import LiveArm, LiveRow, first_ids, paired_difference
 from mur.evals.report.markdown import points
 from mur.evals.report.traces import Auroc, Question, RuleResult
 from mur.nodes.voting import TraceRules
@@ -90,10 +90,13 @@ class Evidence:
 
     def paired(self, a: RuleResult, b: RuleResult) -> tuple[float, stats.Interval | None]:
         """Rule `a` - rule `b` in accuracy over the questions, with its bootstrap interval."""
-        ids = sorted(a.per_question)
-        diffs = [float(a.per_question[q].correct) - float(b.per_question[q].correct) for q in ids]
-        interval = stats.bootstrap_interval(diffs, resamples=self.resamples, seed=self.seed)
-        return float(sum(diffs) / len(diffs)), interval
+        return paired_difference(
+            a.per_question,
+            b.per_question,
+            sorted(a.per_question),
+            resamples=self.resamples,
+            seed=self.seed,
+        )
 
 
 @dataclass(frozen=True)

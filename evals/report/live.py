@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -180,7 +180,9 @@ def compare(
         raise ValueError(f"{len(missing)} questions of {arm.folder} have no majority vote")
     ids = sorted(arm.per_question)
     live = [arm.per_question[q] for q in ids]
-    diffs = [float(arm.per_question[q].correct) - float(majority[q].correct) for q in ids]
+    difference, interval = paired_difference(
+        arm.per_question, majority, ids, resamples=resamples, seed=seed
+    )
 
     def mean(values: Sequence[float]) -> float:
         return float(np.mean(values))
@@ -197,8 +199,8 @@ def compare(
         branched_per_question=mean([q.branched for q in live]),
         stopped_per_question=mean([q.stopped for q in live]),
         majority_accuracy=mean([majority[q].correct for q in ids]),
-        difference=mean(diffs),
-        interval=stats.bootstrap_interval(diffs, resamples=resamples, seed=seed),
+        difference=difference,
+        interval=interval,
         token_ratio=sum(q.tokens for q in live) / sum(majority[q].tokens for q in ids),
         parents=sum(q.parents for q in live),
         parents_with_points=(
@@ -212,20 +214,25 @@ def compare(
     )
 
 
+class Graded(Protocol):
+    @property
+    def correct(self) -> bool: ...
+
+
 def paired_difference(
-    a: LiveArm,
-    b: LiveArm,
+    a: Mapping[str, Graded],
+    b: Mapping[str, Graded],
     ids: Sequence[str],
     *,
     resamples: int = stats.RESAMPLES,
     seed: int = stats.SEED,
 ) -> tuple[float, stats.Interval | None]:
-    """Accuracy (a - b) on questions `ids` (both ran each), paired per question."""
+    """Accuracy a - b on questions `ids` (both graded each), paired per question, with its
+    bootstrap interval: live arms against each other or against majority@K, replayed rules."""
     if not ids:
-        raise ValueError(f"{a.folder} and {b.folder} have no question in common")
-    diffs = [float(a.per_question[q].correct) - float(b.per_question[q].correct) for q in ids]
-    interval = stats.bootstrap_interval(diffs, resamples=resamples, seed=seed)
-    return float(np.mean(diffs)), interval
+        raise ValueError("no question in common to pair")
+    diffs = [float(a[q].correct) - float(b[q].correct) for q in ids]
+    return float(np.mean(diffs)), stats.bootstrap_interval(diffs, resamples=resamples, seed=seed)
 
 
 def markdown(rows: Sequence[LiveRow], k: int) -> str:

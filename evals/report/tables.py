@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import math
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime
 from pathlib import Path
@@ -193,6 +193,10 @@ def has_traces(records: Sequence[RunRecord]) -> bool:
 
 READS = {"traces": "a folder of one setting's traces", "folders": "several run folders combined"}
 
+Appendix = Callable[[Sequence[RunRecord]], tuple[str, str, Any]]
+"""A section added after the tables, from the report's records: its markdown, and its key and
+value in report.json (experiments.online_check.against)."""
+
 
 def write_report(
     folder: str | Path,
@@ -203,13 +207,15 @@ def write_report(
     seed: int = stats.SEED,
     sources: Sequence[str | Path] = (),
     live: Mapping[str, str | Path] | None = None,
+    appendices: Sequence[Appendix] = (),
 ) -> Report:
     """Recompute every table and plot of a run folder from its records (plain and packed).
 
     With `sources` (several run folders, e.g. one per strategy) the report combines their
     records into `folder`. The first of `experiments` that reads what the records are (a
     folder of one setting's traces, or several folders combined) decides its hypotheses; a
-    folder of traces replays its rules, with the `live` folders (by name) beside them."""
+    folder of traces replays its rules, with the `live` folders (by name) beside them. Each of
+    `appendices` adds its section last."""
     folder = Path(folder)
     arms = [load_arm(name, path) for name, path in (live or {}).items()]
     records = [r for source in sources for r in load_records(source)] or load_records(folder)
@@ -236,20 +242,16 @@ def write_report(
         plots=[p.name for p in (plot_path, sweep_path) if p is not None],
         served={str(f): served_by(f) for f in [*(sources or [folder]), *(live or {}).values()]},
     )
-    decided: dict[str, Any] = {}
+    sections: dict[str, Any] = {}  # report.json's entries beside the tables
     if experiment is not None and not traced:
-        decisions = experiment.decide(Evidence(records, headline_gamma, resamples, seed))
-        decided = {"prereg": experiment.document, "hypotheses": [asdict(d) for d in decisions]}
-        markdown = (
-            f"## The claim, tested\n\n{decisions_markdown(experiment, decisions)}\n\n{markdown}"
-        )
+        claims, decided = _claims(experiment, Evidence(records, headline_gamma, resamples, seed))
+        markdown, sections = f"{claims}\n\n{markdown}", decided
     if sources:
         listed = ", ".join(f"`{source}`" for source in sources)
         markdown = f"Combined from {listed}.\n\n{markdown}"
-    traces: dict[str, Any] = {}
     traces_plot: Path | None = None
     if traced:
-        section, traces, traces_plot = trace_section(
+        section, sections["traces"], traces_plot = trace_section(
             records,
             folder,
             experiment=experiment,
@@ -259,22 +261,37 @@ def write_report(
             seed=seed,
         )
         markdown = f"{markdown}\n{section}"
-    markdown_path = folder / "report.md"
-    json_path = folder / "report.json"
-    markdown_path.write_text(markdown)
+    for appendix in appendices:
+        section, key, value = appendix(records)
+        markdown, sections[key] = f"{markdown}\n{section}", value
     document = {
         "rows": [asdict(r) for r in rows],
         "headlines": [headline_json(h) for h in heads],
         "mur_choices": [{**asdict(c), "pairing": pairing_json(c.pairing)} for c in choices],
         "run_time": asdict(timing),
-        **decided,
-        **({"traces": traces} if traces else {}),
+        **sections,
         "method": {"resamples": resamples, "seed": seed, "confidence": stats.CONFIDENCE},
     }
-    json_path.write_text(json.dumps(_finite(document), indent=1, allow_nan=False) + "\n")
+    markdown_path, json_path = _write(folder, markdown, document)
     return Report(
         rows, heads, choices, markdown, markdown_path, json_path, plot_path, sweep_path, traces_plot
     )
+
+
+def _write(folder: Path, markdown: str, document: dict[str, Any]) -> tuple[Path, Path]:
+    """report.md, and report.json as strict JSON."""
+    markdown_path, json_path = folder / "report.md", folder / "report.json"
+    markdown_path.write_text(markdown)
+    json_path.write_text(json.dumps(_finite(document), indent=1, allow_nan=False) + "\n")
+    return markdown_path, json_path
+
+
+def _claims(experiment: Experiment, evidence: Evidence) -> tuple[str, dict[str, Any]]:
+    """An experiment decided on several folders' records: its section, and its report.json
+    entries."""
+    decisions = experiment.decide(evidence)
+    section = f"## The claim, tested\n\n{decisions_markdown(experiment, decisions)}"
+    return section, {"prereg": experiment.document, "hypotheses": [asdict(d) for d in decisions]}
 
 
 def _chosen(experiments: Sequence[Experiment], reads: str | None) -> Experiment | None:
