@@ -6,7 +6,7 @@ nothing here names a hypothesis or a result."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
 from mur.evals.harness.run_record import RunRecord
@@ -154,6 +154,14 @@ class Experiment:
 
 def _shown(value: float, unit: str) -> str:
     return f"{value:.3f}" if unit == "auroc" else points(value)
+
+
+def decisions_json(experiment: Experiment | None, decisions: Sequence[Decision]) -> dict[str, Any]:
+    """An experiment's decisions as report.json holds them."""
+    return {
+        "prereg": experiment.document if experiment else None,
+        "hypotheses": [asdict(d) for d in decisions],
+    }
 
 
 def decisions_markdown(experiment: Experiment, decisions: Sequence[Decision]) -> str:

@@ -14,8 +14,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
-import numpy as np
-
 from mur.evals.harness.records import records_so_far
 from mur.evals.harness.run_record import RunRecord, setting_of, total_tokens
 from mur.evals.report import stats
@@ -184,21 +182,18 @@ def compare(
         arm.per_question, majority, ids, resamples=resamples, seed=seed
     )
 
-    def mean(values: Sequence[float]) -> float:
-        return float(np.mean(values))
-
     return LiveRow(
         name=arm.name,
         folder=arm.folder,
         rule=arm.rule,
         questions=len(ids),
-        accuracy=mean([q.correct for q in live]),
-        tokens_per_question=mean([q.tokens for q in live]),
-        prompt_tokens_per_question=mean([q.prompt_tokens for q in live]),
-        traces_per_question=mean([q.drawn for q in live]),
-        branched_per_question=mean([q.branched for q in live]),
-        stopped_per_question=mean([q.stopped for q in live]),
-        majority_accuracy=mean([majority[q].correct for q in ids]),
+        accuracy=stats.mean([q.correct for q in live]),
+        tokens_per_question=stats.mean([q.tokens for q in live]),
+        prompt_tokens_per_question=stats.mean([q.prompt_tokens for q in live]),
+        traces_per_question=stats.mean([q.drawn for q in live]),
+        branched_per_question=stats.mean([q.branched for q in live]),
+        stopped_per_question=stats.mean([q.stopped for q in live]),
+        majority_accuracy=stats.mean([majority[q].correct for q in ids]),
         difference=difference,
         interval=interval,
         token_ratio=sum(q.tokens for q in live) / sum(majority[q].tokens for q in ids),
@@ -232,7 +227,7 @@ def paired_difference(
     if not ids:
         raise ValueError("no question in common to pair")
     diffs = [float(a[q].correct) - float(b[q].correct) for q in ids]
-    return float(np.mean(diffs)), stats.bootstrap_interval(diffs, resamples=resamples, seed=seed)
+    return stats.mean(diffs), stats.bootstrap_interval(diffs, resamples=resamples, seed=seed)
 
 
 def markdown(rows: Sequence[LiveRow], k: int) -> str:

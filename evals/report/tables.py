@@ -26,7 +26,7 @@ from mur.evals.harness.records import load_records
 from mur.evals.harness.run_record import RunRecord, setting_of
 from mur.evals.report import stats
 from mur.evals.report.choices import Choice, mur_choices
-from mur.evals.report.experiment import Evidence, Experiment, decisions_markdown
+from mur.evals.report.experiment import Evidence, Experiment, decisions_json, decisions_markdown
 from mur.evals.report.headlines import HEADLINE_GAMMA, Headline, headline_json, headlines
 from mur.evals.report.live import load_arm
 from mur.evals.report.markdown import to_markdown
@@ -194,8 +194,7 @@ def has_traces(records: Sequence[RunRecord]) -> bool:
 READS = {"traces": "a folder of one setting's traces", "folders": "several run folders combined"}
 
 Appendix = Callable[[Sequence[RunRecord]], tuple[str, str, Any]]
-"""A section added after the tables, from the report's records: its markdown, and its key and
-value in report.json (experiments.online_check.against)."""
+"""A section after the tables, from the records: its markdown, its report.json key and value."""
 
 
 def write_report(
@@ -244,8 +243,10 @@ def write_report(
     )
     sections: dict[str, Any] = {}  # report.json's entries beside the tables
     if experiment is not None and not traced:
-        claims, decided = _claims(experiment, Evidence(records, headline_gamma, resamples, seed))
-        markdown, sections = f"{claims}\n\n{markdown}", decided
+        decisions = experiment.decide(Evidence(records, headline_gamma, resamples, seed))
+        sections = decisions_json(experiment, decisions)
+        table = decisions_markdown(experiment, decisions)
+        markdown = f"## The claim, tested\n\n{table}\n\n{markdown}"
     if sources:
         listed = ", ".join(f"`{source}`" for source in sources)
         markdown = f"Combined from {listed}.\n\n{markdown}"
@@ -286,17 +287,8 @@ def _write(folder: Path, markdown: str, document: dict[str, Any]) -> tuple[Path,
     return markdown_path, json_path
 
 
-def _claims(experiment: Experiment, evidence: Evidence) -> tuple[str, dict[str, Any]]:
-    """An experiment decided on several folders' records: its section, and its report.json
-    entries."""
-    decisions = experiment.decide(evidence)
-    section = f"## The claim, tested\n\n{decisions_markdown(experiment, decisions)}"
-    return section, {"prereg": experiment.document, "hypotheses": [asdict(d) for d in decisions]}
-
-
 def _chosen(experiments: Sequence[Experiment], reads: str | None) -> Experiment | None:
-    """The first experiment that reads what the records are; one named for what they are not
-    is an error."""
+    """The first experiment that reads what the records are (one named alone must)."""
     chosen = next((e for e in experiments if e.reads == reads), None)
     if chosen is None and len(experiments) == 1:
         wanted = experiments[0]

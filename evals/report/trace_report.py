@@ -19,6 +19,7 @@ from mur.evals.report.experiment import (
     Decision,
     Evidence,
     Experiment,
+    decisions_json,
     decisions_markdown,
     still_recording,
 )
@@ -97,6 +98,20 @@ def analyse(
         within_question_auroc(questions, signal, name, resamples=resamples, seed=seed)
         for name, signal in SIGNALS.items()
     ]
+    evidence = Evidence(
+        records,
+        headline_gamma,
+        resamples,
+        seed,
+        questions=questions,
+        recorded=recorded,
+        k=k,
+        rules=rules,
+        aurocs=aurocs,
+        arms=kept,
+        rows=rows,
+        planned=planned,
+    )
     return TraceAnalysis(
         questions=len(questions),
         traces=k,
@@ -105,24 +120,7 @@ def analyse(
         at_k=[sum(majority_at(q, j) for q in questions) / len(questions) for j in range(1, k + 1)],
         aurocs=aurocs,
         rules=list(rules.values()),
-        decisions=[]
-        if experiment is None
-        else experiment.decide(
-            Evidence(
-                records,
-                headline_gamma,
-                resamples,
-                seed,
-                questions=questions,
-                recorded=recorded,
-                k=k,
-                rules=rules,
-                aurocs=aurocs,
-                arms=kept,
-                rows=rows,
-                planned=planned,
-            )
-        ),
+        decisions=experiment.decide(evidence) if experiment else [],
         experiment=experiment,
         live=list(rows.values()),
         waiting=[f"{a.name} (`{a.folder}`)" for a in kept.values() if a.name not in rows],
@@ -239,8 +237,7 @@ def trace_section(
         "rules": [
             {k: v for k, v in asdict(r).items() if k != "per_question"} for r in analysis.rules
         ],
-        "prereg": analysis.experiment.document if analysis.experiment else None,
-        "hypotheses": [asdict(d) for d in analysis.decisions],
+        **decisions_json(analysis.experiment, analysis.decisions),
         "live": [asdict(row) for row in analysis.live],
     }
     return to_markdown(analysis, path.name), document, path
