@@ -212,7 +212,8 @@ def commit_of(tree: Path) -> str:
 
 def table(entries: Sequence[dict[str, Any]]) -> str:
     """One row per arm and checkout: the client's CPU per token and per request, the tokens a
-    second one core carries, the fake server's CPU per token, and the floor's multiple."""
+    second one core carries, the fake server's CPU per token, and the floor's multiple. A CPU
+    time of 0 (under the clock's tick, on a fast machine or a short run) shows as '-'."""
     floors = {
         (e["checkout"], e["top_logprobs"]): e
         for e in entries
@@ -223,18 +224,20 @@ def table(entries: Sequence[dict[str, Any]]) -> str:
         if "failed" in e:
             rows.append([e["arm"], e["checkout"], f"failed: {e['failed']}", *["-"] * 5])
             continue
-        per_token = 1e6 * e["client_cpu_s"] / e["tokens"]
+        per_token = _per(1e6 * e["client_cpu_s"], e["tokens"])
         floor = floors.get((e["checkout"], e["top_logprobs"]))
-        times = per_token / (1e6 * floor["client_cpu_s"] / floor["tokens"]) if floor else None
+        floor_per_token = _per(1e6 * floor["client_cpu_s"], floor["tokens"]) if floor else None
+        times = _per(per_token, floor_per_token) if per_token and floor_per_token else None
+        carried = _per(e["tokens"], e["client_cpu_s"])
         rows.append(
             [
                 e["arm"],
                 e["checkout"],
                 fmt(per_token, 1),
-                fmt(1e3 * e["client_cpu_s"] / e["requests"], 2),
-                fmt(int(e["tokens"] / e["client_cpu_s"])),
+                fmt(_per(1e3 * e["client_cpu_s"], e["requests"]), 2),
+                fmt(None if carried is None else int(carried)),
                 fmt(int(e["tokens"] / e["wall_s"])),
-                fmt(1e6 * e["server_cpu_s"] / e["tokens"], 1),
+                fmt(_per(1e6 * e["server_cpu_s"], e["tokens"]), 1),
                 "-" if times is None else f"{times:.1f}x",
             ]
         )
@@ -249,6 +252,11 @@ def table(entries: Sequence[dict[str, Any]]) -> str:
         "x floor",
     )
     return markdown_table(headers, rows)
+
+
+def _per(amount: float | None, count: float | None) -> float | None:
+    """amount / count; None when either is missing or 0 (a CPU time under the clock's tick)."""
+    return amount / count if amount and count else None
 
 
 SERVER_SIDE_PROMPT = "Count from one to two hundred in words, one number a line."
@@ -345,8 +353,8 @@ def measured(
         entry["failed"] = str(exc).splitlines()[-1][:300]
         print(f"{arm.name} [{label}]: failed: {entry['failed']}", file=sys.stderr, flush=True)
         return entry
-    per_token = 1e6 * entry["client_cpu_s"] / entry["tokens"]
-    print(f"{arm.name} [{label}]: {per_token:.0f} us/token", file=sys.stderr, flush=True)
+    per_token = fmt(_per(1e6 * entry["client_cpu_s"], entry["tokens"]), 0)
+    print(f"{arm.name} [{label}]: {per_token} us/token", file=sys.stderr, flush=True)
     return entry
 
 

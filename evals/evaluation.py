@@ -24,6 +24,7 @@ from mur.evals.harness.records import RecordStore, SettingsMismatchError
 from mur.evals.harness.runner import RunOutcome, run_jobs
 from mur.evals.harness.shutdown import STOPPED_EXIT
 from mur.evals.report.tables import write_report
+from mur.graphs.model_calls import server_roles
 from mur.graphs.mur import build_graph
 from mur.graphs.refine import STRATEGIES
 from mur.servers.clients.errors import ServerUnavailable
@@ -103,7 +104,8 @@ def run_evaluation(
     async def run_checkpointed() -> RunOutcome:
         async with open_checkpoints(out) as saver:
             graph = build_graph(backbone=backbone, verifier=verifier, checkpointer=saver)
-            return await run_jobs(graph, todo, store, concurrency=concurrency)
+            roles = server_roles(backbone, verifier)
+            return await run_jobs(graph, todo, store, concurrency=concurrency, roles=roles)
 
     try:
         outcome = asyncio.run(
@@ -143,6 +145,13 @@ def finish(outcome: RunOutcome, store: RecordStore) -> int:
             f"the model server stopped answering ({outcome.server_gone}); "
             f"{outcome.finished} runs finished and are saved in {store.folder}. Start the server "
             "again and rerun the same command to finish the rest.",
+            file=sys.stderr,
+        )
+        return 1
+    if outcome.failed and not store.done_keys():  # no record yet: no table to write
+        print(
+            f"{outcome.failed} runs failed and none is recorded in {store.folder} yet (reasons "
+            f"in {store.errors_path}); rerun the same command to retry them",
             file=sys.stderr,
         )
         return 1

@@ -16,7 +16,20 @@ momentum, scaled) and traces, and `mur` the whole trace (the endpoint's `mur`). 
 kept step is a chunk as it is kept, its event (numbers included) in the chunk's
 `response_metadata["mur_steps"]` as `[{"kept": event}]` (wrapped: LangChain merges list
 entries that carry an `index`), then a closing chunk with the rest of the content, the usage
-and the same metadata as `invoke`'s.
+and the same metadata as `invoke`'s. The chunks come from the run of `ainvoke`, which also
+hands them to its callbacks as new tokens (LangGraph's messages mode, astream_events): unlike
+BaseChatModel's own streaming, which gives `_astream` no run manager, that keeps the graph's
+runs beneath this model's run.
+
+Each token is counted once by LangChain's meters. The backbone's and verifier's calls run
+beneath this model's run as chat-model runs of their own, and each reports its tokens under
+its served model's name, as every LangChain model call does; LangChain's configure hooks
+(`get_usage_metadata_callback`, LangSmith's tracer) reach those runs whatever callbacks they
+are given, so they cannot be kept from reporting. This model's own run is the orchestration
+above them, like a chain's: the result its callbacks see carries no `usage_metadata`, and
+`invoke`, `ainvoke`, `stream`, `astream` (and what calls them: batch, chains, tools) give the
+caller a copy of the message with the graph's usage (`with_usage`). `generate`/`agenerate`
+return what the callbacks saw; the graph's usage is then in `response_metadata["mur"]`.
 
 What it cannot do it refuses in one line: tools (MUR produces no tool calls: give MUR to the
 agent as `mur_tool` instead), structured output, stop sequences, a conversation without a user
@@ -27,20 +40,23 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import inspect
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from langchain_core.callbacks import (
     AsyncCallbackManager,
     AsyncCallbackManagerForLLMRun,
     CallbackManagerForLLMRun,
 )
-from langchain_core.language_models import BaseChatModel, LangSmithParams
-from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
+from langchain_core.language_models import BaseChatModel, LangSmithParams, LanguageModelInput
+from langchain_core.messages import LC_ID_PREFIX, AIMessage, AIMessageChunk, BaseMessage
 from langchain_core.messages.ai import UsageMetadata
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
+from langchain_core.runnables import RunnableConfig
 from langchain_core.runnables.config import var_child_runnable_config
 from langchain_core.tools import BaseTool, StructuredTool, ToolException
+from langgraph.constants import TAG_NOSTREAM
 from pydantic import ConfigDict, Field, PrivateAttr
 
 from mur.graphs.chat import (
@@ -67,6 +83,13 @@ NO_SCHEMA = (
     "ChatMUR answers in free text (the reasoning, then the answer) and cannot honour a schema: "
     "read response_metadata['answer'], or put a structured-output model after it"
 )
+M = TypeVar("M", bound=BaseMessage)
+LLMRunManager = AsyncCallbackManagerForLLMRun | CallbackManagerForLLMRun
+STEP_SINK: contextvars.ContextVar[Callable[[AIMessageChunk], None] | None] = contextvars.ContextVar(
+    "mur_step_sink", default=None
+)
+"""Where a ChatMUR call also sends each kept step's chunk: set by `astream` in the context of
+the one call it makes, so no other call's steps reach it."""
 
 
 class ChatMUR(BaseChatModel):
@@ -176,7 +199,52 @@ class ChatMUR(BaseChatModel):
         # checkpoints). The callbacks above keep it beneath the caller's run for tracers.
         detached = contextvars.copy_context()
         detached.run(var_child_runnable_config.set, None)
+        detached.run(STEP_SINK.set, None)
         return await asyncio.create_task(run, context=detached)
+
+    async def _reply(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None,
+        run_manager: LLMRunManager | None,
+        kwargs: dict[str, Any],
+    ) -> ChatResult:
+        """The graph's answer. Each kept step goes, as it is kept, to the run's callbacks as a
+        new token (LangGraph's messages mode and astream_events stream it) and to `astream`'s
+        caller (STEP_SINK), then a closing chunk with the rest of the content and the metadata.
+        No usage_metadata: the backbone's runs beneath this one report those tokens (the
+        module's docstring)."""
+        context = self._settings(stop, kwargs)
+        sink = STEP_SINK.get()
+        reply_id = f"{LC_ID_PREFIX}-{run_manager.run_id}" if run_manager is not None else None
+
+        async def tell(chunk: AIMessageChunk) -> None:
+            if run_manager is not None:
+                await _new_token(run_manager, chunk)
+            if sink is not None:
+                sink(chunk)
+
+        kept: asyncio.Queue[StepEvent | None] = asyncio.Queue()
+        child = child_callbacks(run_manager)
+        run = asyncio.create_task(self._solve(messages, context, child, kept.put_nowait))
+        run.add_done_callback(lambda _: kept.put_nowait(None))
+        try:
+            while (step := await kept.get()) is not None:
+                steps = {"mur_steps": [{"kept": step}]}
+                line = streamed_line(step, context)
+                await tell(AIMessageChunk(content=line, response_metadata=steps, id=reply_id))
+            trace = trace_of((await run).output)
+        finally:
+            run.cancel()
+        metadata = self._metadata(trace, context)
+        closing = closing_text(trace, context)
+        await tell(
+            AIMessageChunk(
+                content=closing, response_metadata=metadata, id=reply_id, chunk_position="last"
+            )
+        )
+        message = AIMessage(content=content_of(trace), response_metadata=metadata, id=reply_id)
+        return ChatResult(generations=[ChatGeneration(message=message)])
 
     async def _agenerate(
         self,
@@ -185,15 +253,7 @@ class ChatMUR(BaseChatModel):
         run_manager: AsyncCallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> ChatResult:
-        context = self._settings(stop, kwargs)
-        solution = await self._solve(messages, context, child_callbacks(run_manager))
-        trace = trace_of(solution.output)
-        message = AIMessage(
-            content=content_of(trace),
-            usage_metadata=usage_metadata(trace),
-            response_metadata=self._metadata(trace, context),
-        )
-        return ChatResult(generations=[ChatGeneration(message=message)])
+        return await self._reply(messages, stop, run_manager, kwargs)
 
     def _generate(
         self,
@@ -204,52 +264,76 @@ class ChatMUR(BaseChatModel):
     ) -> ChatResult:
         """The sync call runs the async graph on a loop of its own (the graph's nodes are
         async); inside a running loop, call `ainvoke`."""
-        result: ChatResult = _run_sync(self._agenerate(messages, stop, None, **kwargs))
+        result: ChatResult = _run_sync(self._reply(messages, stop, run_manager, kwargs))
         return result
 
-    async def _astream(
+    def invoke(
         self,
-        messages: list[BaseMessage],
+        input: LanguageModelInput,
+        config: RunnableConfig | None = None,
+        *,
         stop: list[str] | None = None,
-        run_manager: AsyncCallbackManagerForLLMRun | None = None,
         **kwargs: Any,
-    ) -> AsyncIterator[ChatGenerationChunk]:
-        context = self._settings(stop, kwargs)
-        child = child_callbacks(run_manager)
-        kept: asyncio.Queue[StepEvent | None] = asyncio.Queue()
-        run = asyncio.create_task(self._solve(messages, context, child, kept.put_nowait))
-        run.add_done_callback(lambda _: kept.put_nowait(None))
-        try:
-            while (step := await kept.get()) is not None:
-                line = streamed_line(step, context)
-                metadata = {"mur_steps": [{"kept": step}]}
-                chunk = ChatGenerationChunk(
-                    message=AIMessageChunk(content=line, response_metadata=metadata)
-                )
-                if run_manager is not None:
-                    await run_manager.on_llm_new_token(line, chunk=chunk)
-                yield chunk
-            trace = trace_of((await run).output)
-        finally:
-            run.cancel()
-        closing = AIMessageChunk(
-            content=closing_text(trace, context),
-            usage_metadata=usage_metadata(trace),
-            response_metadata=self._metadata(trace, context),
-            chunk_position="last",
-        )
-        yield ChatGenerationChunk(message=closing)
+    ) -> AIMessage:
+        """BaseChatModel's, the caller's message with the graph's usage (`with_usage`)."""
+        return with_usage(super().invoke(input, config, stop=stop, **kwargs))
 
-    def _stream(
+    async def ainvoke(
         self,
-        messages: list[BaseMessage],
+        input: LanguageModelInput,
+        config: RunnableConfig | None = None,
+        *,
         stop: list[str] | None = None,
-        run_manager: CallbackManagerForLLMRun | None = None,
         **kwargs: Any,
-    ) -> Iterator[ChatGenerationChunk]:
-        """Sync streaming collects the async stream on a loop of its own: the steps come at
-        once at the end; use `astream` to see them as they are kept."""
-        chunks = _run_sync(_collect(self._astream(messages, stop, None, **kwargs)))
+    ) -> AIMessage:
+        """BaseChatModel's, the caller's message with the graph's usage (`with_usage`)."""
+        return with_usage(await super().ainvoke(input, config, stop=stop, **kwargs))
+
+    async def astream(
+        self,
+        input: LanguageModelInput,
+        config: RunnableConfig | None = None,
+        *,
+        stop: list[str] | None = None,
+        **kwargs: Any,
+    ) -> AsyncIterator[AIMessageChunk]:
+        """Each kept step as a chunk as soon as it is kept, then a closing chunk with the rest
+        of the content, the graph's usage and `invoke`'s metadata. The chunks are those of
+        `ainvoke`'s run: BaseChatModel's astream hands `_astream` no run manager, so the
+        graph's runs would fall outside the caller's trace. Closing the stream cancels it."""
+        chunks: asyncio.Queue[AIMessageChunk | None] = asyncio.Queue()
+        scope = contextvars.copy_context()  # this call's chunks only reach this stream
+        scope.run(STEP_SINK.set, chunks.put_nowait)
+        call = asyncio.create_task(self.ainvoke(input, config, stop=stop, **kwargs), context=scope)
+        call.add_done_callback(lambda _: chunks.put_nowait(None))
+        closing = None
+        try:
+            while (chunk := await chunks.get()) is not None:
+                if chunk.chunk_position == "last":
+                    closing = chunk  # given once the call has ended well
+                else:
+                    yield chunk
+            message = await call
+        finally:
+            call.cancel()
+        if closing is None:  # no graph ran (LangChain's cache answered): the whole reply
+            metadata, at = message.response_metadata, message.id
+            closing = AIMessageChunk(content=message.content, response_metadata=metadata, id=at)
+        yield with_usage(closing)
+
+    def stream(
+        self,
+        input: LanguageModelInput,
+        config: RunnableConfig | None = None,
+        *,
+        stop: list[str] | None = None,
+        **kwargs: Any,
+    ) -> Iterator[AIMessageChunk]:
+        """Sync streaming collects `astream` on a loop of its own: the steps come at once at
+        the end; use `astream` to see them as they are kept."""
+        chunks: list[AIMessageChunk] = _run_sync(
+            _collect(self.astream(input, config, stop=stop, **kwargs))
+        )
         yield from chunks
 
     def _metadata(self, trace: dict[str, Any], context: Context) -> dict[str, Any]:
@@ -282,16 +366,18 @@ def settings_of(given: dict[str, Any]) -> dict[str, Any]:
     return settings
 
 
-def child_callbacks(run_manager: AsyncCallbackManagerForLLMRun | None) -> Any:
+def child_callbacks(run_manager: LLMRunManager | None) -> Any:
     """Callbacks for the graph's run beneath this chat model's run (what a chain's run
     manager's `get_child` gives; an LLM run's has none): its inheritable handlers, tags and
-    metadata, the run as parent. So a tracer (LangSmith) sees one run with the graph, its
-    nodes and the backbone's calls beneath it."""
+    metadata, the run as parent. So a tracer (LangSmith) and a token meter see one run with
+    the graph, its nodes and the backbone's calls beneath it. Tagged `nostream` (LangGraph's
+    TAG_NOSTREAM): an app streaming LangGraph's messages gets this model's steps, not the
+    backbone's raw replies as messages of their own."""
     if run_manager is None:
         return None
     child = AsyncCallbackManager(handlers=[], parent_run_id=run_manager.run_id)
     child.set_handlers(run_manager.inheritable_handlers)
-    child.add_tags(run_manager.inheritable_tags)
+    child.add_tags([*run_manager.inheritable_tags, TAG_NOSTREAM])
     child.add_metadata(run_manager.inheritable_metadata)
     return child
 
@@ -306,8 +392,30 @@ def usage_metadata(trace: dict[str, Any]) -> UsageMetadata:
     )
 
 
-async def _collect(stream: AsyncIterator[ChatGenerationChunk]) -> list[ChatGenerationChunk]:
+def with_usage(message: M) -> M:
+    """A ChatMUR reply with the graph's usage as its `usage_metadata`, for the caller.
+
+    A copy: the message the run's callbacks saw keeps none, so a token meter or a tracer that
+    sums the chat-model runs of a trace counts the tokens once, from the backbone's runs (each
+    under its served model's name, which prices them). A message without MUR's trace (a step
+    chunk) is returned as it is."""
+    trace = message.response_metadata.get("mur")
+    if not isinstance(message, AIMessage) or not isinstance(trace, dict):
+        return message
+    return message.model_copy(update={"usage_metadata": usage_metadata(trace)})
+
+
+async def _collect(stream: AsyncIterator[AIMessageChunk]) -> list[AIMessageChunk]:
     return [chunk async for chunk in stream]
+
+
+async def _new_token(run_manager: LLMRunManager, chunk: AIMessageChunk) -> None:
+    """Tell the run's callbacks of a chunk as a streaming model tells them of a token (a sync
+    run's manager calls its handlers at once)."""
+    text = chunk.content if isinstance(chunk.content, str) else ""
+    told = run_manager.on_llm_new_token(text, chunk=ChatGenerationChunk(message=chunk))
+    if inspect.isawaitable(told):
+        await told
 
 
 def _run_sync(coroutine: Any) -> Any:

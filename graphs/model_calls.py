@@ -36,8 +36,9 @@ from mur.servers.clients.transport_errors import (
     is_transient,
 )
 
-# Transient server faults (connection resets, 5xx, timeouts) are retried; anything else (bad
-# request, missing logprobs) fails at once with its own message.
+# Transient server faults (connection resets, 5xx, timeouts, a reply that is no chat completion:
+# a gateway's error page may pass) are retried; anything else (bad request, missing logprobs)
+# fails at once with its own message.
 MODEL_RETRY = RetryPolicy(
     max_attempts=3,
     initial_interval=1.0,
@@ -94,9 +95,11 @@ def describe_failure(
     exc: BaseException, roles: Mapping[str, str] | None = None, hint: str | None = None
 ) -> str:
     """One line for a run that failed: a model server that could not be reached, did not
-    answer in time or answered an error is named (its role by `roles`, base URL -> role, else
-    its URL) with what the graph's retries did (servers.clients.transport_errors words it); `hint`
-    says what to check when a server is unreachable. Other errors say what they are."""
+    answer in time, answered an error or sent back no chat completion is named (its role by
+    `roles`, base URL -> role, else its URL) with what came back and what the graph's retries
+    did (servers.clients.transport_errors words it); `hint` says what to check when a server is
+    unreachable. Other errors say what they are. The CLI, the endpoint's 502 and the evaluation
+    runner's failure reason are this line."""
     said = describe_transport_error(exc, MODEL_RETRY.max_attempts, roles, hint)
     if said is not None:
         return said

@@ -27,6 +27,7 @@ from typing import Any, Literal, TypeVar, cast
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
 from langchain_core.outputs import ChatGeneration, LLMResult
+from langchain_core.runnables import ensure_config
 
 from mur.nodes.usage import Usage, count_request
 
@@ -190,8 +191,15 @@ async def _one_request(model: BaseChatModel, request: Request, n: int) -> Reply:
     kwargs = request.payload_kwargs(model)
     if n > 1:
         kwargs["n"] = n
+    # The node's callbacks (its config, which `astream` reads itself): the request is a chat
+    # model run beneath its node for every handler, so token meters and tracers see it once
+    # (ChatMUR's own run reports none: graphs/chat_model.py). stream=False: a streaming
+    # handler (LangGraph's messages mode) must not turn the request into a stream.
+    callbacks = ensure_config().get("callbacks")
     try:
-        result = await model.agenerate([list(request.messages)], **kwargs)
+        result = await model.agenerate(
+            [list(request.messages)], callbacks=callbacks, stream=False, **kwargs
+        )
     except BaseException:  # cancelled too: the request got no usable answer
         count_request(failed=True)
         raise  # as the client raised it: the graph judges what it means (retry, full context)

@@ -24,6 +24,7 @@ from mur.servers.clients.errors import ServerError
 from mur.servers.processes.launcher import (
     CORE_SHARING,
     PAIR_CORES,
+    RunningServer,
     down,
     recorded_profiles,
     status,
@@ -40,6 +41,7 @@ from mur.servers.processes.profiles import (
     profiles,
 )
 from mur.servers.processes.replicas import DEFAULT_POLICY, POLICIES, down_group, up_replicas
+from mur.servers.processes.running import adopt_unrecorded
 from mur.servers.processes.weights import WEIGHT_FORMATS, WEIGHTS_ENV
 
 PROG = "mur servers"
@@ -151,10 +153,18 @@ def _cmd_up(args: argparse.Namespace) -> int:
     if args.port is not None:
         profile = replace(profile, port=args.port)
     server = up(profile, eager=args.eager, timeout=args.timeout, progress=not args.quiet)
-    how = "started" if server.started else "reused"
-    print(f"{server.profile}: {how} {server.base_url} model={server.model} pid={server.pid}")
+    _say_up(server)
     print(f"  export MUR_BASE_URL={server.base_url} MUR_MODEL={server.model}")
     return 0
+
+
+def _say_up(server: RunningServer) -> None:
+    """`PROFILE: started|reused URL model=NAME pid=PID`, and under it why a reused server has
+    no record here, if it has none."""
+    how = "started" if server.started else "reused"
+    print(f"{server.profile}: {how} {server.base_url} model={server.model} pid={server.pid}")
+    if server.detail.startswith("not recorded"):
+        print(f"  {server.detail}")
 
 
 def _cmd_up_pair(args: argparse.Namespace) -> int:
@@ -169,8 +179,7 @@ def _cmd_up_pair(args: argparse.Namespace) -> int:
         progress=not args.quiet,
     )
     for server in (backbone, verifier):
-        how = "started" if server.started else "reused"
-        print(f"{server.profile}: {how} {server.base_url} model={server.model} pid={server.pid}")
+        _say_up(server)
     print(f"  mur solve --profile {args.profile} --verifier-profile {args.verifier_profile} ...")
     return 0
 
@@ -195,6 +204,7 @@ def _cmd_up_replicas(args: argparse.Namespace) -> int:
 
 def _cmd_down(args: argparse.Namespace) -> int:
     if args.all:
+        _say_adopted(adopt_unrecorded())
         names = recorded_profiles()
         results = [(name, down(name)) for name in names]
     else:
@@ -207,7 +217,17 @@ def _cmd_down(args: argparse.Namespace) -> int:
     return 0
 
 
+def _say_adopted(names: Sequence[str]) -> None:
+    for name in names:
+        print(
+            f"{name}: its server runs on its port without a record: recorded again from its "
+            "process",
+            file=sys.stderr,
+        )
+
+
 def _cmd_status(args: argparse.Namespace) -> int:
+    _say_adopted(adopt_unrecorded())
     servers = status()
     if args.json:
         print(json.dumps([s.to_json() for s in servers], indent=2))

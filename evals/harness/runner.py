@@ -8,7 +8,7 @@ import asyncio
 import sys
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,17 +19,23 @@ from mur.evals.harness.records import RecordStore
 from mur.evals.harness.run_record import RunRecord, make_record, setting_of, total_tokens
 from mur.evals.harness.shutdown import StopSignals, cancelling_line, finishing_line
 from mur.evals.questions import grade
+from mur.graphs.model_calls import describe_failure
 from mur.nodes.usage import CallMeter, metered
 from mur.servers.clients.collector import tune_collector
 from mur.servers.clients.errors import ServerStopped
 from mur.servers.clients.sessions import new_session_id, session
 from mur.servers.clients.transport_errors import is_transient
 
+REASON_CHARS = 1000
+"""A failure's reason at most: one line (a worker sends it to its parent in one atomic pipe
+write, evals.harness.worker)."""
+
 
 @dataclass(frozen=True)
 class Failure:
-    """Why a question failed, and whether the server was at fault (what counts towards
-    giving up on it)."""
+    """Why a question failed (the line `mur solve` prints for it: a server named by its role
+    and URL, what it did or sent back, after how many attempts), and whether the server was at
+    fault (what counts towards giving up on it)."""
 
     why: str
     server: bool
@@ -54,6 +60,7 @@ async def run_jobs(
     show_progress: bool = True,
     give_up_after: int | None = None,
     run_id: str | None = None,
+    roles: Mapping[str, str] | None = None,
 ) -> RunOutcome:
     """Run the jobs (at most `concurrency` in flight), appending each record as it finishes.
 
@@ -65,6 +72,8 @@ async def run_jobs(
     `<run_id>/<job key>` (servers.clients.sessions), so a router in front of replicas keeps each job
     on one replica. A `graph` compiled with a checkpointer runs each question as the thread
     named by its key: a question stopped part-way resumes there (evals.harness.checkpoints).
+    `roles` (base URL -> "backbone" / "verifier", graphs.model_calls.server_roles) names the
+    servers in a failed question's reason.
     """
     runner = Runner(
         graph,
@@ -74,6 +83,7 @@ async def run_jobs(
         give_up_after=give_up_after or concurrency + 2,
         run_id=run_id or uuid.uuid4().hex[:8],
         show_progress=show_progress,
+        roles=roles,
     )
     return await runner.run()
 
@@ -91,8 +101,10 @@ class Runner:
         give_up_after: int,
         run_id: str,
         show_progress: bool,
+        roles: Mapping[str, str] | None = None,
     ) -> None:
         self.graph, self.jobs, self.store, self.run_id = graph, jobs, store, run_id
+        self.roles = dict(roles or {})
         self.checkpointed = getattr(graph, "checkpointer", None) is not None
         self.limit = asyncio.Semaphore(concurrency)
         self.give_up_after = give_up_after
@@ -196,12 +208,11 @@ class Runner:
         if self.checkpointed and not transient and not stopped:
             await forget(self.graph, job.key.text)  # its own fault: next time it starts afresh
         self.failed += 1
-        self.store.append_error(
-            {"key": job.key.text, "error": type(exc).__name__, "message": str(exc)[:2000]}
-        )
+        why = describe_failure(exc, self.roles)[:REASON_CHARS]
+        self.store.append_error({"key": job.key.text, "error": type(exc).__name__, "message": why})
         self.progress.failed_one(job.key.setting)
         self.server_failures_in_a_row = self.server_failures_in_a_row + 1 if transient else 0
-        failure = Failure(f"{type(exc).__name__}: {str(exc)[:300]}", transient)
+        failure = Failure(why, transient)
         if stopped:
             self.server_gone = str(exc)
         elif self.server_failures_in_a_row >= self.give_up_after:

@@ -45,12 +45,12 @@ from mur.evals.harness.checkpoints import open_checkpoints
 from mur.evals.harness.plan import EvaluationPlan, Job
 from mur.evals.harness.records import RecordStore
 from mur.evals.harness.run_record import total_tokens
-from mur.evals.harness.runner import Failure, Runner
+from mur.evals.harness.runner import REASON_CHARS, Failure, Runner
+from mur.graphs.model_calls import server_roles
 from mur.graphs.mur import build_graph
 from mur.nodes.usage import metered
 
 TICK_S = 1.0  # seconds between two token counts sent to the parent
-REASON_CHARS = 300  # a "gone" reason's length at most: each line stays one atomic pipe write
 NEVER = sys.maxsize  # the worker's own rule never gives up: the parent's counts (see above)
 
 
@@ -124,6 +124,7 @@ async def _serve(
             give_up_after=NEVER,
             run_id=str(start["run_id"]),
             show_progress=False,
+            roles=server_roles(backbone, verifier),
         )
         channel.send("ready")
         await Serving(runner, jobs, channel).serve(requests)

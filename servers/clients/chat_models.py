@@ -17,6 +17,10 @@ Why a subclass of ChatOpenAI:
 - a reply is read once, straight into plain dicts (`raw_replies`): the stock path builds one
   pydantic object per token logprob, then dumps them back into dicts, in a thread; against a
   server as fast as a GPU that is most of the client's CPU (`mur bench client`);
+- a reply that is no chat completion (a gateway's HTML page, JSON cut short, no choices, a
+  choice without a message, logprobs that do not match the tokens) and a stream that breaks
+  or ends before its last chunk raise `BadReply`, one line naming the server and what came
+  back (servers.clients.replies), never a decoding error: the graph retries it like a 5xx;
 - the async HTTP client keeps its connections alive per event loop
   (`servers.clients.http_pool`), so one model object works across several `asyncio.run()`
   calls (stock ChatOpenAI shares one cached pooled client per base URL, and a connection left
@@ -29,6 +33,7 @@ Why a subclass of ChatOpenAI:
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, replace
@@ -37,15 +42,16 @@ from typing import Any
 import openai
 import orjson
 from langchain_core.callbacks import AsyncCallbackManagerForLLMRun
-from langchain_core.messages import BaseMessage
+from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatGenerationChunk, ChatResult
 from langchain_openai import ChatOpenAI
 from langchain_openai.chat_models.base import _handle_openai_api_error, _handle_openai_bad_request
 from pydantic import Field, SecretStr
 
-from mur.servers.clients.errors import SeedRefused, ServerError, ServerUnavailable
+from mur.servers.clients.errors import BadReply, SeedRefused, ServerError, ServerUnavailable
 from mur.servers.clients.http_pool import pooled_async_http_client, sdk_http_module
 from mur.servers.clients.probes import check_endpoint, normalize_base_url
+from mur.servers.clients.replies import StreamCheck, cut_body, read_reply
 from mur.servers.clients.sessions import session_headers
 
 SAMPLING_DEFAULTS: Mapping[str, float | int] = {
@@ -186,7 +192,8 @@ class VLLMChatOpenAI(ChatOpenAI):
 
     async def _post_chat(self, payload: dict[str, Any]) -> dict[str, Any]:
         """POST the payload to /chat/completions through the SDK's client (its headers,
-        timeouts and error classes) and decode the reply's JSON with orjson."""
+        timeouts and error classes) and decode the reply's JSON with orjson; a reply that is
+        no chat completion, or whose body the connection cut, raises BadReply."""
         body = {key: value for key, value in payload.items() if key not in _REQUEST_OPTIONS}
         body.update(payload.get("extra_body") or {})
         options: dict[str, Any] = {"headers": payload.get("extra_headers") or {}}
@@ -205,18 +212,36 @@ class VLLMChatOpenAI(ChatOpenAI):
             _handle_openai_bad_request(exc)
             raise
         except openai.APIError as exc:
+            cut = cut_body(self._chat_url(), exc)  # None unless the body was cut
+            if cut is not None:
+                raise cut from exc
             _handle_openai_api_error(exc)
             raise
-        reply: dict[str, Any] = orjson.loads(response.content)
-        return reply
+        return read_reply(response)
 
     async def _astream(self, *args: Any, **kwargs: Any) -> AsyncIterator[ChatGenerationChunk]:
+        """The stock stream, checked: a stream the connection cuts, a chunk that is not JSON
+        or a stream that ends without its last chunk raises BadReply."""
+        check = StreamCheck(self._chat_url())
         try:
-            async for chunk in super()._astream(*args, **kwargs):
-                yield chunk
+            try:
+                async for chunk in super()._astream(*args, **kwargs):
+                    check.saw(chunk.generation_info)
+                    yield chunk
+            except json.JSONDecodeError as exc:  # the SDK decodes each event unguarded
+                raise check.not_json(exc) from exc
+            except openai.APIConnectionError as exc:
+                cut = check.cut(exc)
+                if cut is not None:
+                    raise cut from exc
+                raise
+            check.ended()
         except SERVER_FAILURES:
             await self._heal()
             raise
+
+    def _chat_url(self) -> str:
+        return f"{str(self.openai_api_base or '').rstrip('/')}/chat/completions"
 
     async def _heal(self) -> None:
         if self.on_failure is not None:
@@ -270,12 +295,19 @@ class VLLMChatOpenAI(ChatOpenAI):
         response: Any,
         generation_info: dict | None = None,
     ) -> ChatResult:
-        """Keep vLLM's non-OpenAI `stop_reason` and `reasoning` per choice (the stock method
-        drops them)."""
+        """Keep vLLM's non-OpenAI `stop_reason` and `reasoning` per choice, and the reply's
+        `prompt_logprobs` on each (the stock method drops them). Every choice names the model;
+        only the first carries the reply's usage, so LangChain's meters and tracers, which
+        add up every choice's, count an n-choice reply once."""
         result = super()._create_chat_result(response, generation_info)
         data = response if isinstance(response, dict) else response.model_dump()
         choices = data.get("choices") or []
+        prompt_logprobs = data.get("prompt_logprobs")
+        for later in result.generations[1:]:
+            if isinstance(later.message, AIMessage):
+                later.message.usage_metadata = None
         for gen, choice in zip(result.generations, choices, strict=False):
+            gen.message.response_metadata.setdefault("model_name", data.get("model"))
             message = choice.get("message") or {}
             reasoning = message.get("reasoning") or message.get("reasoning_content")
             if reasoning:
@@ -286,6 +318,8 @@ class VLLMChatOpenAI(ChatOpenAI):
                 info["logprobs"] = choice["logprobs"]
             if "stop_reason" in choice:
                 info["stop_reason"] = choice["stop_reason"]
+            if prompt_logprobs:
+                info["prompt_logprobs"] = prompt_logprobs
             gen.generation_info = info
         return result
 
@@ -309,9 +343,10 @@ def refuse_seed(payload: Mapping[str, Any], base_url: str | None) -> None:
         )
 
 
-SERVER_FAILURES = (openai.APIConnectionError, openai.InternalServerError)
+SERVER_FAILURES = (openai.APIConnectionError, openai.InternalServerError, BadReply)
 """What a server that died (or is dying) answers: no connection or a cut one, or a 5xx (vLLM's
-EngineDeadError). A timeout is an APIConnectionError too."""
+EngineDeadError), or a reply cut short or not its own (a gateway's page in front of a dead
+server). A timeout is an APIConnectionError too."""
 
 
 def base_url_of(model: Any) -> str | None:

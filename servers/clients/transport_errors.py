@@ -1,10 +1,12 @@
 """What a failed request to an OpenAI-compatible server means for the run that made it.
 
-The client layer's knowledge of its own exceptions (the openai SDK's, httpx's) and of vLLM's
-wording, in one place. The graph receives these verdicts as LangGraph receives `retry_on`:
-`is_transient` decides which model calls are retried, `context_overflow` which failures end a
-solution instead of failing it. Nodes never see these types: they make requests through any
-LangChain chat model and let its exceptions pass.
+The client layer's knowledge of its own exceptions (the openai SDK's, httpx's, BadReply for a
+reply that is no chat completion) and of vLLM's wording, in one place. The graph receives these
+verdicts as LangGraph receives `retry_on`: `is_transient` decides which model calls are
+retried, `context_overflow` which failures end a solution instead of failing it, and
+`describe_transport_error` words the one line the CLI, the endpoint and the evaluation runner
+give for a failed run. Nodes never see these types: they make requests through any LangChain
+chat model and let its exceptions pass.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from types import ModuleType
 from typing import Any
 
 import httpx
+
+from mur.servers.clients.errors import BadReply
 
 
 @dataclass(frozen=True)
@@ -79,11 +83,15 @@ def context_overflow(exc: BaseException) -> ContextOverflow | None:
 
 
 def is_transient(exc: BaseException) -> bool:
-    """Worth retrying: the server was unreachable, slow, overloaded or failed (5xx).
+    """Worth retrying: the server was unreachable, slow, overloaded or failed (5xx), or its
+    reply was no chat completion (BadReply: a gateway's error page, a body cut short; the next
+    attempt may reach the server itself).
 
     A 4xx answer (bad request, context overflow, unknown model) or a reply without logprobs
     will fail again the same way: those stop the question at once, with their own message.
     """
+    if isinstance(exc, BadReply):
+        return True
     openai = _openai()
     if openai is not None:
         if isinstance(exc, openai.APIConnectionError | openai.RateLimitError):
@@ -104,18 +112,16 @@ def describe_transport_error(
     hint: str | None = None,
 ) -> str | None:
     """One line for the client error behind `exc` (None: there is none): the server named by
-    its role (`roles`: base URL -> "backbone" / "verifier") or its URL, what it did, after how
-    many `attempts`, and for an unreachable one what to check (`hint`)."""
+    its role (`roles`: base URL -> "backbone" / "verifier") or its URL, what it did or what
+    came back, after how many `attempts`, and what to check (`hint` for an unreachable one)."""
     sdk = _openai()
-    error = _client_error(exc, sdk) if sdk is not None else None
+    error = _client_error(exc, sdk)
+    if isinstance(error, BadReply):
+        return error.said_of(_who(error.url, roles), attempts)
     if sdk is None or error is None:
         return None
     request = getattr(error, "request", None)
-    url = str(request.url) if request is not None else "?"
-    who = next(
-        (f"the {role} at {base}" for base, role in (roles or {}).items() if url.startswith(base)),
-        f"the model server at {url}",
-    )
+    who = _who(str(request.url) if request is not None else "?", roles)
     if isinstance(error, sdk.APITimeoutError):
         return (
             f"{who} did not answer in time, {attempts} attempts: is it stalled or overloaded? "
@@ -135,12 +141,22 @@ def describe_transport_error(
     return f"{who} answered an error: {error}"
 
 
-def _client_error(exc: BaseException, sdk: ModuleType) -> Any:
-    """The SDK's error behind `exc` (itself, or what it was raised from), or None."""
+def _who(url: str, roles: Mapping[str, str] | None) -> str:
+    """The server that `url` (a request's) went to: "the backbone at <base URL>" by its role,
+    else "the model server at <url>"."""
+    return next(
+        (f"the {role} at {base}" for base, role in (roles or {}).items() if url.startswith(base)),
+        f"the model server at {url}",
+    )
+
+
+def _client_error(exc: BaseException, sdk: ModuleType | None) -> Any:
+    """The client's error behind `exc` (itself, or what it was raised from): a BadReply, or
+    the SDK's; None when there is none."""
     seen: set[int] = set()
     current: BaseException | None = exc
     while current is not None and id(current) not in seen:
-        if isinstance(current, sdk.APIError):
+        if isinstance(current, BadReply) or (sdk is not None and isinstance(current, sdk.APIError)):
             return current
         seen.add(id(current))
         current = current.__cause__ or current.__context__

@@ -29,16 +29,21 @@ from rich.markup import escape
 from mur.servers.clients.errors import ServerError, ServerStopped, ServerUnavailable
 from mur.servers.clients.probes import check_endpoint, healthy, port_open
 from mur.servers.processes.model import ensure_model
-from mur.servers.processes.paths import logs_dir
+from mur.servers.processes.paths import logs_dir, mur_home
 from mur.servers.processes.pids import (
     CHILDREN,
+    SERVER_HOME_ENV,
     STOP_GRACE_S,
     alive,
     clear_stopped,
-    create_time,
+    elsewhere,
+    port_owner,
     read_record,
     record_alive,
+    record_path,
+    recorded_port,
     remove_record,
+    server_home,
     stopped_at,
     terminate,
     write_record,
@@ -54,8 +59,11 @@ from mur.servers.processes.profiles import (
 )
 from mur.servers.processes.running import (
     RunningServer,
+    adopt,
     down,
+    new_record,
     record_argv,
+    record_on_port,
     recorded_command,
     recorded_profiles,
     served_dtype,
@@ -186,7 +194,9 @@ def _resolve(profile: str | Profile) -> Profile:
 
 
 def _reuse(p: Profile) -> RunningServer:
-    """Something healthy answers on p's port: accept it only if it serves p's model."""
+    """Something healthy answers on p's port: accept it only if it serves p's model. Its
+    record is the profile's, or another's on that port (a router's); a server of this
+    MUR_HOME without one is recorded again (`adopt`); any other is reused unrecorded."""
     try:
         models = check_endpoint(p.base_url)
     except ServerUnavailable as exc:
@@ -201,18 +211,52 @@ def _reuse(p: Profile) -> RunningServer:
             f"--all` if it was started here, else kill it) or point clients at it with "
             f"--base-url {p.base_url}"
         )
-    record = read_record(p.name)
-    pid = record.get("pid") if record and record_alive(record) else None
-    serving = served_weights(record_argv(record) if record and pid else None)
+    found = record_on_port(p.port)
+    record = found[1] if found else adopt(p)
+    serving = served_weights(record_argv(record) if record else None)
     if p.package is not None and serving not in (None, p.weights):
         raise ServerError(
             f"the {p.name} server on port {p.port} serves {serving} weights, not "
             f"{p.weights}: stop it (`mur servers down --profile {p.name}`) and start again, "
             f"or ask for its format (MUR_CPU_WEIGHTS={serving}, or `mur servers up --format`)"
         )
-    log = Path(record["log"]) if record and pid and record.get("log") else None
-    detail = str(record.get("detail") or "") if record and pid else ""
+    if record is None:
+        pid = port_owner(p.port)
+        return RunningServer(
+            p.name, p.base_url, p.served_model_name, pid, True, False, None, _stranger(pid)
+        )
+    log = Path(record["log"]) if record.get("log") else None
+    detail = str(record.get("detail") or "")
+    pid = int(record["pid"])
     return RunningServer(p.name, p.base_url, p.served_model_name, pid, True, False, log, detail)
+
+
+def _stranger(pid: int | None) -> str:
+    """Why a server `up` reuses has no record here (what `mur servers up` prints under it)."""
+    home = server_home(pid) if pid is not None else None
+    if pid is None:
+        who = "its process is not visible from here (another user's or another container's)"
+    elif home is None:
+        who = f"pid {pid} was not started by `mur servers up`"
+    else:
+        who = f"pid {pid} was started by `mur servers up` with MUR_HOME={home}"
+    return f"not recorded in {mur_home()}: {who}; `mur servers down` here leaves it running"
+
+
+def _check_port(p: Profile, record: dict[str, Any]) -> None:
+    """A live record of the profile on another port: one record a profile, so no second one."""
+    where = recorded_port(record)
+    if where is not None and where[1] != p.port:
+        raise ServerError(
+            f"the {p.name} server recorded in {record_path(p.name)} runs on port {where[1]} "
+            f"(pid {record['pid']}), not {p.port}: use it there, or stop it first "
+            f"(`mur servers down --profile {p.name}`)"
+        )
+    if elsewhere(record):
+        raise ServerError(
+            f"the {p.name} server on port {p.port} (pid {record['pid']} in {record['pid_ns']}) "
+            "was started in another pid namespace and is not healthy yet: wait for it there"
+        )
 
 
 def up(
@@ -253,17 +297,24 @@ def up(
             )
         clear_stopped(p.name)
         record = read_record(p.name)
-        if record and record_alive(record):
-            return _wait_for(
-                p, int(record["pid"]), Path(record["log"]), timeout, progress, started=False
-            )
-        if record:
+        if record and not record_alive(record):
             remove_record(p.name)
-        if port_open(p.host, p.port):
-            raise ServerError(
-                f"port {p.port} on {p.host} is in use but does not answer /health like a vLLM "
-                f"server: free the port or give profile {p.name} another one"
-            )
+            record = None
+        if record:
+            _check_port(p, record)
+        elif port_open(p.host, p.port):
+            record = adopt(p)  # our server, still starting, whose record was lost
+            if record is None:
+                owner = port_owner(p.port)
+                raise ServerError(
+                    f"port {p.port} on {p.host} is in use"
+                    + (f" (pid {owner})" if owner is not None else "")
+                    + " but does not answer /health like a vLLM server: free the port or "
+                    f"give profile {p.name} another one"
+                )
+        if record:
+            log = Path(record["log"]) if record.get("log") else logs_dir() / f"{p.name}.log"
+            return _wait_for(p, int(record["pid"]), log, timeout, progress, started=False)
         if command is None:
             if p.package is not None and model_path is None:
                 model_path = ensure_model(p.package, weights=p.weights)
@@ -330,27 +381,13 @@ def _start(
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                env=server_env(p, env),
+                env={**server_env(p, env), SERVER_HOME_ENV: str(mur_home().resolve())},
                 start_new_session=True,
             )
         except OSError as exc:
             raise ServerError(f"could not start {argv[0]} for profile {p.name}: {exc}") from None
     CHILDREN[proc.pid] = proc
-    write_record(
-        p.name,
-        {
-            "profile": p.name,
-            "pid": proc.pid,
-            "create_time": create_time(proc.pid),
-            "port": p.port,
-            "base_url": p.base_url,
-            "model": p.served_model_name,
-            "log": str(log_path),
-            "argv": argv,
-            "detail": detail,
-            "started_at": time.time(),
-        },
-    )
+    write_record(p.name, new_record(p, proc.pid, argv, log_path, detail))
     return _wait_for(p, proc.pid, log_path, timeout, progress, started=True)
 
 
@@ -363,7 +400,9 @@ def _wait_for(
     *,
     started: bool,
 ) -> RunningServer:
-    """Poll /health until OK; the process dying or the deadline passing raises ServerError."""
+    """Poll /health until OK; the process dying or the deadline passing raises ServerError.
+    A server this call started is stopped at the deadline; one another `up` is starting (it
+    may have a longer deadline of its own) is left running."""
     verb = "starting" if started else "waiting for"
     shown = _Progress(progress, f"{verb} {p.name} on {p.root_url}", log_path)
     t0 = time.monotonic()
@@ -383,13 +422,7 @@ def _wait_for(
             if healthy(p.root_url):
                 break
             if elapsed >= timeout:
-                terminate(pid)
-                remove_record(p.name)
-                raise ServerError(
-                    f"the {p.name} server was not healthy after {timeout:g} s and was stopped; "
-                    f"raise --timeout if it is just slow. Last lines of {log_path}:\n"
-                    f"{log_tail(log_path)}"
-                )
+                raise _late(p, pid, log_path, timeout, started)
             shown.update(elapsed)
             time.sleep(_POLL_S)
     except KeyboardInterrupt:
@@ -400,6 +433,23 @@ def _wait_for(
     finally:
         shown.stop()
     return _reuse_started(p, pid, log_path, started)
+
+
+def _late(p: Profile, pid: int, log_path: Path, timeout: float, started: bool) -> ServerError:
+    """The error for a server not healthy by the deadline; one this call started is stopped."""
+    if not started:
+        return ServerError(
+            f"the {p.name} server (pid {pid}, started by another `mur servers up`) was not "
+            f"healthy after {timeout:g} s and is left running: wait longer (--timeout), or "
+            f"stop it (`mur servers down --profile {p.name}`); log: {log_path}"
+        )
+    terminate(pid)
+    remove_record(p.name)
+    return ServerError(
+        f"the {p.name} server was not healthy after {timeout:g} s and was stopped; "
+        f"raise --timeout if it is just slow. Last lines of {log_path}:\n"
+        f"{log_tail(log_path)}"
+    )
 
 
 def _reuse_started(p: Profile, pid: int, log_path: Path, started: bool) -> RunningServer:

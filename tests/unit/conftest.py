@@ -5,8 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from mur.evals.harness.progress import RunProgress
+
+# Hypothesis fails an example that runs over its `deadline` (200 ms unless a test says): a
+# wall time, which a machine three times slower or a loaded one breaks. Examples run without
+# one; each test's own time limit (pyproject's `timeout`) still ends one that hangs.
+settings.register_profile("mur", deadline=None)
+settings.load_profile("mur")
 
 
 @pytest.fixture

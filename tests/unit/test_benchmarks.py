@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
-import time
+from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any, ClassVar
 
@@ -304,17 +305,19 @@ class FakeServer:
 
 
 class FakeAsyncOpenAI:
-    """Answers after a short sleep; logs (question, send time, answer time)."""
+    """Answers after a short sleep; logs (question, when it was sent, when answered), each
+    moment the number of the event among all sends and answers: the order, not a clock."""
 
-    log: ClassVar[list[tuple[str, float, float]]] = []
+    log: ClassVar[list[tuple[str, int, int]]] = []
+    events: ClassVar[Iterator[int]] = itertools.count()
 
     def __init__(self, **_: Any) -> None:
         self.chat = SimpleNamespace(completions=SimpleNamespace(create=self.create))
 
     async def create(self, *, model: str, messages: list, extra_body: dict) -> Any:
-        start = time.perf_counter()
+        start = next(FakeAsyncOpenAI.events)
         await asyncio.sleep(0.01 * extra_body["max_tokens"])
-        FakeAsyncOpenAI.log.append((messages[0]["content"], start, time.perf_counter()))
+        FakeAsyncOpenAI.log.append((messages[0]["content"], start, next(FakeAsyncOpenAI.events)))
         return None
 
     async def close(self) -> None:
@@ -342,13 +345,13 @@ async def test_replay_keeps_each_questions_order_and_the_concurrency(monkeypatch
     for q in range(3):
         mine = sorted((s, e) for c, s, e in FakeAsyncOpenAI.log if c == f"q{q}")
         (_, e0), (s1, e1), (s2, e2), (s3, _e3) = mine
-        assert s1 >= e0 and s2 >= e0  # the judges wait for the draft ...
-        assert s2 - s1 < 0.005  # ... and go together
-        assert s3 >= max(e1, e2)  # the next draft waits for both
+        assert s1 > e0 and s2 > e0  # the judges wait for the draft ...
+        assert s2 < min(e1, e2)  # ... and go together: both sent before either answers
+        assert s3 > max(e1, e2)  # the next draft waits for both
     # Never more than 2 questions at once: q2 starts after q0 or q1 finished.
     first_q2 = min(s for c, s, _ in FakeAsyncOpenAI.log if c == "q2")
     last = {c: max(e for c2, _, e in FakeAsyncOpenAI.log if c2 == c) for c in ("q0", "q1")}
-    assert first_q2 >= min(last.values())
+    assert first_q2 > min(last.values())
 
 
 def test_bad_arguments_exit_2_before_any_server(capsys) -> None:

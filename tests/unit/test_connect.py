@@ -8,7 +8,6 @@ import asyncio
 import contextlib
 import socket
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
@@ -359,11 +358,15 @@ def test_the_healer_starts_a_dead_server_again_once(monkeypatch) -> None:
 
 def test_a_stop_does_not_wait_for_a_recovery_in_progress(monkeypatch) -> None:
     """Ctrl-C while the dead server starts again: the run stops at once, the start goes on
-    in its own thread (asyncio.run would otherwise join it, minutes, on its way out)."""
-    release = threading.Event()
+    in its own thread (asyncio.run would otherwise join it, minutes, on its way out). The
+    start here ends only when the test lets it, after the run has returned: had the run
+    waited for it, it would not have returned (the test's time limit ends it)."""
+    starting, release, finished = threading.Event(), threading.Event(), threading.Event()
 
     def slow_up(profile, **_) -> RunningServer:
-        release.wait(20)
+        starting.set()
+        release.wait()
+        finished.set()
         return RunningServer(profile.name, profile.base_url, "m", 1, True, True, None)
 
     monkeypatch.setattr(connect_module, "healthy", lambda root: False)
@@ -372,15 +375,17 @@ def test_a_stop_does_not_wait_for_a_recovery_in_progress(monkeypatch) -> None:
 
     async def stopped() -> None:
         task = asyncio.create_task(healer.recover())
-        await asyncio.sleep(0.2)
+        assert await asyncio.to_thread(starting.wait, 60)  # the start is under way
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
 
-    began = time.monotonic()
-    asyncio.run(stopped())
-    assert time.monotonic() - began < 5
-    release.set()
+    try:
+        asyncio.run(stopped())
+        assert starting.is_set() and not finished.is_set()  # returned while it was starting
+    finally:
+        release.set()
+    assert finished.wait(30)
 
 
 def test_a_recovery_that_fails_raises_in_the_awaiting_task(monkeypatch) -> None:

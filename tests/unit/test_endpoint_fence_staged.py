@@ -32,7 +32,7 @@ from mur.endpoint.errors import APIError
 from mur.endpoint.ledger import SCHEMA, ClaimLost, RunLedger
 from mur.graphs import build_graph
 from mur.graphs.checkpointers import CheckpointerUnavailable, CheckpointStore, open_checkpointer
-from mur.graphs.databases import IDLE_IN_TRANSACTION_S, STATEMENT_TIMEOUT_S
+from mur.graphs.databases import STATEMENT_TIMEOUT_S
 from mur.graphs.solve import solve
 from postgres import PASSWORD, PostgresServer, start
 
@@ -187,13 +187,14 @@ async def test_a_holder_stalled_inside_its_write_writes_nothing_after_a_takeover
     run = await run_of(store, claim)
     await asyncio.wait_for(stalled.wait(), 20)
     before = await rows_of(second, "run-2")
-    started = time.monotonic()
     taking = asyncio.create_task(ledger.claim("run-2", "fp", "replica-b", 30))
     await until(lambda: _waiting_or_done(second, 1, taking))
     assert not taking.done(), "the claim moved while the holder's write was open"
+    # Taken while the holder still stalls in its write (it goes on only at `go`): only the
+    # server's end of its idle transaction (IDLE_IN_TRANSACTION_S) lets B through; without it
+    # B's claim would hit its own statement timeout and take nothing.
     taken = await asyncio.wait_for(taking, STATEMENT_TIMEOUT_S + 10)
     assert taken is not None and taken.number == 2
-    assert time.monotonic() - started < IDLE_IN_TRANSACTION_S + 3
     go.set()
     with pytest.raises(CheckpointerUnavailable):
         await run
@@ -269,20 +270,18 @@ async def test_a_frozen_database_gives_503_in_bounded_time_and_stops_the_holder(
         durable.start()
         own_server.freeze()
         try:
-            frozen_at = time.monotonic()
             with pytest.raises(APIError) as refused:
                 await asyncio.wait_for(
                     durable.claim("caller", "order-g", "fp"), STATEMENT_TIMEOUT_S + 15
                 )
-            waited = time.monotonic() - frozen_at
             await asyncio.wait([holder], timeout=lease)
         finally:
             own_server.thaw()
             await durable.close()
     assert refused.value.status == 503 and refused.value.error.code == "checkpointer_unavailable"
+    # The statement timeout gave up (the wait_for above bounds a hang), its words say so.
     assert f"{shown} did not answer within {STATEMENT_TIMEOUT_S:g} s" in refused.value.message
     assert PASSWORD not in refused.value.message
-    assert STATEMENT_TIMEOUT_S - 0.5 < waited < STATEMENT_TIMEOUT_S + 11
     assert holder.cancelled(), "the holder went on past the lease it could not renew"
     answer = durable.take_lost(ticket)
     assert answer is not None and answer.status == 503

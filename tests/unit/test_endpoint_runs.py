@@ -580,13 +580,16 @@ def test_finished_runs_are_pruned_after_keep_finished(
     serve: Callable[..., tuple[str, Any]], database: Path
 ) -> None:
     backbone = Backbone()
-    url, _ = serve(backbone, lease_seconds=0.5, keep_finished=0.5)
+    keep = 0.5
+    url, _ = serve(backbone, lease_seconds=0.5, keep_finished=keep)
+    asked = time.monotonic()  # before the run, so no machine is too slow for the bound below
     first = ask(url, "short-lived").json()
-    started = time.monotonic()
     assert rows(database, "SELECT status FROM mur_runs") == [("finished",)]
     assert rows(database, "SELECT COUNT(*) FROM checkpoints")[0][0] > 0
     assert wait_until(lambda: not rows(database, "SELECT * FROM mur_runs"), 10)
-    assert time.monotonic() - started >= 0.4, "pruned before keep_finished"
+    # Kept for keep_finished after it finished, which was after it was asked (a tenth of it
+    # spared for the wall clock the ledger keeps its times in).
+    assert time.monotonic() - asked >= 0.9 * keep, "pruned before keep_finished"
     assert rows(database, "SELECT COUNT(*) FROM checkpoints") == [(0,)]
     assert rows(database, "SELECT COUNT(*) FROM writes") == [(0,)]
     again = ask(url, "short-lived").json()  # the key is free again: a new run

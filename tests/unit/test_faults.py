@@ -143,14 +143,6 @@ def test_http_400_is_not_retried_and_says_so() -> None:
     assert server.requests == 1
 
 
-def test_a_body_that_is_not_json_stops_the_question() -> None:
-    with faulty_server(["garbage"]) as server:
-        status, _, stderr = solve(server.base_url)
-    assert status == 1
-    assert one_line(stderr).startswith("run.py: ")
-    assert server.requests == 1
-
-
 # -------------------------------------------------------------------------- the context
 
 

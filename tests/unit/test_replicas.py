@@ -14,7 +14,6 @@ import os
 import signal
 import socket
 import sys
-import time
 from collections import Counter
 from dataclasses import replace
 from pathlib import Path
@@ -221,13 +220,11 @@ def test_router_keeps_each_session_on_one_replica_and_survives_a_dead_one(
         # A replica dies: the router takes it out, its questions move to the other one.
         dead, alive = group.replicas
         os.killpg(dead.pid, signal.SIGKILL)
-        begin = time.monotonic()
         moved = [sid for sid in questions if sid in served[0]]
-        for sid in moved:
+        for sid in moved:  # each answered (the client retries nothing) ...
             with session(sid):
                 llm.invoke([HumanMessage("What is 2 + 2?")])
-        failover_s = time.monotonic() - begin
-        assert failover_s < 30, failover_s
+        # ... by the replica left, once each
         assert Counter(sessions_of(alive)) - Counter(served[1]) == Counter(moved)
 
         # `up` again restarts the dead replica and reuses the rest, router included.

