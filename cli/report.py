@@ -28,9 +28,10 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     parser = OneLineParser(prog=prog, description="Tables and plots from a run's records.")
     parser.add_argument(
         "run_dirs",
-        nargs="+",
+        nargs="*",
         metavar="run_dir",
-        help="a folder of records (mur solve --out); several, with --out, combine",
+        help="a folder of records (mur solve --out); several, with --out, combine (an "
+        "experiment that names its folders takes them as --live NAME=DIR instead)",
     )
     parser.add_argument(
         "--out",
@@ -91,6 +92,8 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     names = [name for name, _ in args.live]
     if repeated := sorted({n for n in names if names.count(n) > 1}):
         parser.error(f"--live names each arm once: {', '.join(repeated)} given twice")
+    if not args.run_dirs and not (args.live and args.out):
+        parser.error("give a run folder, or an experiment's folders as --live NAME=DIR with --out")
     if len(args.run_dirs) > 1 and args.out is None:
         parser.error("several folders combine into one report: name it with --out DIR")
     combined = len(args.run_dirs) > 1 or args.out is not None

@@ -80,7 +80,22 @@ PAPER_GPU = Preset(
     thinking_style="qwen3",
 )
 
-PRESETS: Registry[Preset] = Registry("preset", PAPER_GPU)
+CASCADE_GPU = Preset(
+    name="cascade",
+    description="MUR as a step router on a GPU: Qwen3-1.7B writes each step, Qwen3-8B rewrites "
+    "the steps the gate flags (strategy escalate, thinking off), on the paper's four "
+    "benchmarks (servers/README.md: serving the pair)",
+    strategies=("escalate",),
+    datasets=PAPER_GPU.datasets,
+    profile="qwen3-1.7b",
+    verifier_profile="qwen3-8b-external",
+    # Every step, drafted or rewritten, is written with thinking off; the thinking settings
+    # are the paper's, unused by escalate.
+    thinking_budget=PAPER_GPU.thinking_budget,
+    thinking_style=PAPER_GPU.thinking_style,
+)
+
+PRESETS: Registry[Preset] = Registry("preset", PAPER_GPU, CASCADE_GPU)
 
 
 # ----------------------------------------------------------------------------- the budget
@@ -125,6 +140,8 @@ BUDGET_ASSUMPTIONS = (
     f"or {MUR_SCALED_STEPS:g} (other gates), the middles of the paper's {PAPER_STEPS[0]:g}-"
     f"{PAPER_STEPS[1]:g} steps and {PAPER_MUR_SCALED_STEPS[0]:g}-{PAPER_MUR_SCALED_STEPS[1]:g} "
     "scaled by MUR",
+    f"escalate has no paper figure: Vanilla CoT's drafts, and per scaled step one step "
+    f"(Vanilla / {STEPS:g} steps) written again by the external model",
     f"external (GenPRM) tokens have no paper figure: an upper bound, every judgement at its "
     f"{JUDGE_CAP}-token cap, {JUDGEMENTS['critic']} per scaled step for critic and "
     f"{JUDGEMENTS['best_of_n']} for best_of_n",
@@ -159,6 +176,8 @@ def run_tokens(strategy: str, label: str, thinking_budget: int) -> Tokens | None
     if strategy == "thinking":
         per_scaled = thinking_budget + PAPER_VANILLA_TOKENS / STEPS
         return Tokens(PAPER_VANILLA_TOKENS + scaled * per_scaled, external)
+    if strategy == "escalate":
+        return Tokens(PAPER_VANILLA_TOKENS, scaled * PAPER_VANILLA_TOKENS / STEPS)
     return None
 
 

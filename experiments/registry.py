@@ -4,7 +4,7 @@ Adding one is a module with an `EXPERIMENT` and a line here (docs/extending.md).
 from __future__ import annotations
 
 from mur.evals.report.experiment import Experiment
-from mur.experiments import branching_fresh, parallel_traces, small_backbone
+from mur.experiments import branching_fresh, cascade, parallel_traces, small_backbone
 from mur.nodes.registry import Registry
 
 EXPERIMENTS: Registry[Experiment] = Registry(
@@ -12,4 +12,5 @@ EXPERIMENTS: Registry[Experiment] = Registry(
     small_backbone.EXPERIMENT,
     parallel_traces.EXPERIMENT,
     branching_fresh.EXPERIMENT,
+    cascade.EXPERIMENT,
 )

@@ -195,14 +195,15 @@ async def score_uncertainty(state: State) -> Update:
     if draft["num_tokens"] == 0:
         # Nothing was generated: the solution is over, there is nothing to score.
         return {"done": True, "finish_reason": "empty_step"}
-    return {
-        "gate": {
-            "uncertainty": step_uncertainty(draft["logprobs"]),
-            "confidence": step_confidence(draft["logprobs"]),
-            "threshold": None,
-            "scale": False,
-        }
-    }
+    record = GateRecord(
+        uncertainty=step_uncertainty(draft["logprobs"]),
+        confidence=step_confidence(draft["logprobs"]),
+        threshold=None,
+        scale=False,
+    )
+    if "first_token_entropy" in draft:
+        record["first_token_entropy"] = draft["first_token_entropy"]
+    return {"gate": record}
 
 
 async def gamma_gate(state: State, runtime: Runtime[Context]) -> Update:
@@ -217,6 +218,7 @@ async def gamma_gate(state: State, runtime: Runtime[Context]) -> Update:
         step=len(steps) + 1,
         uncertainty=record["uncertainty"],
         confidence=record["confidence"],
+        first_token_entropy=record.get("first_token_entropy"),
         history=GateHistory(
             momentum=state.get("momentum", 0.0),
             kept_uncertainties=[step["uncertainty"] for step in steps],
@@ -264,6 +266,8 @@ async def commit_step(state: State, runtime: Runtime[Context]) -> Update:
         record["confidences"] = kept["confidences"]
     if "entropy_spikes" in kept:
         record["entropy_spikes"] = kept["entropy_spikes"]
+    if "first_token_entropy" in gate:
+        record["first_token_entropy"] = gate["first_token_entropy"]
     runtime.stream_writer(
         {
             "event": "step",

@@ -30,6 +30,9 @@ class StepRecord(TypedDict):
     """DeepConf's confidence of each token (only when the run asked for top_logprobs)."""
     entropy_spikes: NotRequired[list[EntropySpike]]
     """EAGer's branch points inside the step (only when the run branches by entropy)."""
+    first_token_entropy: NotRequired[float]
+    """The top-k entropy of the first token of the draft the gate saw (only when the run
+    asked for top_logprobs): what the first_token gate reads, kept so any run replays it."""
 
 
 class GateRecord(TypedDict):
@@ -39,6 +42,7 @@ class GateRecord(TypedDict):
     confidence: float
     threshold: float | None
     scale: bool
+    first_token_entropy: NotRequired[float]
 
 
 class Fallback(TypedDict):

@@ -98,6 +98,13 @@ class Context(BaseModel):
     random_rate: float = Field(
         0.5, ge=0, le=1, description="Random gate: probability of scaling a step (t >= 2)."
     )
+    first_token_threshold: float = Field(
+        1.0,
+        ge=0,
+        allow_inf_nan=False,
+        description="first_token gate (GlimpRouter): scale a step whose draft's first token "
+        "has a top-k entropy (nats) above this; needs top_logprobs.",
+    )
     seed: int = Field(
         0,
         description="Seed of the random gate and of foresight's selection, mixed with the "
@@ -157,6 +164,12 @@ class Context(BaseModel):
     )
     thinking_budget: int = Field(
         2048, ge=1, description="Thinking switch: token cap of the thinking."
+    )
+    escalate_momentum: Literal["draft", "rescored"] = Field(
+        "draft",
+        description="Escalate: what the momentum reads after a step the external model "
+        "rewrote: the uncertainty of the backbone's draft, or the backbone's uncertainty of "
+        "the kept text (rescored with vLLM's prompt logprobs, one more backbone request).",
     )
     step_format: Literal["marker", "paragraph"] = Field(
         "marker",
@@ -297,6 +310,10 @@ class Context(BaseModel):
             raise ValueError(
                 f"branch {self.branch} reads token entropies: set top_logprobs (e.g. 20)"
             )
+        if GATES[self.gate].reads_first_token and self.top_logprobs == 0:
+            raise ValueError(
+                f"gate {self.gate} reads the first token's entropy: set top_logprobs (e.g. 20)"
+            )
         batch = self.trace_batch
         if (self.settle != "never" or self.trace_stop != "none" or self.branch != "none") and (
             batch is None or batch >= self.traces
@@ -355,11 +372,19 @@ def context_for(
 
     `gamma`, when given, replaces the settings' gamma; the label's own settings (bias
     correction, a random rate, a budget) come on top, and the label's gate replaces any
-    `gate` in `settings`. Raises ValueError naming the label (a malformed one) or ContextError
-    naming the field (a bad value)."""
+    `gate` in `settings`. A gate that reads the first token's entropy asks for
+    FIRST_TOKEN_TOP_LOGPROBS top logprobs unless the settings say how many. Raises ValueError
+    naming the label (a malformed one) or ContextError naming the field (a bad value)."""
     gate, overrides = parse_gate_label(label)
     chosen = {} if gamma is None else {"gamma": gamma}
-    return Context(**{**(settings or {}), **chosen, **overrides, "gate": gate})
+    given = {**(settings or {}), **chosen, **overrides, "gate": gate}
+    if gate in GATES and GATES[gate].reads_first_token:
+        given.setdefault("top_logprobs", FIRST_TOKEN_TOP_LOGPROBS)
+    return Context(**given)
+
+
+FIRST_TOKEN_TOP_LOGPROBS = 20
+"""The top-k of a run whose gate reads the first token's entropy and that asked for none."""
 
 
 class InputState(TypedDict):

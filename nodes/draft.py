@@ -47,6 +47,9 @@ class StepCandidate(TypedDict):
     """DeepConf's confidence of each token, when the request asked for top logprobs."""
     entropy_spikes: NotRequired[list[EntropySpike]]
     """EAGer's branch points inside the step, when the run branches by token entropy."""
+    first_token_entropy: NotRequired[float]
+    """The top-k entropy of the step's first token (nats), when the request asked for top
+    logprobs: what GlimpRouter routes a step on."""
 
 
 class EntropySpike(TypedDict):
@@ -191,6 +194,8 @@ def to_candidate(choice: Generation) -> StepCandidate:
     )
     if any(choice.top_logprobs):
         candidate["confidences"] = token_confidences(choice)
+        if choice.top_logprobs[0]:
+            candidate["first_token_entropy"] = token_entropy(choice.top_logprobs[0])
     return candidate
 
 
@@ -239,10 +244,12 @@ async def sample_steps(
     fmt: StepFormat = MARKER_FORMAT,
     extra_body: dict[str, Any] | None = None,
     top_logprobs: int = 0,
+    role: Literal["backbone", "external"] = "backbone",
 ) -> tuple[list[StepCandidate], Reply]:
     """n samples of step `index` continuing `messages` (the last one the assistant prefix);
-    with `top_logprobs` k > 0 each candidate carries its tokens' confidences."""
-    request = step_request(messages, index, max_tokens, fmt, top_logprobs, n, extra_body)
+    with `top_logprobs` k > 0 each candidate carries its tokens' confidences and its first
+    token's entropy. `role`: whose tokens these are (the external model's, in a cascade)."""
+    request = step_request(messages, index, max_tokens, fmt, top_logprobs, n, extra_body, role)
     reply = await generate(backbone, request)
     return [to_candidate(choice) for choice in reply.choices], reply
 
@@ -255,6 +262,7 @@ def step_request(
     top_logprobs: int = 0,
     n: int = 1,
     extra_body: dict[str, Any] | None = None,
+    role: Literal["backbone", "external"] = "backbone",
 ) -> Request:
     """The request for step `index`: it stops where the format ends a step, thinking off."""
     return Request(
@@ -264,6 +272,7 @@ def step_request(
         n=n,
         top_logprobs=top_logprobs or None,
         extra_body={**NON_THINKING, **(extra_body or {})},
+        role=role,
     )
 
 

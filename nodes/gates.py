@@ -26,6 +26,7 @@ class GateParams:
     bias_correction: bool = False
     tau: float = 0.9
     random_rate: float = 0.5
+    first_token_threshold: float = 1.0
     seed: int = 0
     margin: float | None = None  # budget mode: the excess needed, replacing -ln(gamma)
 
@@ -37,6 +38,11 @@ class GateParams:
             raise ValueError(f"random_rate must lie in [0, 1], got {self.random_rate}")
         if not 0.0 < self.tau <= 1.0:
             raise ValueError(f"tau must lie in (0, 1], got {self.tau}")
+        if not (self.first_token_threshold >= 0 and math.isfinite(self.first_token_threshold)):
+            raise ValueError(
+                f"first_token_threshold must be a finite number >= 0, got "
+                f"{self.first_token_threshold}"
+            )
 
 
 @dataclass(frozen=True)
@@ -61,14 +67,17 @@ class GateHistory:
 
 @dataclass(frozen=True)
 class GateCall:
-    """What a gate sees of step t: its number (from 1), its draft's uncertainty and token
-    confidence, the kept steps' history and the numbers the gates read."""
+    """What a gate sees of step t: its number (from 1), its draft's uncertainty, token
+    confidence and first token's entropy, the kept steps' history and the numbers the gates
+    read."""
 
     step: int
     uncertainty: float
     confidence: float | None
     history: GateHistory
     params: GateParams
+    first_token_entropy: float | None = None
+    """The top-k entropy of the draft's first token (None: the run asked no top logprobs)."""
 
 
 @dataclass(frozen=True)
@@ -87,6 +96,8 @@ class Gate:
     labels: tuple[str, ...] = ()
     """The labels a run names it by in its standard settings (`nodes.gate_labels`: `mur+bc` is
     mur with bias correction); an evaluation of every gate runs them all."""
+    reads_first_token: bool = False
+    """It reads the draft's first token's entropy, so the run must ask for top logprobs."""
 
 
 def _mur(call: GateCall) -> GateDecision:
@@ -105,6 +116,13 @@ def _smart(call: GateCall) -> GateDecision:
     if call.confidence is None:
         raise ValueError("the smart gate needs the step's token confidence")
     return GateDecision(call.confidence < call.params.tau, call.params.tau)
+
+
+def _first_token(call: GateCall) -> GateDecision:
+    if call.first_token_entropy is None:
+        raise ValueError("the first_token gate needs the draft's top logprobs: set top_logprobs")
+    threshold = call.params.first_token_threshold
+    return GateDecision(call.first_token_entropy > threshold, threshold)
 
 
 def _random(call: GateCall) -> GateDecision:
@@ -147,6 +165,13 @@ GATES = Registry(  # the paper's order: its Table 1 rows follow it
         "SMART: mean token probability below tau",
         from_step=1,
         labels=("smart",),
+    ),
+    Gate(
+        "first_token",
+        _first_token,
+        "GlimpRouter: the draft's first token's top-k entropy above first_token_threshold",
+        from_step=1,
+        reads_first_token=True,
     ),
     Gate("random", _random, "random at a rate, to match another gate's scaled share"),
 )
@@ -194,6 +219,7 @@ def decide(
     confidence: float | None,
     history: GateHistory,
     params: GateParams,
+    first_token_entropy: float | None = None,
 ) -> GateDecision:
     """The scale decision for 1-based step `step` whose draft has this uncertainty."""
     chosen = GATES[gate]
@@ -201,7 +227,8 @@ def decide(
         raise ValueError(f"steps are numbered from 1, got {step}")
     if step < chosen.from_step:
         return GateDecision(False)  # no momentum yet: nothing to compare with
-    return chosen.rule(GateCall(step, uncertainty, confidence, history, params))
+    call = GateCall(step, uncertainty, confidence, history, params, first_token_entropy)
+    return chosen.rule(call)
 
 
 def replay_decisions(
@@ -216,6 +243,8 @@ def replay_decisions(
     random_rate: float = 0.5,
     seed: int = 0,
     draft_uncertainties: Sequence[float | None] | None = None,
+    first_token_entropies: Sequence[float] | None = None,
+    first_token_threshold: float = 1.0,
 ) -> list[bool]:
     """The decision for each step of a sequence of kept-step uncertainties (step 1 first).
 
@@ -224,9 +253,21 @@ def replay_decisions(
     where the draft was kept) to replay a recorded trace exactly.
     """
     GATES.check(gate)
-    params = GateParams(alpha, gamma, bias_correction, tau, random_rate, seed)
+    params = GateParams(
+        alpha=alpha,
+        gamma=gamma,
+        bias_correction=bias_correction,
+        tau=tau,
+        random_rate=random_rate,
+        first_token_threshold=first_token_threshold,
+        seed=seed,
+    )
     if gate == "smart" and (confidences is None or len(confidences) != len(uncertainties)):
         raise ValueError("the smart gate replays from confidences, one per step")
+    if GATES[gate].reads_first_token and (
+        first_token_entropies is None or len(first_token_entropies) != len(uncertainties)
+    ):
+        raise ValueError(f"the {gate} gate replays from first_token_entropies, one per step")
     if draft_uncertainties is not None and len(draft_uncertainties) != len(uncertainties):
         raise ValueError("draft_uncertainties must have one entry per step")
     history = GateHistory()
@@ -241,6 +282,9 @@ def replay_decisions(
             confidence=confidences[index] if confidences is not None else None,
             history=history,
             params=params,
+            first_token_entropy=(
+                first_token_entropies[index] if first_token_entropies is not None else None
+            ),
         )
         decisions.append(decision.scale)
         history.commit(kept, alpha)

@@ -60,6 +60,9 @@ class Generation:
     stop_reason_known: bool = False
     stops: tuple[str, ...] = ()  # the request's stop strings
     reasoning: str = ""  # the part of `text` the server's reasoning parser filed separately
+    prompt_logprobs: tuple[tuple[str, float], ...] = ()
+    """Each prompt token (as the server decoded it) with its logprob under the model, when the
+    request asked for vLLM's `prompt_logprobs` (the first token, which has none, left out)."""
 
     @property
     def num_tokens(self) -> int:
@@ -166,7 +169,29 @@ def _parse_generation(
         stop_reason=metadata.get("stop_reason"),
         stop_reason_known="stop_reason" in metadata,
         stops=tuple(stops or ()),
+        prompt_logprobs=_prompt_logprobs(metadata.get("prompt_logprobs")),
     )
+
+
+def _prompt_logprobs(entries: Any) -> tuple[tuple[str, float], ...]:
+    """vLLM's `prompt_logprobs` (one entry per prompt token: None for the first, else a dict
+    of token id to {logprob, rank, decoded_token}, the prompt's own token the one of
+    `prompt_logprobs=0`) as (token, logprob) pairs; () when the reply has none."""
+    if not entries:
+        return ()
+    pairs = []
+    for entry in entries:
+        if entry is None:
+            continue
+        if not isinstance(entry, Mapping) or len(entry) != 1:
+            raise ValueError(
+                "each prompt_logprobs entry must hold the prompt's own token only (ask with "
+                f"prompt_logprobs=0), got {entry!r:.200}"
+            )
+        (ranked,) = entry.values()
+        logprob = float(ranked["logprob"])
+        pairs.append((str(ranked.get("decoded_token") or ""), max(logprob, LOGPROB_FLOOR)))
+    return tuple(pairs)
 
 
 def _reply_usage(message: BaseMessage, choices: Sequence[Generation]) -> tuple[int, int]:

@@ -81,12 +81,15 @@ def add_connection_arguments(
     )
     if verifier:
         group.add_argument(
-            "--verifier-url", metavar="URL", help="the verifier's (critic's) server or router"
+            "--verifier-url",
+            metavar="URL",
+            help="the external model's server or router: the judge of critic and best_of_n, "
+            "the writer of the steps escalate hands it",
         )
         group.add_argument(
             "--verifier-model",
             metavar="NAME",
-            help="the verifier's model name (default: what its server serves)",
+            help="the external model's name (default: what its server serves)",
         )
     group.add_argument(
         "--profile",
@@ -101,7 +104,8 @@ def add_connection_arguments(
             "--verifier-profile",
             type=profile_name,
             metavar="NAME",
-            help="a second profile as the external verifier/critic: without --verifier-url, "
+            help="a second profile as the external model (judge, critic or escalation "
+            "model): without --verifier-url, "
             "that profile's server here (`mur servers up --profile B "
             "--verifier-profile V` starts both)",
         )

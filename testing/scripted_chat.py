@@ -27,6 +27,9 @@ class Scripted:
     tokens: Sequence[str] | None = None
     top_logprobs: Sequence[Sequence[tuple[str, float]]] | None = None
     reasoning: str | None = None  # text a server's reasoning parser filed apart from `text`
+    prompt_logprobs: Sequence[tuple[str, float]] | None = None
+    """The prompt's tokens after the first, with their logprobs (a request that asked for
+    vLLM's `prompt_logprobs`)."""
 
     def entries(self) -> list[dict[str, Any]]:
         whole = (self.reasoning or "") + self.text
@@ -39,6 +42,16 @@ class Scripted:
                 "top_logprobs": [{"token": t, "logprob": v} for t, v in top],
             }
             for token, lp, top in zip(tokens, self.logprobs, tops, strict=True)
+        ]
+
+    def prompt_entries(self) -> list[dict[str, Any] | None] | None:
+        """`prompt_logprobs` as vLLM writes them: None for the first token, then one dict
+        per token keyed by its id (here its position)."""
+        if self.prompt_logprobs is None:
+            return None
+        return [None] + [
+            {str(i): {"logprob": lp, "rank": 1, "decoded_token": token}}
+            for i, (token, lp) in enumerate(self.prompt_logprobs, start=1)
         ]
 
 
@@ -102,6 +115,11 @@ class FakeLogprobChat(BaseChatModel):
                     "finish_reason": choice.finish_reason,
                     "stop_reason": choice.stop_reason,
                     "logprobs": {"content": choice.entries()},
+                    **(
+                        {"prompt_logprobs": choice.prompt_entries()}
+                        if choice.prompt_logprobs is not None
+                        else {}
+                    ),
                 },
             )
             generations.append(ChatGeneration(message=message))

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
 from typing import Any, Literal
 
 from mur.evals.harness.run_record import RunRecord
@@ -63,6 +64,9 @@ class Evidence:
     rows: Mapping[str, LiveRow] = field(default_factory=dict)
     planned: int | None = None
     """The questions the experiment decides on (None: whatever the folder holds)."""
+    named: Mapping[str, Sequence[RunRecord]] = field(default_factory=dict)
+    """Folders given by name (`--live NAME=DIR`) to an experiment that reads several folders:
+    its arms, each folder's records."""
 
     def unfinished(self) -> str | None:
         """Why the recorded folder cannot decide yet (its run has not reached every planned
@@ -131,8 +135,12 @@ class Experiment:
     questions: int | None = None
     """The questions it decides on: a folder short of them leaves its hypotheses pending."""
     arms: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
-    """The live folders its hypotheses read (`--live NAME=DIR`), each with the trace settings
-    it must have been run with (a value, or a tuple of the values allowed)."""
+    """The folders its hypotheses read by name (`--live NAME=DIR`), each with the settings it
+    must have been run with (a value, or a tuple of the values allowed): live trace rules
+    beside a folder of traces, or the arms of an experiment that reads several folders."""
+    sections: Callable[[Evidence, Path], str] | None = None
+    """What the report shows after the decisions (an experiment's own tables and figures,
+    written into the report's folder, the second argument), if anything."""
 
     @property
     def description(self) -> str:
@@ -141,12 +149,27 @@ class Experiment:
     def check_arm(self, arm: LiveArm) -> None:
         """A live folder given under one of this experiment's arm names must have been run with
         that arm's settings: two folders swapped would decide the wrong test."""
-        for name, wanted in self.arms.get(arm.name, {}).items():
+        if arm.per_question:
+            self._check_settings(arm.name, arm.folder, arm.config)
+
+    def check_folder(self, name: str, folder: str, records: Sequence[RunRecord]) -> None:
+        """The same for a folder an experiment that reads several folders takes by name: each
+        record's Context must hold the arm's settings."""
+        if name not in self.arms:
+            raise ValueError(
+                f"--live {name}=...: {self.document} has no arm {name!r}; its arms: "
+                f"{', '.join(self.arms)}"
+            )
+        for record in records:
+            self._check_settings(name, folder, record["trace"]["config"])
+
+    def _check_settings(self, name: str, folder: str, config: Mapping[str, Any]) -> None:
+        for setting, wanted in self.arms.get(name, {}).items():
             allowed = wanted if isinstance(wanted, tuple) else (wanted,)
-            if arm.per_question and arm.config.get(name) not in allowed:
+            if config.get(setting) not in allowed:
                 raise ValueError(
-                    f"the live folder {arm.folder} ran {name}={arm.config.get(name)!r}; "
-                    f"{self.document}'s arm {arm.name!r} runs {name}="
+                    f"the live folder {folder} ran {setting}={config.get(setting)!r}; "
+                    f"{self.document}'s arm {name!r} runs {setting}="
                     f"{' or '.join(map(repr, allowed))}: check which folder goes with which "
                     "--live name"
                 )

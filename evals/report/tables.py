@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from mur.evals.harness.provenance import served_by
-from mur.evals.harness.records import load_records
+from mur.evals.harness.records import has_records, load_records
 from mur.evals.harness.run_record import RunRecord, setting_of
 from mur.evals.report import stats
 from mur.evals.report.choices import Choice, mur_choices
@@ -216,12 +216,16 @@ def write_report(
     folder of traces replays its rules, with the `live` folders (by name) beside them. Each of
     `appendices` adds its section last."""
     folder = Path(folder)
-    arms = [load_arm(name, path) for name, path in (live or {}).items()]
-    records = [r for source in sources for r in load_records(source)] or load_records(folder)
+    records, named = _gathered(folder, sources, live or {})
     traced = has_traces(records)
-    experiment = _chosen(experiments, "traces" if traced else "folders" if sources else None)
-    if arms and not traced:
-        raise ValueError(f"--live compares with recorded traces, and {folder} holds none")
+    combined = bool(sources or named)
+    experiment = _chosen(experiments, "traces" if traced else "folders" if combined else None)
+    arms = [load_arm(name, path) for name, path in (live or {}).items()] if traced else []
+    if named and (experiment is None or not experiment.arms):
+        raise ValueError(
+            f"--live names the live rules beside recorded traces, or the arms of an "
+            f"experiment that reads several folders; {folder} holds no traces"
+        )
     folder.mkdir(parents=True, exist_ok=True)
     rows = summarize(records, resamples=resamples, seed=seed)
     heads = headlines(records, headline_gamma, resamples=resamples, seed=seed)
@@ -243,12 +247,18 @@ def write_report(
     )
     sections: dict[str, Any] = {}  # report.json's entries beside the tables
     if experiment is not None and not traced:
-        decisions = experiment.decide(Evidence(records, headline_gamma, resamples, seed))
+        for name, path in (live or {}).items():
+            experiment.check_folder(name, str(path), named[name])
+        evidence = Evidence(records, headline_gamma, resamples, seed, named=named)
+        decisions = experiment.decide(evidence)
         sections = decisions_json(experiment, decisions)
         table = decisions_markdown(experiment, decisions)
+        if experiment.sections is not None:
+            table = f"{table}\n\n{experiment.sections(evidence, folder)}"
         markdown = f"## The claim, tested\n\n{table}\n\n{markdown}"
-    if sources:
-        listed = ", ".join(f"`{source}`" for source in sources)
+    if combined:
+        folders = [path for name, path in (live or {}).items() if name in named]
+        listed = ", ".join(f"`{source}`" for source in [*sources, *folders])
         markdown = f"Combined from {listed}.\n\n{markdown}"
     traces_plot: Path | None = None
     if traced:
@@ -277,6 +287,21 @@ def write_report(
     return Report(
         rows, heads, choices, markdown, markdown_path, json_path, plot_path, sweep_path, traces_plot
     )
+
+
+def _gathered(
+    folder: Path, sources: Sequence[str | Path], live: Mapping[str, str | Path]
+) -> tuple[list[RunRecord], dict[str, list[RunRecord]]]:
+    """The report's records, and the named folders' records when they are arms of their own:
+    the sources', else the folder's; named folders join them unless they are live rules
+    beside a folder of traces."""
+    records = [r for source in sources for r in load_records(source)]
+    if not records and has_records(folder):
+        records = load_records(folder)
+    if not live or has_traces(records):
+        return records or load_records(folder), {}
+    named = {name: load_records(path) for name, path in live.items()}
+    return records + [r for arm in named.values() for r in arm], named
 
 
 def _write(folder: Path, markdown: str, document: dict[str, Any]) -> tuple[Path, Path]:

@@ -14,13 +14,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from mur.graphs.refine import best_of_n, critic, foresight, thinking
+from mur.graphs.refine import best_of_n, critic, escalate, foresight, thinking
 from mur.graphs.refine.base import RefineRecord
 from mur.graphs.refine.kit import Kit, Strategy
 from mur.nodes.registry import Registry
 
 STRATEGIES: Registry[Strategy] = Registry(
-    "strategy", *(module.STRATEGY for module in (critic, best_of_n, foresight, thinking))
+    "strategy",
+    *(module.STRATEGY for module in (critic, best_of_n, foresight, thinking, escalate)),
 )
 
 

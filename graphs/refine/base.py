@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from abc import abstractmethod
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
+from typing import TYPE_CHECKING, Any, Literal, NotRequired, TypedDict
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage
@@ -29,7 +29,7 @@ from pydantic import BaseModel
 from mur.graphs.records import StepRecord
 from mur.nodes.draft import StepCandidate, sample_steps
 from mur.nodes.llm import Reply
-from mur.nodes.uncertainty import step_uncertainty
+from mur.nodes.uncertainty import step_confidence, step_uncertainty
 
 if TYPE_CHECKING:
     from mur.graphs.state import Context as Context  # re-exported to the strategies
@@ -63,11 +63,14 @@ def run_settings(runtime: Runtime[Context], defaults: Context) -> Context:
 
 
 class CandidateSummary(BaseModel):
-    """A generated step as refine records show it."""
+    """A generated step as refine records show it: with what each gate reads of it, so a
+    recorded trace replays any gate on the drafts it scaled (None in older records)."""
 
     text: str
     uncertainty: float | None
     num_tokens: int
+    confidence: float | None = None
+    first_token_entropy: float | None = None
 
     @classmethod
     def of(cls, candidate: StepCandidate) -> CandidateSummary:
@@ -76,6 +79,8 @@ class CandidateSummary(BaseModel):
             text=candidate["text"],
             uncertainty=step_uncertainty(logprobs) if logprobs else None,
             num_tokens=candidate["num_tokens"],
+            confidence=step_confidence(logprobs) if logprobs else None,
+            first_token_entropy=candidate.get("first_token_entropy"),
         )
 
 
@@ -120,17 +125,23 @@ def position(state: Mapping[str, Any]) -> tuple[list[str], int]:
 
 
 async def write_step(
-    backbone: BaseChatModel, messages: Sequence[BaseMessage], index: int, ctx: Context
+    model: BaseChatModel,
+    messages: Sequence[BaseMessage],
+    index: int,
+    ctx: Context,
+    role: Literal["backbone", "external"] = "backbone",
 ) -> tuple[StepCandidate, Reply]:
     """One sample of step `index` continuing `messages`, in the run's step format, cap and
-    top logprobs: how the loop drafts a step and a strategy writes one again."""
+    top logprobs: how the loop drafts a step, a strategy writes one again, and the external
+    model writes one in a cascade (`role` external)."""
     (step,), reply = await sample_steps(
-        backbone,
+        model,
         messages,
         index=index,
         n=1,
         max_tokens=ctx.max_step_tokens,
         fmt=ctx.step_style,
         top_logprobs=ctx.top_logprobs,
+        role=role,
     )
     return step, reply

@@ -329,6 +329,30 @@ def _qwen3(size: str) -> Profile:
     )
 
 
+# A large Qwen3 beside a small one on one GPU, as the external model that rewrites the steps
+# the small one's gate flags (strategy escalate): it continues the small model's solution, so
+# it needs the backbone's context length; 0.4 of an 80 GB GPU holds Qwen3-8B's 16 GB of bf16
+# weights and its KV cache (on smaller GPUs, give each model a GPU of its own).
+_GPU_EXTERNAL_ARGS = (
+    "--gpu-memory-utilization", "0.4", "--max-model-len", "32768", *LOGPROBS_ARGS
+)  # fmt: skip
+
+
+def _qwen3_external(size: str) -> Profile:
+    return Profile(
+        name=f"qwen3-{size.lower()}-external",
+        role="verifier",
+        model=f"Qwen/Qwen3-{size}",
+        served_model_name=f"Qwen3-{size}",
+        port=8002,
+        args=_GPU_EXTERNAL_ARGS,
+        recommended=_QWEN3_RECOMMENDED,
+        device="gpu",
+        description=f"Qwen3-{size} as the external model that rewrites a small Qwen3's flagged "
+        "steps (strategy escalate), beside it on one GPU.",
+    )
+
+
 def _genprm() -> Profile:
     return Profile(
         name="genprm-1.5b",
@@ -352,6 +376,7 @@ def profiles() -> dict[str, Profile]:
         _qwen3("1.7B"),
         _qwen3("4B"),
         _qwen3("8B"),
+        _qwen3_external("8B"),
         _genprm(),
     ]
     return {p.name: p for p in built}

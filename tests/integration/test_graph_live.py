@@ -40,6 +40,7 @@ GAMMA, ALPHA = 1.2, 0.9
 # time: 101 s against 142 s, Intel Xeon, 2 cores), each solution with clients of its own.
 GATES = {strategy: ["always", "mur"] for strategy in STRATEGIES}
 GATES["critic"].append("never")
+GATES["escalate"] = ["mur"]  # always, with a second server: test_escalate_live.py
 
 
 def mean_surprise(choice: dict[str, Any]) -> float:
@@ -97,13 +98,17 @@ def check_against_replies(
         if gate == "mur" and abs(m_draft - (momentum - math.log(GAMMA))) < 1e-9:
             expected = step["scaled"]  # a tie to rounding: either decision is right
         assert step["scaled"] is expected, f"step {index}: m={m_draft}, M={momentum}"
+        # Escalation keeps the external model's step; the momentum reads the draft (its
+        # default), so the step's uncertainty is the draft's.
+        escalated = step["scaled"] and step["strategy"] == "escalate"
         if step["scaled"]:
             assert step["refine"]["draft"]["text"] == choice_text(draft).strip()
             assert step["refine"]["draft"]["uncertainty"] == pytest.approx(m_draft)
-            # The kept step is a reply the backbone sent for this question, word for word.
+            # The kept step is a reply the backbone (escalate: the external model) sent for
+            # this question, word for word.
             sources = [
                 choice
-                for exchange in backbone
+                for exchange in (verifier if escalated else backbone)
                 for choice in exchange.choices
                 if choice_text(choice).strip() == step["text"]
             ]
@@ -114,10 +119,12 @@ def check_against_replies(
             c
             for c in sources
             if len(choice_logprobs(c)) == step["num_tokens"]
-            and mean_surprise(c) == pytest.approx(step["uncertainty"])
+            and mean_surprise(draft if escalated else c) == pytest.approx(step["uncertainty"])
         ]
         assert matches, f"step {index}: no recorded reply has its text and uncertainty"
-        momentum = ALPHA * momentum + (1 - ALPHA) * mean_surprise(matches[0])
+        momentum = ALPHA * momentum + (1 - ALPHA) * mean_surprise(
+            draft if escalated else matches[0]
+        )
         assert step["momentum_after"] == pytest.approx(momentum)
         kept.append(step["text"])
     usage = result["usage"]

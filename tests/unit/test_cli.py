@@ -48,7 +48,8 @@ BAD = {
     "alpha one": (["--strategy", "critic", "--alpha", "1"], "alpha must be less than 1, got 1"),
     "unknown gate": (
         ["--strategy", "critic", "--gate", "sometimes"],
-        "unknown gate 'sometimes': choose one of never, always, mur, average, smart, random",
+        "unknown gate 'sometimes': choose one of never, always, mur, average, smart, "
+        "first_token, random",
     ),
     "unknown gate in a list": (
         ["--strategy", "critic", "--dataset", "math500", "--gate", "mur,sometimes"],

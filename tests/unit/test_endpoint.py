@@ -73,6 +73,7 @@ def test_models_list_every_strategy_and_gate(client: openai.OpenAI) -> None:
     ids = [m.id for m in client.models.list()]
     assert len(ids) == len(STRATEGIES) * len(GATES) == len(MODELS)
     assert {"mur-critic", "mur-best_of_n-always", "mur-foresight-never", "mur-thinking"} <= set(ids)
+    assert {"mur-escalate", "mur-escalate-first_token"} <= set(ids)
     assert model_name("critic", "mur") == "mur-critic"
 
 

@@ -25,8 +25,8 @@ from pydantic import TypeAdapter, ValidationError
 from asgi_server import running
 from fakes import FakeLogprobChat, Scripted
 from faulty_server import MODEL, faulty_server
+from mur.endpoint import MODELS, create_app, guards
 from mur.endpoint import cli as endpoint_cli
-from mur.endpoint import create_app, guards
 from mur.endpoint.cli import build_parser, is_loopback, main
 from mur.endpoint.guards import ApiKey
 from mur.graphs import Context
@@ -84,7 +84,7 @@ def test_api_key_is_required_on_v1_routes(keyed_url: str) -> None:
     client = openai.OpenAI(base_url=keyed_url, api_key=KEY, max_retries=0)
     reply = client.chat.completions.create(model="mur-critic", messages=QUESTION)
     assert reply.choices[0].message.content == "Step1: So the answer is 42.\n"
-    assert len(client.models.list().data) == 24
+    assert len(client.models.list().data) == len(MODELS)
 
 
 def test_health_is_open_but_shows_details_only_with_the_key(keyed_url: str) -> None:

@@ -73,7 +73,7 @@ def test_gamma_must_be_positive(bad_gamma: float) -> None:
 
 
 def test_unknown_gate_names_valid_ones() -> None:
-    with pytest.raises(ValueError, match="never, always, mur, average, smart, random"):
+    with pytest.raises(ValueError, match="never, always, mur, average, smart, first_token, random"):
         replay_decisions("sometimes", [1.0])
 
 
@@ -164,11 +164,15 @@ def test_draft_uncertainties_replay_a_refined_trace() -> None:
 
 def test_decide_matches_replay_for_every_gate() -> None:
     seq, confs = [0.5, 0.9, 0.2, 1.4, 0.7], [0.9, 0.6, 0.95, 0.4, 0.8]
+    entropies = [0.3, 1.6, 0.2, 2.1, 0.9]
     for gate in GATES:
         params = GateParams(random_rate=0.5, seed=3)
         history, live = GateHistory(), []
-        for i, (m, c) in enumerate(zip(seq, confs, strict=True), start=1):
-            d = decide(gate, step=i, uncertainty=m, confidence=c, history=history, params=params)
+        for i, (m, c, h) in enumerate(zip(seq, confs, entropies, strict=True), start=1):
+            d = decide(gate, step=i, uncertainty=m, confidence=c, history=history,
+                       params=params, first_token_entropy=h)  # fmt: skip
             live.append(d.scale)
             history.commit(m, params.alpha)
-        assert live == replay_decisions(gate, seq, confidences=confs, random_rate=0.5, seed=3)
+        replayed = replay_decisions(gate, seq, confidences=confs, random_rate=0.5, seed=3,
+                                    first_token_entropies=entropies)  # fmt: skip
+        assert live == replayed

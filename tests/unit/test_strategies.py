@@ -172,19 +172,19 @@ RECORD_KEYS = {
     "best_of_n": ["strategy", "draft", "candidates", "chosen", "reused_draft"],
     "foresight": ["strategy", "draft", "candidates", "chosen", "selection", "reused_draft"],
     "thinking": ["strategy", "draft", "thinking", "thinking_tokens", "capped"],
+    "escalate": ["strategy", "draft", "rewrite", "momentum_reads"],
 }
+SUMMARY_KEYS = ["text", "uncertainty", "num_tokens", "confidence", "first_token_entropy"]
 CANDIDATE_KEYS = {
-    "best_of_n": ["text", "uncertainty", "num_tokens", "score", "verdict", "judgement"],
-    "foresight": [
-        *("text", "uncertainty", "num_tokens", "rollout", "rollout_tokens"),
-        *("score", "cluster", "weight"),
-    ],
+    "best_of_n": [*SUMMARY_KEYS, "score", "verdict", "judgement"],
+    "foresight": [*SUMMARY_KEYS, "rollout", "rollout_tokens", "score", "cluster", "weight"],
 }
 SUMMARIES = {
     "critic": "judged correct",
     "best_of_n": "chose 2 of 4",
     "foresight": "chose 1 of 4",
     "thinking": "thought 9 tokens",
+    "escalate": "written by the external model, 3 tokens",
 }
 
 
@@ -193,7 +193,7 @@ async def test_refine_records_keep_their_shape_and_summarise_themselves(strategy
     result, _, _ = await run(strategy, foresight_selection="argmax")
     refine = result["steps"][0]["refine"]
     assert list(refine) == RECORD_KEYS[strategy]
-    assert list(refine["draft"]) == ["text", "uncertainty", "num_tokens"]
+    assert list(refine["draft"]) == SUMMARY_KEYS
     for candidate in refine.get("candidates", []):
         assert list(candidate) == CANDIDATE_KEYS[strategy]
     assert summarise(refine) == SUMMARIES[strategy]
@@ -218,7 +218,8 @@ async def test_uses_verifier_says_whether_the_strategy_asks_the_verifier(strateg
 
 
 def test_critic_rounds_carry_a_revision_only_when_revised() -> None:
-    draft = {"text": "d", "uncertainty": 0.5, "num_tokens": 3}
+    draft = {"text": "d", "uncertainty": 0.5, "num_tokens": 3, "confidence": 0.6,
+             "first_token_entropy": None}  # fmt: skip
     rounds = [
         {"step": "d", "critique": "no", "verdict": False, "num_tokens": 2, "revised": True},
         {"step": "e", "critique": "yes", "verdict": True, "num_tokens": 2, "revised": False},
@@ -230,6 +231,6 @@ def test_critic_rounds_carry_a_revision_only_when_revised() -> None:
 
 
 def test_the_registry_is_the_list_of_strategies() -> None:
-    assert STRATEGIES.names == ("critic", "best_of_n", "foresight", "thinking")
+    assert STRATEGIES.names == ("critic", "best_of_n", "foresight", "thinking", "escalate")
     for entry in STRATEGIES.values():
         assert entry.description and issubclass(entry.record, RefineRecord)

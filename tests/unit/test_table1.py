@@ -180,7 +180,7 @@ def test_cli_dry_run_and_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture
     assert main(["--strategies", "critic,beam", "--dry-run"]) == 2
     assert capsys.readouterr().err.strip() == (
         "mur experiment table1: unknown strategy 'beam': "
-        "choose one of critic, best_of_n, foresight, thinking"
+        "choose one of critic, best_of_n, foresight, thinking, escalate"
     )
     with pytest.raises(SystemExit) as exited:  # the parser's, as for every command's --profile
         main([*args, "--profile", "nope"])

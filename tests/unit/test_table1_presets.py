@@ -12,6 +12,7 @@ import pytest
 from mur.evals.questions import DataNotFoundError, load_dataset
 from mur.experiments.presets import PAPER_GPU, PRESETS, DatasetRun, run_tokens
 from mur.experiments.table1 import Table1Error, Table1Plan, main
+from mur.servers.processes.profiles import get_profile
 
 PAPER_ARGS = (
     "--profile qwen3-1.7b --verifier-profile genprm-1.5b --thinking-budget 2048 "
@@ -115,7 +116,7 @@ def test_the_random_baseline_waits_for_every_sample_of_mur(tmp_path: Path) -> No
     ("args", "error"),
     [
         (["--preset", "paper-cpu"], "mur experiment table1: error: argument --preset: "
-         "unknown preset 'paper-cpu': choose one of paper-gpu; see --help"),
+         "unknown preset 'paper-cpu': choose one of paper-gpu, cascade; see --help"),
         (["--preset", "paper-gpu", "--gamma", "0.9"], "mur experiment table1: --gamma 0.9: the "
          "preset paper-gpu sets gamma by dataset (math500 0.9, aime24 0.8, aime25 0.8, "
          "gpqa_diamond 0.7); drop --gamma, or drop --preset"),
@@ -131,7 +132,7 @@ def test_the_random_baseline_waits_for_every_sample_of_mur(tmp_path: Path) -> No
          "> 0, got 0; see --help"),
         # mur solve's own check of a gate and a gamma (graphs.state.context_for), not a plan
         (["--gates", "mur,bogus"], "mur experiment table1: --gates bogus: unknown gate 'bogus': "
-         "choose one of never, always, mur, average, smart, random"),
+         "choose one of never, always, mur, average, smart, first_token, random"),
         (["--gates", "mur,mur@0.5"], "mur experiment table1: --gates mur@0.5: gate label "
          "'mur@0.5': only random takes a rate (random@0.12)"),
         (["--gamma", "0"], "mur experiment table1: --gamma 0: gamma must be greater than 0, got "
@@ -173,4 +174,23 @@ def test_the_paper_preset_runs_whole_benchmarks(dataset: DatasetRun) -> None:
     except DataNotFoundError as exc:
         pytest.skip(f"no copy of {dataset.name} here: {exc}")
     assert len(problems) == dataset.limit
-    assert set(PRESETS) == {"paper-gpu"}
+    assert set(PRESETS) == {"paper-gpu", "cascade"}
+
+
+def test_the_cascade_preset_writes_with_the_small_qwen3_and_rewrites_with_the_8b(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Qwen3-1.7B drafts, Qwen3-8B (its own server, port 8002) rewrites the flagged steps."""
+    results = ["--results", str(tmp_path), "--data-dir", str(tmp_path / "gpqa")]
+    assert main(["--preset", "cascade", "--dry-run", *results]) == 0
+    out = capsys.readouterr().out
+    commands = [line for line in out.splitlines() if line.startswith("mur solve ")]
+    assert len(commands) == 4  # one strategy on each of the four benchmarks
+    assert (
+        "mur solve --strategy escalate --dataset math500 --limit 500 "
+        "--gate never,always,mur,mur+bc,average,smart --gamma 0.9 "
+        "--base-url http://127.0.0.1:8000/v1 --profile qwen3-1.7b "
+        "--verifier-profile qwen3-8b-external"
+    ) in commands[0]
+    assert get_profile("qwen3-8b-external").port == 8002
+    assert "# - escalate has no paper figure" in out
