@@ -264,7 +264,7 @@ class VLLMChatOpenAI(ChatOpenAI):
             refuse_seed(payload, self.openai_api_base)
         if self.request_timeout is None and "timeout" not in payload:
             max_tokens = payload.get("max_completion_tokens", payload.get("max_tokens"))
-            payload["timeout"] = self.timeouts.for_request(max_tokens)
+            payload["timeout"] = self.timeouts.for_request(scored_tokens(payload, max_tokens))
         headers = session_headers()
         if headers:
             payload["extra_headers"] = {**(payload.get("extra_headers") or {}), **headers}
@@ -322,6 +322,21 @@ class VLLMChatOpenAI(ChatOpenAI):
                 info["prompt_logprobs"] = prompt_logprobs
             gen.generation_info = info
         return result
+
+
+CHARS_PER_TOKEN = 4
+"""A prompt's tokens, estimated from its characters (for a timeout, where erring long is safe)."""
+
+
+def scored_tokens(payload: Mapping[str, Any], max_tokens: int | None) -> int | None:
+    """The tokens a request's timeout allows for: what it may generate, and for a request
+    that asks for prompt logprobs also its prompt, which vLLM then computes afresh (no prefix
+    cache: sampling_params.skip_reading_prefix_cache) and may take longer than the one token
+    it generates on a busy CPU server."""
+    if (payload.get("extra_body") or {}).get("prompt_logprobs") is None or max_tokens is None:
+        return max_tokens
+    prompt = sum(len(str(m.get("content") or "")) for m in payload.get("messages") or ())
+    return max_tokens + prompt // CHARS_PER_TOKEN
 
 
 SEED_KILLS_CPU_SERVER = (

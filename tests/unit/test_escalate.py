@@ -8,7 +8,7 @@ import math
 from typing import Any
 
 import pytest
-from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
 from fakes import FakeLogprobChat, Scripted
 from mur.graphs.mur import build_graph
@@ -16,8 +16,9 @@ from mur.graphs.refine import summarise
 from mur.graphs.state import FIRST_TOKEN_TOP_LOGPROBS, Context, ContextError, context_for
 from mur.nodes.gates import GateHistory, GateParams, decide, replay_decisions
 from mur.nodes.llm import MissingLogprobsError
-from mur.nodes.rescore import text_logprobs
+from mur.nodes.rescore import PROMPT_LOGPROBS, text_logprobs
 from mur.nodes.uncertainty import step_uncertainty
+from mur.servers.clients.chat_models import RequestTimeout, make_chat_model
 
 DRAFT_1 = Scripted(" guess 5", [-2.0, -2.0, -2.0])  # the backbone's uncertain step 1
 LARGE_1 = Scripted(" 1 + 2 = 3", [-0.1] * 6)  # the external model's step 1
@@ -166,3 +167,14 @@ async def test_steps_record_the_drafts_first_token_entropy_for_replays() -> None
     assert first["refine"]["draft"]["first_token_entropy"] == first["first_token_entropy"]
     assert second["first_token_entropy"] < 0.1
     assert step_uncertainty([-0.7, -0.7]) == pytest.approx(first["uncertainty"])
+
+
+def test_a_scoring_requests_timeout_allows_for_its_prompt() -> None:
+    """The backbone computes a scored prompt afresh (no prefix cache) for one generated token:
+    its timeout is sized for the prompt too, else a busy CPU server times it out."""
+    model = make_chat_model("http://127.0.0.1:9/v1", "m", timeouts=RequestTimeout(60, 5))
+    text = HumanMessage("x" * 4000)
+    scoring = model._get_request_payload([text], max_tokens=1, extra_body=PROMPT_LOGPROBS)
+    plain = model._get_request_payload([text], max_tokens=1)
+    assert scoring["timeout"].read == 60 + 5 * (1 + 1000)
+    assert plain["timeout"].read == 60 + 5 * 1
