@@ -146,8 +146,12 @@ def test_n_choices_keep_their_own_tokens_and_logprobs(cpu_server: RunningServer)
         if texts[i] != texts[j]:
             assert [t["logprob"] for t in entries[i]] != [t["logprob"] for t in entries[j]]
     total = sum(len(tokens) for tokens in entries)
-    # usage is per response: every message carries the sum over all choices.
-    assert all(m.usage_metadata and m.usage_metadata["output_tokens"] == total for m in msgs)
+    # usage is per response: the first message carries the sum over all choices, the others
+    # none (LangChain's meters add every choice's), and each names the served model.
+    first, *others = msgs
+    assert first.usage_metadata and first.usage_metadata["output_tokens"] == total
+    assert all(m.usage_metadata is None for m in others)
+    assert all(m.response_metadata["model_name"] == cpu_server.model for m in msgs)
     assert exchange.completion_tokens == total
 
 
