@@ -31,7 +31,7 @@ from matplotlib.figure import Figure
 from mur.evals.harness.run_record import RunRecord
 from mur.evals.report import stats
 from mur.evals.report.experiment import Decision, Evidence, Experiment, pending
-from mur.evals.report.live import first_ids
+from mur.evals.report.live import first_ids, paired_difference
 from mur.evals.report.plots import accuracy_limits
 
 SMALL, LARGE = "small", "large"
@@ -123,13 +123,6 @@ def cost(arm: Mapping[str, ArmQuestion], ids: Sequence[str]) -> Cost:
     )
 
 
-def difference(
-    a: Mapping[str, ArmQuestion], b: Mapping[str, ArmQuestion], ids: Sequence[str], e: Evidence
-) -> tuple[float, stats.Interval | None]:
-    diffs = [float(a[q].correct) - float(b[q].correct) for q in ids]
-    return stats.mean(diffs), stats.bootstrap_interval(diffs, resamples=e.resamples, seed=e.seed)
-
-
 CLAIMS = {
     "C1": "the cascade pays: MUR - 0.5B alone, lower bound > 0",
     "C2": f"economy: MUR - 1.5B alone, lower bound > {ECONOMY_MARGIN * 100:+.0f} points, at "
@@ -165,7 +158,9 @@ def decide(e: Evidence) -> list[Decision]:
         if (why := why_pending(arms, other)) is not None:
             decisions.append(pending(name, CLAIMS[name], why))
             continue
-        value, interval = difference(arms["mur"], arms[other], ids, e)
+        value, interval = paired_difference(
+            arms["mur"], arms[other], ids, resamples=e.resamples, seed=e.seed
+        )
         supported = interval is not None and interval.low > (
             ECONOMY_MARGIN if name == "C2" else 0.0
         )

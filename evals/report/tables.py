@@ -219,13 +219,9 @@ def write_report(
     records, named = _gathered(folder, sources, live or {})
     traced = has_traces(records)
     combined = bool(sources or named)
-    experiment = _chosen(experiments, "traces" if traced else "folders" if combined else None)
+    reads = "traces" if traced else "folders" if combined else None
+    experiment = _chosen(experiments, reads, folder, named=bool(named))
     arms = [load_arm(name, path) for name, path in (live or {}).items()] if traced else []
-    if named and (experiment is None or not experiment.arms):
-        raise ValueError(
-            f"--live names the live rules beside recorded traces, or the arms of an "
-            f"experiment that reads several folders; {folder} holds no traces"
-        )
     folder.mkdir(parents=True, exist_ok=True)
     rows = summarize(records, resamples=resamples, seed=seed)
     heads = headlines(records, headline_gamma, resamples=resamples, seed=seed)
@@ -247,17 +243,11 @@ def write_report(
     )
     sections: dict[str, Any] = {}  # report.json's entries beside the tables
     if experiment is not None and not traced:
-        for name, path in (live or {}).items():
-            experiment.check_folder(name, str(path), named[name])
         evidence = Evidence(records, headline_gamma, resamples, seed, named=named)
-        decisions = experiment.decide(evidence)
-        sections = decisions_json(experiment, decisions)
-        table = decisions_markdown(experiment, decisions)
-        if experiment.sections is not None:
-            table = f"{table}\n\n{experiment.sections(evidence, folder)}"
+        sections, table = _claims(experiment, evidence, folder, live or {})
         markdown = f"## The claim, tested\n\n{table}\n\n{markdown}"
     if combined:
-        folders = [path for name, path in (live or {}).items() if name in named]
+        folders = list((live or {}).values()) if named else []
         listed = ", ".join(f"`{source}`" for source in [*sources, *folders])
         markdown = f"Combined from {listed}.\n\n{markdown}"
     traces_plot: Path | None = None
@@ -289,6 +279,20 @@ def write_report(
     )
 
 
+def _claims(
+    experiment: Experiment, evidence: Evidence, folder: Path, live: Mapping[str, str | Path]
+) -> tuple[dict[str, Any], str]:
+    """An experiment that reads several folders decided: its report.json entries, and its
+    decisions' table with its own sections after it (each named folder checked first)."""
+    for name, path in live.items():
+        experiment.check_folder(name, str(path), evidence.named[name])
+    decisions = experiment.decide(evidence)
+    table = decisions_markdown(experiment, decisions)
+    if experiment.sections is not None:
+        table = f"{table}\n\n{experiment.sections(evidence, folder)}"
+    return decisions_json(experiment, decisions), table
+
+
 def _gathered(
     folder: Path, sources: Sequence[str | Path], live: Mapping[str, str | Path]
 ) -> tuple[list[RunRecord], dict[str, list[RunRecord]]]:
@@ -312,8 +316,11 @@ def _write(folder: Path, markdown: str, document: dict[str, Any]) -> tuple[Path,
     return markdown_path, json_path
 
 
-def _chosen(experiments: Sequence[Experiment], reads: str | None) -> Experiment | None:
-    """The first experiment that reads what the records are (one named alone must)."""
+def _chosen(
+    experiments: Sequence[Experiment], reads: str | None, folder: Path, *, named: bool
+) -> Experiment | None:
+    """The first experiment that reads what the records are (one named alone must); folders
+    named without traces beside them must be the arms of the one chosen."""
     chosen = next((e for e in experiments if e.reads == reads), None)
     if chosen is None and len(experiments) == 1:
         wanted = experiments[0]
@@ -321,6 +328,11 @@ def _chosen(experiments: Sequence[Experiment], reads: str | None) -> Experiment 
         raise ValueError(
             f"{wanted.name} ({wanted.document}) decides on {READS[wanted.reads]}; "
             f"these records are {held}"
+        )
+    if named and (chosen is None or not chosen.arms):
+        raise ValueError(
+            f"--live names the live rules beside recorded traces, or the arms of an "
+            f"experiment that reads several folders; {folder} holds no traces"
         )
     return chosen
 

@@ -339,15 +339,13 @@ _GPU_EXTERNAL_ARGS = (
 
 
 def _qwen3_external(size: str) -> Profile:
-    return Profile(
+    """The backbone profile of the same Qwen3, as the external model on a port of its own."""
+    return replace(
+        _qwen3(size),
         name=f"qwen3-{size.lower()}-external",
         role="verifier",
-        model=f"Qwen/Qwen3-{size}",
-        served_model_name=f"Qwen3-{size}",
         port=8002,
         args=_GPU_EXTERNAL_ARGS,
-        recommended=_QWEN3_RECOMMENDED,
-        device="gpu",
         description=f"Qwen3-{size} as the external model that rewrites a small Qwen3's flagged "
         "steps (strategy escalate), beside it on one GPU.",
     )

@@ -17,6 +17,16 @@ settings.load_profile("mur")
 
 
 @pytest.fixture
+def mur_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A MUR_HOME of the test's own: no records, logs or models leak between tests, and the
+    machine's own servers are out of reach (a module takes it for every test with
+    `pytestmark = pytest.mark.usefixtures("mur_home")`)."""
+    home = tmp_path / "mur-home"
+    monkeypatch.setenv("MUR_HOME", str(home))
+    return home
+
+
+@pytest.fixture
 def runner_progress(monkeypatch: pytest.MonkeyPatch) -> list[RunProgress]:
     """Each RunProgress the benchmark runner makes from here on, so a test can read what the
     runner told it; `priced_at_start` is its `tokens_left()` when it was made."""

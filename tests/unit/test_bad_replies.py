@@ -180,18 +180,23 @@ def test_the_endpoint_answers_502_naming_the_upstream(fault: str) -> None:
 # --------------------------------------------------------------------------- an evaluation
 
 
+def evaluation(out: Path, *, questions: int, concurrency: int) -> EvaluationPlan:
+    """The first `questions` of the test data, plain CoT, two steps at most."""
+    return EvaluationPlan(
+        dataset="math500",
+        strategy="critic",
+        problems=tuple(load_dataset("math500", TEST_DATA, limit=questions)),
+        gates=("never",),
+        settings={"max_steps": 2},
+        out=out,
+        concurrency=concurrency,
+    )
+
+
 def test_an_evaluation_records_the_reason_and_gives_up_on_a_server_that_always_answers_so(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    plan = EvaluationPlan(
-        dataset="math500",
-        strategy="critic",
-        problems=tuple(load_dataset("math500", TEST_DATA, limit=6)),
-        gates=("never",),
-        settings={"max_steps": 2},
-        out=tmp_path,
-        concurrency=1,
-    )
+    plan = evaluation(tmp_path, questions=6, concurrency=1)
     with faulty_server(["html"]) as server:
         model = make_chat_model(server.base_url, MODEL)
         assert run_evaluation(plan, model, model) == 1
@@ -212,15 +217,7 @@ def test_an_evaluation_whose_every_question_failed_says_so_without_a_report(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Fewer questions than the give-up rule needs, all failed: no table of nothing."""
-    plan = EvaluationPlan(
-        dataset="math500",
-        strategy="critic",
-        problems=tuple(load_dataset("math500", TEST_DATA, limit=2)),
-        gates=("never",),
-        settings={"max_steps": 2},
-        out=tmp_path,
-        concurrency=2,
-    )
+    plan = evaluation(tmp_path, questions=2, concurrency=2)
     with faulty_server(["no_choices"]) as server:
         model = make_chat_model(server.base_url, MODEL)
         assert run_evaluation(plan, model, model) == 1

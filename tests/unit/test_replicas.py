@@ -40,11 +40,7 @@ from mur.servers.processes.profiles import Profile, get_profile
 FAKE_REPLICA = Path(__file__).resolve().parents[1] / "fake_replica.py"
 
 
-@pytest.fixture(autouse=True)
-def mur_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    home = tmp_path / "mur-home"
-    monkeypatch.setenv("MUR_HOME", str(home))
-    return home
+pytestmark = pytest.mark.usefixtures("mur_home")  # tests/unit/conftest.py
 
 
 def free_ports(count: int) -> int:

@@ -27,12 +27,7 @@ from mur.servers.processes import launcher, pids, running
 from mur.servers.processes.profiles import Profile
 from waiting import wait_until
 
-
-@pytest.fixture(autouse=True)
-def mur_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    home = tmp_path / "mur-home"
-    monkeypatch.setenv("MUR_HOME", str(home))
-    return home
+pytestmark = pytest.mark.usefixtures("mur_home")  # tests/unit/conftest.py
 
 
 @pytest.fixture

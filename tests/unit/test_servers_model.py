@@ -17,12 +17,7 @@ from mur.servers.clients.errors import ModelError, ServerError
 from mur.servers.processes import model
 from mur.servers.processes.packages import SMOLLM2_135M, InstalledGGUF
 
-
-@pytest.fixture(autouse=True)
-def mur_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    home = tmp_path / "mur-home"
-    monkeypatch.setenv("MUR_HOME", str(home))
-    return home
+pytestmark = pytest.mark.usefixtures("mur_home")  # tests/unit/conftest.py
 
 
 @pytest.fixture
