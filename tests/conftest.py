@@ -50,7 +50,7 @@ TEST_DATA = Path(__file__).resolve().parent / "data"
 
 # Tests too long for `make test`'s 20 minutes, run when the -m expression names their marker.
 OPT_IN = {
-    "all_strategies": "all four strategies: -m all_strategies",
+    "all_strategies": "every strategy at once: -m all_strategies",
     "chaos": "the chaos benchmark in miniature: -m chaos",
 }
 
