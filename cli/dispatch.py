@@ -12,9 +12,11 @@ from collections.abc import Sequence
 from importlib import import_module
 
 from mur.cli.registry import MUR, Command
+from mur.nodes.extras import MissingExtra, require
 from mur.servers.cli import usage_error
 
 HELP_FLAGS = ("-h", "--help")
+MISSING_EXTRA_EXIT = 1
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -33,8 +35,15 @@ def dispatch(group: Command, argv: list[str], prog: str) -> int:
         return _unknown(group, name, prog)
     if command.commands:
         return dispatch(command, rest, f"{prog} {name}")
-    main = import_module(command.module).main
-    status: int = main(rest, prog=f"{prog} {name}")
+    prog = f"{prog} {name}"
+    try:
+        if command.extra:
+            require(command.extra, "this command")
+        main = import_module(command.module).main
+        status: int = main(rest, prog=prog)
+    except MissingExtra as exc:  # the command's own, or one of its features' (solve --dataset)
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return MISSING_EXTRA_EXIT
     return status
 
 

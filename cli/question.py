@@ -1,7 +1,7 @@
 """One question solved from the command line, optionally checkpointed so it can resume.
 
 With `--checkpoint TARGET` every node's state goes to an SQLite file (or PostgreSQL, a
-`postgresql://` URL: graphs.checkpointers, the endpoint's factory) under a thread id; the same
+`postgresql://` URL: persistence.checkpointers, the endpoint's factory) under a thread id; the same
 `--checkpoint TARGET --thread-id ID` after a crash or Ctrl-C goes on after the last finished
 node (graphs.solve resumes the thread). Every request of the question carries one session id, so a
 vllm-router in front of replicas keeps the question on one of them.
@@ -15,9 +15,9 @@ from typing import Any
 
 from mur.cli.flags import single_context
 from mur.cli.printer import Printer
-from mur.graphs.checkpointers import open_checkpointer
 from mur.graphs.mur import build_graph
 from mur.graphs.solve import solve
+from mur.persistence.checkpointers import open_checkpointer
 from mur.servers.clients.sessions import new_session_id, session
 from mur.servers.connect import Connection
 

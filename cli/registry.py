@@ -15,12 +15,15 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Command:
-    """A subcommand: `module`'s main runs it, or, for a group, one of `commands` does."""
+    """A subcommand: `module`'s main runs it, or, for a group, one of `commands` does.
+    `extra` is the install extra it needs beyond the base (nodes.extras): without it, the
+    command answers with one line naming it."""
 
     name: str
     help: str
     module: str = ""
     commands: tuple[Command, ...] = ()
+    extra: str = ""
 
     def find(self, name: str) -> Command | None:
         """The subcommand of this group called `name`, if any."""
@@ -42,16 +45,19 @@ EXPERIMENTS = Command(
             "table1",
             "the paper's Table 1 in miniature: every gate and baseline, resumable",
             "mur.experiments.table1",
+            extra="lab",
         ),
         Command(
             "rescore",
             "re-score a folder's recorded steps on another server: the same experiment?",
             "mur.experiments.rescore",
+            extra="lab",
         ),
         Command(
             "verdicts",
             "replay a folder's critic judgements with forced verdicts",
             "mur.experiments.verdicts",
+            extra="lab",
         ),
     ),
 )
@@ -64,6 +70,7 @@ BENCHMARKS = Command(
             "chaos",
             "endpoint replicas on one PostgreSQL, one SIGKILLed every 30-60 s: nothing lost?",
             "mur.benchmarks.chaos",
+            extra="serve",
         ),
         Command(
             "client",
@@ -74,16 +81,19 @@ BENCHMARKS = Command(
             "economy",
             "token economy and orchestration speed on one server",
             "mur.benchmarks.economy",
+            extra="lab",
         ),
         Command(
             "endpoint_load",
             "load-test the OpenAI-compatible endpoint and check every reply",
             "mur.benchmarks.endpoint_load",
+            extra="serve",
         ),
         Command(
             "formats",
             "each weight format served in turn: decode rate at 1/8/32 streams, one answer's wait",
             "mur.benchmarks.formats",
+            extra="lab",
         ),
         Command(
             "pair_cores",
@@ -94,11 +104,13 @@ BENCHMARKS = Command(
             "scaleout",
             "replicas behind vllm-router, with and without session affinity",
             "mur.benchmarks.scaleout",
+            extra="lab",
         ),
         Command(
             "trace_time",
             "the wait for one answer under each trace rule, each question alone",
             "mur.benchmarks.trace_time",
+            extra="lab",
         ),
     ),
 )
@@ -117,16 +129,20 @@ MUR = Command(
             "start, stop and inspect vLLM servers: up, down, status, profiles, model",
             "mur.servers.__main__",
         ),
-        Command("endpoint", "serve MUR as an OpenAI-compatible API", "mur.endpoint.cli"),
+        Command(
+            "endpoint", "serve MUR as an OpenAI-compatible API", "mur.endpoint.cli", extra="serve"
+        ),
         Command(
             "report",
             "a run folder's tables and plots, again from its records",
             "mur.cli.report",
+            extra="lab",
         ),
         Command(
             "compare",
             "two results folders side by side, paired on their common questions",
             "mur.cli.compare",
+            extra="lab",
         ),
         Command(
             "records",

@@ -32,8 +32,9 @@ from mur.cli.printer import Printer
 from mur.cli.question import solve_question
 from mur.cli.validation import UsageError, validate
 from mur.evals.questions.datasets import describe as describe_datasets
-from mur.graphs.checkpointers import CheckpointerError
 from mur.graphs.model_calls import describe_failure, server_roles
+from mur.nodes.extras import MissingExtra
+from mur.persistence.checkpointers import CheckpointerError
 from mur.servers.cli import OneLineParser, positive_int, usage_error
 from mur.servers.clients.errors import ServerError
 from mur.servers.connect import Connection, add_connection_arguments, connection_options
@@ -138,6 +139,9 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     try:
         validate(args)
         problems = load_problems(args) if args.dataset else None
+    except MissingExtra as exc:
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return 1
     except (UsageError, ValueError, OSError) as exc:
         return usage_error(prog, str(exc))
 

@@ -10,9 +10,11 @@ import argparse
 from pathlib import Path
 
 from mur.cli.flags import budget_labels, budget_settings, flag_settings, gammas, gates
-from mur.graphs.checkpointers import CheckpointerError, check_folder, parse_target
+from mur.graphs import STRATEGIES
 from mur.graphs.state import context_for
 from mur.nodes.draft import check_question
+from mur.nodes.extras import require
+from mur.persistence.checkpointers import CheckpointerError, check_folder, parse_target
 from mur.servers.clients.errors import ServerError
 from mur.servers.connect import check_connection_flags
 
@@ -22,8 +24,13 @@ class UsageError(Exception):
 
 
 def validate(args: argparse.Namespace) -> None:
-    """Raise UsageError (or Context's ValueError, naming the field) for the first bad value."""
+    """Raise UsageError (or Context's ValueError, naming the field) for the first bad value,
+    MissingExtra for a feature asked for whose extra is not installed."""
     settings = {**flag_settings(args), "strategy": args.strategy}
+    if STRATEGIES[args.strategy].extra:
+        require(STRATEGIES[args.strategy].extra, f"the {args.strategy} strategy")
+    if args.dataset:
+        require("lab", "an evaluation (--dataset)")
     for label in [*gates(args), *budget_labels(args)]:
         for gamma in gammas(args):
             context_for(label, settings, gamma=gamma)

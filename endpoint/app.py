@@ -9,7 +9,7 @@
 
 A request with an `Idempotency-Key` header (or `mur.idempotency_key`) names its run, which is
 checkpointed after each node in the checkpointer the app opens in its lifespan (`checkpointer`:
-an SQLite file, in memory by default here, or a PostgreSQL URL; see graphs/checkpointers.py):
+an SQLite file, in memory by default here, or a PostgreSQL URL; see persistence/checkpointers.py):
 the same key again gets the finished run's reply without recomputing it, or resumes the run
 where it stopped (endpoint/durable.py). A request without a key is a run nothing can resume:
 it writes no checkpoint and no ledger row.
@@ -55,7 +55,7 @@ from mur.endpoint.runs import (
 )
 from mur.endpoint.schemas import ChatCompletionRequest, make_context, parse_job
 from mur.endpoint.streaming import events, replayed, stream_response
-from mur.graphs.checkpointers import MEMORY, open_checkpointer
+from mur.persistence.checkpointers import MEMORY, open_checkpointer
 
 DEFAULT_MAX_RUNS = 64
 DEFAULT_MAX_REQUEST_BYTES = 1 << 20
@@ -164,7 +164,7 @@ def create_app(
     `recommended`); a request's `mur` field overrides them. `api_key` (None: open; several:
     each caller its own, idempotency keys scoped to it) is required as a bearer token;
     `max_runs` graph runs at once, beyond which requests get 429; `max_request_bytes` bounds a
-    body (413). `checkpointer` is where runs are checkpointed (graphs.checkpointers; opened in
+    body (413). `checkpointer` is where runs are checkpointed (persistence.checkpointers; opened in
     the app's lifespan); a run's claim is a lease of `lease_seconds`, renewed while it runs;
     finished runs are kept `keep_finished` seconds for retries. `replica_id` names this
     process in the run ledger (default host-pid).

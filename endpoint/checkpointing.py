@@ -16,7 +16,7 @@ from pathlib import Path
 
 from mur.endpoint.ledger import SCHEMA
 from mur.endpoint.runs import DEFAULT_KEEP_FINISHED, DEFAULT_LEASE_SECONDS
-from mur.graphs.checkpointers import open_checkpointer
+from mur.persistence.checkpointers import open_checkpointer
 from mur.servers.processes.paths import mur_home
 
 CHECKPOINTER_ENV = "MUR_CHECKPOINTER"

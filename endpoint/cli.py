@@ -37,7 +37,7 @@ from mur.endpoint.drain import DEFAULT_GRACE_SECONDS, DrainingServer
 from mur.endpoint.guards import api_keys
 from mur.endpoint.replicas import serve_replicas
 from mur.endpoint.schemas import MODELS
-from mur.graphs.checkpointers import CheckpointerError, parse_target
+from mur.persistence.checkpointers import CheckpointerError, parse_target
 from mur.servers import ServerError
 from mur.servers.cli import MAX_PORT, OneLineParser, port_number, positive_int, usage_error
 from mur.servers.clients.collector import tune_collector

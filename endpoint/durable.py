@@ -44,7 +44,7 @@ from mur.endpoint.errors import APIError
 from mur.endpoint.idempotency import thread_id_of
 from mur.endpoint.ledger import Claim, RunLedger
 from mur.endpoint.refusals import busy, expired, key_reused, lease_lost, unavailable
-from mur.graphs.checkpointers import CheckpointerError
+from mur.persistence.checkpointers import CheckpointerError
 
 log = logging.getLogger("mur.endpoint")
 CLAIM_ATTEMPTS = 3

@@ -28,7 +28,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from mur.graphs.checkpointers import Database
+from mur.persistence.checkpointers import Database
 
 TABLE = "mur_runs"
 SCHEMA = (

@@ -10,7 +10,7 @@ import math
 
 from mur.endpoint.errors import APIError
 from mur.endpoint.idempotency import HEADER
-from mur.graphs.checkpointers import CheckpointerError, CheckpointTarget, scrub
+from mur.persistence.checkpointers import CheckpointerError, CheckpointTarget, scrub
 
 
 def busy(key: str, retry_after: float) -> APIError:

@@ -40,7 +40,7 @@ from types import FrameType
 import mur
 from mur.endpoint.checkpointing import CHECKPOINTER_ENV, check_checkpointer
 from mur.endpoint.supervisor import Child, Supervisor
-from mur.graphs.checkpointers import CheckpointerError, parse_target
+from mur.persistence.checkpointers import CheckpointerError, parse_target
 from mur.servers.cli import MAX_PORT, usage_error
 from mur.servers.clients.errors import ServerError
 from mur.servers.processes.replicas import check_router_installed, free_port, router_command

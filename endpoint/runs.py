@@ -42,10 +42,10 @@ from mur.endpoint.replies import Outcome, RunResult
 from mur.endpoint.schemas import Job
 from mur.graphs import build_graph
 from mur.graphs.chat import trace_of
-from mur.graphs.checkpointers import CheckpointStore
 from mur.graphs.model_calls import describe_failure, server_roles
 from mur.graphs.solve import SavedProgress, saved_progress, solve
 from mur.nodes.usage import USAGE_KEYS
+from mur.persistence.checkpointers import CheckpointStore
 from mur.servers.clients.chat_models import base_url_of
 from mur.servers.clients.sessions import new_session_id, session
 

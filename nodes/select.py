@@ -9,6 +9,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from mur.nodes.extras import require
+
 
 def argmax_first(scores: Sequence[float]) -> int:
     """The index of the best score; ties go to the first (the order candidates came in)."""
@@ -51,6 +53,7 @@ def cluster_labels(texts: Sequence[str], *, k: int = 2, seed: int = 0) -> list[i
         return [0] * len(texts)
     # Imported here: scikit-learn (with scipy) takes about a second to import, and only the
     # foresight strategy clusters; every command line would otherwise pay it before starting.
+    require("lab", "foresight's clustering")
     from sklearn.cluster import KMeans  # noqa: PLC0415
     from sklearn.feature_extraction.text import TfidfVectorizer  # noqa: PLC0415
 

@@ -32,7 +32,7 @@ from mur.endpoint import create_app
 from mur.endpoint.checkpointing import CHECKPOINTER_ENV
 from mur.endpoint.cli import KEEP_ALIVE_SECONDS
 from mur.endpoint.runs import DEFAULT_LEASE_SECONDS
-from mur.graphs.checkpointers import MEMORY
+from mur.persistence.checkpointers import MEMORY
 from mur.servers.cli import OneLineParser, port_number
 from mur.testing.scripted_chat import FakeLogprobChat, Scripted
 

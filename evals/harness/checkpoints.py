@@ -11,7 +11,7 @@ and its latency is the time it ran: first to last checkpoint before the stop, pl
 that finished it. A recorded question's thread is deleted, so the file only ever holds the
 questions in flight.
 
-The saver writes on the event loop itself (graphs.checkpointers.InlineSqliteSaver): a local
+The saver writes on the event loop itself (persistence.checkpointers.InlineSqliteSaver): a local
 write takes well under a millisecond, and handing each to a thread cost more client CPU than
 the rest of the graph against a fast server.
 
@@ -35,9 +35,9 @@ from typing import Any
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver
 
-from mur.graphs.checkpointers import InlineSqliteSaver
 from mur.graphs.solve import thread_status
 from mur.graphs.state import Context, output_of
+from mur.persistence.checkpointers import InlineSqliteSaver
 
 CHECKPOINTS = "checkpoints.sqlite"
 BUSY_TIMEOUT_S = 120.0  # seconds a write waits for another process's to end

@@ -15,7 +15,6 @@ answer never hangs a run; inside the workers math-verify's own timeouts work as 
 from __future__ import annotations
 
 import atexit
-import importlib.util
 import logging
 import multiprocessing
 import os
@@ -24,10 +23,13 @@ import signal
 import sys
 import threading
 from concurrent.futures import TimeoutError as FutureTimeoutError
-
-from pebble import ProcessExpired, ProcessPool
+from typing import TYPE_CHECKING
 
 from mur.nodes.answer import extract_answer
+from mur.nodes.extras import require
+
+if TYPE_CHECKING:
+    from pebble import ProcessPool
 
 if sys.platform.startswith("linux"):  # the workers' memory cap (Linux alone has /proc)
     import resource
@@ -131,8 +133,8 @@ def math_equal(
     Both are answers without the surrounding solution (LaTeX or plain: "\\frac{1}{2}", "0.5",
     "(1, 2]"). Never raises on any input and never runs longer than about ``timeout`` seconds:
     unparsable, overlong (> ``MAX_ANSWER_CHARS``) or too slow answers count as not equal. Safe
-    to call from any thread. Raises ``GradingUnavailableError`` only when math-verify itself
-    cannot run.
+    to call from any thread. Raises ``MissingExtra`` without the `lab` extra (math-verify and
+    its worker pool), ``GradingUnavailableError`` when its workers cannot start.
     """
     if not isinstance(prediction, str) or not isinstance(gold, str):
         return False
@@ -221,11 +223,9 @@ class _Verifier:
     def _workers(self) -> ProcessPool:
         with self._lock:
             if self._pool is None or self._owner_pid != os.getpid():
-                if importlib.util.find_spec("math_verify") is None:
-                    raise GradingUnavailableError(
-                        "math-verify is not installed; install it with `pip install math-verify` "
-                        "(it is a dependency of this project: `pip install -e .`)"
-                    )
+                require("lab", "grading answers")
+                from pebble import ProcessPool  # noqa: PLC0415
+
                 self._pool = ProcessPool(
                     max_workers=self._size,
                     initializer=_start_worker,
@@ -240,6 +240,8 @@ class _Verifier:
         # math-verify's own limits are whole seconds (signal.alarm); keep them inside ours.
         inner_s = max(1, int(timeout / 4))
         future = self._workers().schedule(_verify, args=(gold, pred, inner_s), timeout=timeout)
+        from pebble import ProcessExpired  # noqa: PLC0415 (here since the pool is: the lab extra)
+
         try:
             return future.result()
         except FutureTimeoutError:

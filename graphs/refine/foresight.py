@@ -130,5 +130,11 @@ class ForesightNodes(CandidateNodes):
 
 
 STRATEGY = Strategy(
-    "foresight", ForesightState, ForesightNodes, ForesightRecord, "lookahead", uses_verifier=False
+    "foresight",
+    ForesightState,
+    ForesightNodes,
+    ForesightRecord,
+    "lookahead",
+    uses_verifier=False,
+    extra="lab",  # scikit-learn clusters the rollouts (nodes.select)
 )

@@ -190,7 +190,7 @@ class Strategy:
     """A registry entry: the strategy's name, its scratch state (a `Scratch` with its own
     keys), its nodes, its record type, its description, and whether it asks the verifier (a
     strategy that does not leaves the verifier's server idle, so that server's speed does not
-    bound how many questions a benchmark keeps in flight)."""
+    bound how many questions a benchmark keeps in flight), and the extra it needs, if any."""
 
     name: str
     scratch: type
@@ -198,6 +198,8 @@ class Strategy:
     record: type[RefineRecord]
     description: str
     uses_verifier: bool = True
+    extra: str = ""
+    """The install extra its nodes need beyond the base (nodes.extras), checked up front."""
 
     def build(self, kit: Kit) -> RefineGraph:
         """The strategy's subgraph over the kit's models, compiled as `refine_<name>`: its

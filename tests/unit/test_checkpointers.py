@@ -1,4 +1,4 @@
-"""The checkpointer factory (graphs/checkpointers.py) and the run ledger, on SQLite and on a
+"""The checkpointer factory (persistence/checkpointers.py) and the run ledger, on SQLite and on a
 real PostgreSQL server (the `postgres` fixture, tests/postgres.py): targets and their errors,
 a checkpointed run resumed through another connection pool (another replica), the ledger's
 claims racing across pools, and a bad URL stopping the endpoint with one line that never
@@ -27,14 +27,14 @@ from mur.endpoint import create_app
 from mur.endpoint.cli import PROG, main
 from mur.endpoint.ledger import SCHEMA, RunLedger
 from mur.graphs import Context, build_graph
-from mur.graphs.checkpointers import (
-    SETUP_LOCK,
+from mur.graphs.solve import saved_progress, solve, thread_status
+from mur.persistence.checkpointers import (
     CheckpointerError,
     CheckpointStore,
     open_checkpointer,
     parse_target,
 )
-from mur.graphs.solve import saved_progress, solve, thread_status
+from mur.persistence.postgres import SETUP_LOCK
 from postgres import PASSWORD, PostgresServer
 
 ROOT = Path(__file__).resolve().parents[2]

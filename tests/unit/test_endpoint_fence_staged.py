@@ -4,7 +4,7 @@ a second connection, a holder stalled inside its write's transaction, a frozen s
 
 - a checkpoint committed under a valid claim is never removed, and a takeover waits for it;
 - a holder stalled between the fence's check and its write writes nothing after a takeover or
-  a prune: the server ends its idle transaction (databases.IDLE_IN_TRANSACTION_S) and the
+  a prune: the server ends its idle transaction (persistence.postgres.IDLE_IN_TRANSACTION_S) and the
   takeover or prune goes on, so no checkpoint, blob or task write outlives its ledger row;
 - a frozen server: every call gives up (503 naming the database) and a holder stops its run
   before its lease could lapse.
@@ -31,9 +31,13 @@ from mur.endpoint.durable import DurableRuns, FencedSaver, Ticket
 from mur.endpoint.errors import APIError
 from mur.endpoint.ledger import SCHEMA, ClaimLost, RunLedger
 from mur.graphs import build_graph
-from mur.graphs.checkpointers import CheckpointerUnavailable, CheckpointStore, open_checkpointer
-from mur.graphs.databases import STATEMENT_TIMEOUT_S
 from mur.graphs.solve import solve
+from mur.persistence.checkpointers import (
+    CheckpointerUnavailable,
+    CheckpointStore,
+    open_checkpointer,
+)
+from mur.persistence.postgres import STATEMENT_TIMEOUT_S
 from postgres import PASSWORD, PostgresServer, start
 
 TABLES = ("checkpoints", "checkpoint_blobs", "checkpoint_writes")

@@ -29,8 +29,8 @@ from mur.endpoint.durable import DurableRuns, FencedSaver, Ticket
 from mur.endpoint.errors import APIError
 from mur.endpoint.ledger import SCHEMA, TABLE, Claim, ClaimLost, RunLedger
 from mur.graphs import Context, build_graph
-from mur.graphs.checkpointers import CheckpointStore, open_checkpointer
 from mur.graphs.solve import solve
+from mur.persistence.checkpointers import CheckpointStore, open_checkpointer
 
 NEVER = Context(strategy="critic", gate="never")
 QUESTION = "What is 6 * 7?"

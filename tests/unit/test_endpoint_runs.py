@@ -29,7 +29,7 @@ from mur.endpoint import create_app
 from mur.endpoint.checkpointing import checkpointer_target
 from mur.endpoint.cli import PROG, build_parser, main
 from mur.endpoint.refusals import lease_lost
-from mur.graphs.checkpointers import CheckpointerUnavailable
+from mur.persistence.checkpointers import CheckpointerUnavailable
 from waiting import wait_until
 
 MODEL = "mur-critic-never"

@@ -9,20 +9,27 @@ graph run against the scripted fake model, and the `mur` command answers --help.
 
 from __future__ import annotations
 
+import email.parser
 import re
 import shutil
 import subprocess
 import sys
 import sysconfig
 import venv
+import zipfile
+from importlib import metadata
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 from mur.cli.registry import MUR
+from mur.nodes.extras import EXTRA_MODULES
 
 ROOT = Path(__file__).resolve().parents[2]
 TESTS = ROOT / "tests"
+PIP = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--quiet"]
 # What a checkout holds that is no part of a build.
 NOT_BUILT = (
     ".git",
@@ -52,21 +59,24 @@ def readme_embedding_imports() -> str:
 
 
 @pytest.fixture(scope="module")
-def installed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """(the fresh environment's python, its site-packages) with the project's wheel installed."""
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The project's wheel, built from a copy of the checkout."""
     work = tmp_path_factory.mktemp("wheel")
     source = work / "source"
     shutil.copytree(ROOT, source, symlinks=True, ignore=shutil.ignore_patterns(*NOT_BUILT))
-    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--quiet"]
     subprocess.run(
-        [*pip, "wheel", "--no-deps", "--no-build-isolation", "-w", str(work / "dist"), str(source)],
+        [*PIP, "wheel", "--no-deps", "--no-build-isolation", "-w", str(work / "dist"), str(source)],
         check=True,
         timeout=600,
     )
-    (wheel,) = (work / "dist").glob("mur-*.whl")
-    env_dir = work / "env"
-    venv.EnvBuilder(with_pip=False).create(env_dir)
-    python = env_dir / "bin" / "python"
+    (built,) = (work / "dist").glob("mur-*.whl")
+    return built
+
+
+def fresh_env(wheel: Path, where: Path) -> tuple[Path, Path]:
+    """(python, site-packages) of a new virtualenv at `where` holding the wheel alone."""
+    venv.EnvBuilder(with_pip=False).create(where)
+    python = where / "bin" / "python"
     site = Path(
         subprocess.run(
             [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
@@ -77,14 +87,119 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     )
     before = {path.name for path in site.iterdir()}
     subprocess.run(
-        [*pip, "--python", str(python), "install", "--no-deps", str(wheel)], check=True, timeout=600
+        [*PIP, "--python", str(python), "install", "--no-deps", str(wheel)], check=True, timeout=600
     )
     added = {path.name for path in site.iterdir()} - before
     packages = {name for name in added if not name.endswith(".dist-info")}
     assert packages == {"mur"}, f"the wheel put {sorted(added)} into site-packages"
+    return python, site
+
+
+@pytest.fixture(scope="module")
+def installed(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """(the fresh environment's python, its site-packages) with the project's wheel installed,
+    every dependency of every extra beside it."""
+    python, site = fresh_env(wheel, tmp_path_factory.mktemp("full") / "env")
     # The dependencies, after the fresh site-packages (a .pth line appends its folder).
     (site / "zz-dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     return python, site
+
+
+def base_distributions(wheel: Path) -> set[str]:
+    """What `pip install mur` brings: the wheel's requirements outside any extra, and theirs
+    (with the extras they ask for), as this environment installed them."""
+    with zipfile.ZipFile(wheel) as whl:
+        name = next(n for n in whl.namelist() if n.endswith(".dist-info/METADATA"))
+        headers = email.parser.Parser().parsestr(whl.read(name).decode())
+    seen: set[tuple[str, str]] = set()  # (distribution, extra asked of it)
+    todo = [(Requirement(line), "") for line in headers.get_all("Requires-Dist") or []]
+    while todo:
+        requirement, extra = todo.pop()
+        if requirement.marker and not requirement.marker.evaluate({"extra": extra}):
+            continue
+        key = canonicalize_name(requirement.name)
+        for asked in {"", *requirement.extras}:
+            if (key, asked) not in seen:
+                seen.add((key, asked))
+                lines = metadata.requires(requirement.name) or []
+                todo.extend((Requirement(line), asked) for line in lines)
+    return {name for name, _ in seen}
+
+
+def link_files(names: set[str], farm: Path) -> None:
+    """Each file of each distribution named, linked into `farm` at its place in site-packages
+    (file by file: a namespace such as langgraph/ holds files of base and extra packages)."""
+    for name in names:
+        dist = metadata.distribution(name)
+        for file in dist.files or []:
+            if file.parts[0] == ".." or "__pycache__" in file.parts:
+                continue
+            target = Path(str(dist.locate_file(file)))
+            if target.exists():
+                link = farm / file
+                link.parent.mkdir(parents=True, exist_ok=True)
+                if not link.exists():
+                    link.symlink_to(target)
+
+
+@pytest.fixture(scope="module")
+def light(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The python of a fresh environment with the wheel and only what `pip install mur`
+    brings (no extra): the base dependencies' files linked into a folder of their own."""
+    work = tmp_path_factory.mktemp("light")
+    python, site = fresh_env(wheel, work / "env")
+    link_files(base_distributions(wheel), work / "dependencies")
+    (site / "zz-dependencies.pth").write_text(f"{work / 'dependencies'}\n")
+    return python
+
+
+def test_the_base_install_embeds_without_any_extra(light: Path, tmp_path: Path) -> None:
+    """`pip install mur`: no module of the serve or lab extras, and ChatMUR, mur_tool and
+    MURMiddleware work (ChatMUR over the scripted model)."""
+    extras = [module for modules in EXTRA_MODULES.values() for module in modules]
+    code = f"""
+import importlib.util, sys
+def found(name):
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ModuleNotFoundError:
+        return False
+present = [m for m in {extras!r} if found(m)]
+assert not present, f"the base install has {{present}}"
+from mur import ChatMUR, MURMiddleware, mur_tool
+from fakes import two_step_model
+chat = ChatMUR(backbone=two_step_model(), strategy="critic", gate="never")
+assert chat.invoke("What is 3 + 4?").response_metadata["answer"] == "7"
+assert mur_tool(chat).name == "mur_reason" and MURMiddleware
+print("light", sorted(m for m in sys.modules if m.split(".")[0] in ("scipy", "fastapi")))
+"""
+    assert run_in(light, code, tmp_path).split() == ["light", "[]"]
+
+
+def test_each_command_runs_or_names_its_extra_in_the_base_install(
+    light: Path, tmp_path: Path
+) -> None:
+    """Every command without an extra in the registry answers --help in the base install;
+    every command with one says in one line which extra to install (exit 1). So does a base
+    command's feature that needs one (`mur solve --dataset`)."""
+    asked = [(words, command.extra) for words, command in MUR.leaves()]
+    asked.append(("mur solve --strategy critic --dataset math500", "lab"))
+    for words, extra in asked:
+        arguments = words.split()[1:] + ([] if extra else ["--help"])
+        done = subprocess.run(
+            [str(light.parent / "mur"), *arguments],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            timeout=120,
+        )
+        if not extra:
+            assert done.returncode == 0, (words, done.stderr[-2000:])
+            continue
+        lines = done.stderr.splitlines()
+        assert done.returncode == 1 and len(lines) == 1, (words, done.stderr[-2000:])
+        assert f"needs the '{extra}' extra" in lines[0], lines
+        assert lines[0].endswith(f"pip install 'mur[{extra}]'"), lines
 
 
 def run_in(python: Path, code: str, cwd: Path) -> str:

@@ -15,18 +15,15 @@ database's clock, so replicas share one clock). A target that cannot be used rai
 
 from __future__ import annotations
 
-import asyncio
 import re
 import sqlite3
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import ExitStack, asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit, urlunsplit
 
-import psycopg
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
     BaseCheckpointSaver,
@@ -36,52 +33,18 @@ from langgraph.checkpoint.base import (
     CheckpointTuple,
 )
 from langgraph.checkpoint.sqlite import SqliteSaver
-from psycopg.conninfo import conninfo_to_dict
-from psycopg.rows import DictRow, dict_row
-from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from mur.graphs.databases import (
-    IDLE_IN_TRANSACTION_S,
-    JoiningPostgresSaver,
-    Kind,
-    Pool,
-    PostgresDatabase,
-    SqliteDatabase,
-)
-from mur.graphs.databases import CheckpointerError as CheckpointerError
-from mur.graphs.databases import CheckpointerUnavailable as CheckpointerUnavailable
-from mur.graphs.databases import Database as Database
+from mur.nodes.extras import require
+from mur.persistence.databases import CheckpointerError as CheckpointerError
+from mur.persistence.databases import CheckpointerUnavailable as CheckpointerUnavailable
+from mur.persistence.databases import Database as Database
+from mur.persistence.databases import Kind, SqliteDatabase
 
 MEMORY = ":memory:"
 FORMS = "a file path, sqlite:///PATH or postgresql://USER:PASSWORD@HOST:PORT/DATABASE"
-SETUP_LOCK = 0x6D75725F7365  # advisory lock key: replicas starting at once set up in turn
-SETUP_LOCK_POLL_S = 0.1
-"""How often a replica asks again for the setup lock another one holds. It asks
-(pg_try_advisory_lock) instead of waiting in pg_advisory_lock: a session waiting in a
-statement holds a snapshot, and the holder's setup runs LangGraph's migrations, among them
-CREATE INDEX CONCURRENTLY, which waits until every older snapshot in the database is gone.
-The build (on one connection of the holder's pool) then waited for the waiting replica's
-snapshot, that replica for the lock, and the lock (held on another connection of that pool)
-for the build to end: a deadlock PostgreSQL cannot see (nothing tells it that two sessions
-are one process). Both replicas hung at start (the chaos benchmark, BENCHMARKS.md)."""
-POOL_WAIT_S = 5.0
-"""How long a statement waits for a pooled connection before the database counts as down
-(PoolTimeout: the endpoint's 503 naming it). LangGraph's Postgres saver writes under one lock,
-so the writes queued behind a stopped server fail one after another: with psycopg's default
-of 30 s each, a run went on waiting for minutes after PostgreSQL had stopped."""
 SQLITE_BUSY_TIMEOUT_S = 5.0
 """How long an SQLite statement waits for another process's write lock before the file counts
 as unavailable (a second process writing the same file: `mur endpoint` is one replica)."""
-SESSION_SETTINGS = {
-    "options": f"-c idle_in_transaction_session_timeout={int(IDLE_IN_TRANSACTION_S * 1000)}",
-    "keepalives": 1,
-    "keepalives_idle": 10,
-    "keepalives_interval": 5,
-    "keepalives_count": 3,
-}
-"""Every pooled session's: the server ends one left idle in a transaction (databases.py), and
-TCP keepalives find a server gone from the network (a frozen one still answers them: the
-statement bound, databases.STATEMENT_TIMEOUT_S, covers that)."""
 
 
 class InlineSqliteSaver(SqliteSaver):
@@ -206,13 +169,10 @@ def parse_target(text: str) -> CheckpointTarget:
     if not raw:
         raise CheckpointerError(f"the checkpointer target is empty: give {FORMS}")
     if scheme in ("postgresql", "postgres"):
-        try:
-            conninfo_to_dict(raw)
-        except psycopg.Error as exc:
-            raise CheckpointerError(
-                f"cannot read the checkpointer URL {shown}: {scrub(str(exc), raw)}; write it "
-                "as postgresql://USER:PASSWORD@HOST:PORT/DATABASE"
-            ) from None
+        require("serve", "a PostgreSQL checkpointer")
+        from mur.persistence.postgres import check_url  # noqa: PLC0415 (the serve extra)
+
+        check_url(raw, shown)
         return CheckpointTarget("postgres", raw, shown)
     if scheme == "sqlite":
         rest = raw[len("sqlite://") :]
@@ -236,7 +196,13 @@ class CheckpointStore:
 
     def is_outage(self, exc: BaseException) -> bool:
         """Whether `exc` says the database stopped answering (not a fault of the run)."""
-        return isinstance(exc, CheckpointerUnavailable | psycopg.OperationalError | PoolTimeout)
+        if isinstance(exc, CheckpointerUnavailable):
+            return True
+        if self.target.kind != "postgres":
+            return False
+        from mur.persistence.postgres import is_outage  # noqa: PLC0415 (the serve extra)
+
+        return is_outage(exc)
 
 
 @asynccontextmanager
@@ -254,7 +220,10 @@ async def open_checkpointer(
     """
     chosen = target if isinstance(target, CheckpointTarget) else parse_target(target)
     if chosen.kind == "postgres":
-        async with _postgres(chosen, schema, pool_size, connect_timeout) as store:
+        require("serve", "a PostgreSQL checkpointer")
+        from mur.persistence.postgres import open_postgres  # noqa: PLC0415 (the serve extra)
+
+        async with open_postgres(chosen, schema, pool_size, connect_timeout) as store:
             yield store
     else:
         async with _sqlite(chosen, schema) as store:
@@ -301,76 +270,3 @@ def _sqlite_saver(target: CheckpointTarget, schema: Sequence[str]) -> Iterator[I
                 "process may write, or a new path"
             ) from None
         yield saver
-
-
-@asynccontextmanager
-async def _postgres(
-    target: CheckpointTarget, schema: Sequence[str], pool_size: int, connect_timeout: float
-) -> AsyncIterator[CheckpointStore]:
-    await _probe(target, connect_timeout)
-    pool: Pool = AsyncConnectionPool(
-        target.location,
-        connection_class=psycopg.AsyncConnection[DictRow],
-        kwargs={
-            "autocommit": True,
-            "prepare_threshold": 0,
-            "row_factory": dict_row,
-            **SESSION_SETTINGS,
-        },
-        min_size=1,
-        max_size=max(2, pool_size),  # setup holds one connection for its lock, uses another
-        timeout=POOL_WAIT_S,
-        open=False,
-        check=AsyncConnectionPool.check_connection,  # a restarted server's dead connections
-        name="mur-checkpointer",
-    )
-    try:
-        clean = partial(scrub, url=target.location)
-        saver = JoiningPostgresSaver(pool, target.shown, clean)
-        database = PostgresDatabase(pool, target.shown, clean)
-        try:
-            await pool.open(wait=True, timeout=connect_timeout)
-            async with pool.connection() as conn:
-                await _take_setup_lock(conn)
-                try:
-                    await saver.setup()
-                    for statement in schema:
-                        await database.execute(statement)
-                finally:
-                    await conn.execute("SELECT pg_advisory_unlock(%s)", (SETUP_LOCK,))
-        except (psycopg.Error, PoolTimeout) as exc:
-            raise CheckpointerError(
-                f"cannot set up the checkpointer database {target}: "
-                f"{scrub(str(exc), target.location)}; the user needs the right to create "
-                "tables in that database"
-            ) from None
-        yield CheckpointStore(saver, database, target)
-    finally:
-        await pool.close()
-
-
-async def _take_setup_lock(conn: psycopg.AsyncConnection[DictRow]) -> None:
-    """The setup lock for this session, once no other holds it; between two asks the session
-    is idle, holding no snapshot a concurrent index build would wait for (SETUP_LOCK_POLL_S)."""
-    while True:
-        cursor = await conn.execute("SELECT pg_try_advisory_lock(%s) AS taken", (SETUP_LOCK,))
-        row = await cursor.fetchone()
-        if row is not None and row["taken"]:
-            return
-        await asyncio.sleep(SETUP_LOCK_POLL_S)
-
-
-async def _probe(target: CheckpointTarget, timeout: float) -> None:
-    """One connection first, so that a refused or unauthorised one is named precisely (a
-    pool would only time out)."""
-    try:
-        conn = await psycopg.AsyncConnection.connect(
-            target.location, connect_timeout=max(1, round(timeout))
-        )
-    except psycopg.Error as exc:
-        raise CheckpointerError(
-            f"cannot connect to the checkpointer database {target}: "
-            f"{scrub(str(exc), target.location)}; check the URL, that PostgreSQL runs there "
-            "and accepts this user and password"
-        ) from None
-    await conn.close()

@@ -1,39 +1,34 @@
-"""SQL over a checkpointer's database, one dialect for SQLite and PostgreSQL (`?` placeholders,
-`now` for the database's clock), and the one place a LangGraph saver's writes join the
-caller's transaction.
+"""PostgreSQL as a checkpointer (the `serve` extra): a pool shared by LangGraph's saver and
+the endpoint's own tables, every call bounded, and the saver's writes joining the transaction
+the caller opened (`Database.transaction()`, persistence.databases), so that the endpoint's
+fence checks its claim and writes the checkpoint in one transaction.
 
-`Database.transaction()` opens a transaction; the statements of the database it yields, and
-every write the store's saver makes in the same task meanwhile, commit or roll back together.
-The endpoint keeps its claim fence this way (endpoint/durable.py): a checkpoint lands only if
-the run's claim holds at the moment it is written, because the check and the write are one
-transaction and the claim's row is locked against a takeover until it ends (`row_lock`).
-
-- SQLite: LangGraph's sync saver on the event loop (graphs.checkpointers.InlineSqliteSaver),
-  a transaction is `BEGIN IMMEDIATE` (SQLite's one writer) and nothing awaits inside it.
-- PostgreSQL: the transaction holds one pooled connection; `JoiningPostgresSaver` runs the
-  saver's statements on it. Every call is bounded (`STATEMENT_TIMEOUT_S`, on this side: a
-  frozen server cannot enforce its own timeouts), and a session left idle inside a
-  transaction (its holder frozen) is ended by the server (`IDLE_IN_TRANSACTION_S`), so a
-  stalled holder never keeps its row locked against a takeover for longer than that.
+Every call is bounded (`STATEMENT_TIMEOUT_S`, on this side: a frozen server cannot enforce its
+own timeouts), and a session left idle inside a transaction (its holder frozen) is ended by the
+server (`IDLE_IN_TRANSACTION_S`), so a stalled holder never keeps its row locked against a
+takeover for longer than that.
 """
 
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from contextlib import asynccontextmanager
 from contextvars import ContextVar
-from typing import Any, Literal, Protocol, TypeVar
+from functools import partial
+from typing import Any, TypeVar
 
 import psycopg
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import CheckpointTuple
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import DictRow, dict_row, tuple_row
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-Kind = Literal["sqlite", "postgres"]
+from mur.persistence.checkpointers import CheckpointStore, CheckpointTarget, scrub
+from mur.persistence.databases import CheckpointerError, CheckpointerUnavailable, Database, Kind
+
 Pool = AsyncConnectionPool[psycopg.AsyncConnection[DictRow]]
 T = TypeVar("T")
 
@@ -47,82 +42,47 @@ IDLE_IN_TRANSACTION_S = 3.0
 """PostgreSQL ends a session idle this long inside a transaction (its holder frozen between
 the fence's check and its write): the transaction rolls back and its row lock goes, so a
 takeover waits at most this long, within STATEMENT_TIMEOUT_S."""
+SETUP_LOCK = 0x6D75725F7365  # advisory lock key: replicas starting at once set up in turn
+SETUP_LOCK_POLL_S = 0.1
+"""How often a replica asks again for the setup lock another one holds. It asks
+(pg_try_advisory_lock) instead of waiting in pg_advisory_lock: a session waiting in a
+statement holds a snapshot, and the holder's setup runs LangGraph's migrations, among them
+CREATE INDEX CONCURRENTLY, which waits until every older snapshot in the database is gone.
+The build (on one connection of the holder's pool) then waited for the waiting replica's
+snapshot, that replica for the lock, and the lock (held on another connection of that pool)
+for the build to end: a deadlock PostgreSQL cannot see (nothing tells it that two sessions
+are one process). Both replicas hung at start (the chaos benchmark, BENCHMARKS.md)."""
+POOL_WAIT_S = 5.0
+"""How long a statement waits for a pooled connection before the database counts as down
+(PoolTimeout: the endpoint's 503 naming it). LangGraph's Postgres saver writes under one lock,
+so the writes queued behind a stopped server fail one after another: with psycopg's default
+of 30 s each, a run went on waiting for minutes after PostgreSQL had stopped."""
+SESSION_SETTINGS = {
+    "options": f"-c idle_in_transaction_session_timeout={int(IDLE_IN_TRANSACTION_S * 1000)}",
+    "keepalives": 1,
+    "keepalives_idle": 10,
+    "keepalives_interval": 5,
+    "keepalives_count": 3,
+}
+"""Every pooled session's: the server ends one left idle in a transaction (above), and
+TCP keepalives find a server gone from the network (a frozen one still answers them: the
+statement bound, STATEMENT_TIMEOUT_S, covers that)."""
 
 
-class CheckpointerError(Exception):
-    """A checkpointer target that cannot be used; the message names it without its password."""
+def check_url(raw: str, shown: str) -> None:
+    """CheckpointerError for a PostgreSQL URL libpq cannot read (`shown`: without password)."""
+    try:
+        conninfo_to_dict(raw)
+    except psycopg.Error as exc:
+        raise CheckpointerError(
+            f"cannot read the checkpointer URL {shown}: {scrub(str(exc), raw)}; write it "
+            "as postgresql://USER:PASSWORD@HOST:PORT/DATABASE"
+        ) from None
 
 
-class CheckpointerUnavailable(CheckpointerError):
-    """The database stopped answering while in use (a restart, a lost network): retry later."""
-
-
-class Database(Protocol):
-    """SQL over the checkpointer's database, in one dialect for SQLite and PostgreSQL."""
-
-    dialect: Kind
-    shown: str
-    """The database as messages name it (a URL's password as `***`)."""
-    now: str
-    """An SQL expression: the database's clock, in seconds since the epoch."""
-    row_lock: str
-    """What a SELECT inside `transaction()` ends with to keep its rows from changing until
-    the transaction ends (`FOR SHARE`; empty on SQLite, whose transaction excludes writers)."""
-
-    async def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        """Run one statement (`?` placeholders), committed at once unless inside
-        `transaction()`; its rows (SELECT, RETURNING)."""
-        ...
-
-    def transaction(self) -> AbstractAsyncContextManager[Database]:
-        """One transaction: the yielded database's statements and the saver's writes in this
-        task commit together on a normal exit and roll back on an exception."""
-        ...
-
-
-class SqliteDatabase:
-    """Statements on the inline saver's own connection, on the event loop (a local file)."""
-
-    dialect: Kind = "sqlite"
-    now = "((julianday('now') - 2440587.5) * 86400.0)"
-    row_lock = ""
-
-    def __init__(self, conn: sqlite3.Connection, shown: str) -> None:
-        self.conn, self.shown = conn, shown
-        self._in_transaction = False
-
-    async def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        try:
-            rows = self.conn.execute(sql, tuple(params)).fetchall()
-            if not self._in_transaction:
-                self.conn.commit()
-        except sqlite3.OperationalError as exc:
-            raise self._outage(exc) from exc
-        return [tuple(row) for row in rows]
-
-    @asynccontextmanager
-    async def transaction(self) -> AsyncIterator[Database]:
-        """`BEGIN IMMEDIATE`: the write lock from the first statement; the saver's put
-        commits it (its cursor's exit), else it is committed or rolled back here."""
-        try:
-            self.conn.execute("BEGIN IMMEDIATE")
-        except sqlite3.OperationalError as exc:
-            raise self._outage(exc) from exc
-        self._in_transaction = True
-        try:
-            yield self
-        except BaseException:
-            self.conn.rollback()
-            raise
-        else:
-            self.conn.commit()
-        finally:
-            self._in_transaction = False
-
-    def _outage(self, exc: sqlite3.OperationalError) -> Exception:
-        if "locked" in str(exc) or "disk" in str(exc):
-            return CheckpointerUnavailable(f"the checkpointer {self.shown} is unavailable: {exc}")
-        return exc
+def is_outage(exc: BaseException) -> bool:
+    """Whether `exc` is the driver or the pool saying the database stopped answering."""
+    return isinstance(exc, psycopg.OperationalError | PoolTimeout)
 
 
 _JOINED: ContextVar[tuple[Pool, psycopg.AsyncConnection[DictRow]] | None] = ContextVar(
@@ -269,3 +229,76 @@ class JoiningPostgresSaver(AsyncPostgresSaver):
             except StopAsyncIteration:
                 return
             yield item
+
+
+@asynccontextmanager
+async def open_postgres(
+    target: CheckpointTarget, schema: Sequence[str], pool_size: int, connect_timeout: float
+) -> AsyncIterator[CheckpointStore]:
+    await _probe(target, connect_timeout)
+    pool: Pool = AsyncConnectionPool(
+        target.location,
+        connection_class=psycopg.AsyncConnection[DictRow],
+        kwargs={
+            "autocommit": True,
+            "prepare_threshold": 0,
+            "row_factory": dict_row,
+            **SESSION_SETTINGS,
+        },
+        min_size=1,
+        max_size=max(2, pool_size),  # setup holds one connection for its lock, uses another
+        timeout=POOL_WAIT_S,
+        open=False,
+        check=AsyncConnectionPool.check_connection,  # a restarted server's dead connections
+        name="mur-checkpointer",
+    )
+    try:
+        clean = partial(scrub, url=target.location)
+        saver = JoiningPostgresSaver(pool, target.shown, clean)
+        database = PostgresDatabase(pool, target.shown, clean)
+        try:
+            await pool.open(wait=True, timeout=connect_timeout)
+            async with pool.connection() as conn:
+                await _take_setup_lock(conn)
+                try:
+                    await saver.setup()
+                    for statement in schema:
+                        await database.execute(statement)
+                finally:
+                    await conn.execute("SELECT pg_advisory_unlock(%s)", (SETUP_LOCK,))
+        except (psycopg.Error, PoolTimeout) as exc:
+            raise CheckpointerError(
+                f"cannot set up the checkpointer database {target}: "
+                f"{scrub(str(exc), target.location)}; the user needs the right to create "
+                "tables in that database"
+            ) from None
+        yield CheckpointStore(saver, database, target)
+    finally:
+        await pool.close()
+
+
+async def _take_setup_lock(conn: psycopg.AsyncConnection[DictRow]) -> None:
+    """The setup lock for this session, once no other holds it; between two asks the session
+    is idle, holding no snapshot a concurrent index build would wait for (SETUP_LOCK_POLL_S)."""
+    while True:
+        cursor = await conn.execute("SELECT pg_try_advisory_lock(%s) AS taken", (SETUP_LOCK,))
+        row = await cursor.fetchone()
+        if row is not None and row["taken"]:
+            return
+        await asyncio.sleep(SETUP_LOCK_POLL_S)
+
+
+async def _probe(target: CheckpointTarget, timeout: float) -> None:
+    """One connection first, so that a refused or unauthorised one is named precisely (a
+    pool would only time out)."""
+    try:
+        conn = await psycopg.AsyncConnection.connect(
+            target.location, connect_timeout=max(1, round(timeout))
+        )
+    except psycopg.Error as exc:
+        raise CheckpointerError(
+            f"cannot connect to the checkpointer database {target}: "
+            f"{scrub(str(exc), target.location)}; check the URL, that PostgreSQL runs there "
+            "and accepts this user and password"
+        ) from None
+    await conn.close()

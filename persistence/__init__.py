@@ -1,0 +1,6 @@
+"""Where runs are kept: the checkpointers (SQLite in the base install, PostgreSQL with the
+`serve` extra) and SQL over their databases, in one dialect, for the endpoint's run ledger.
+
+No graph needs this room: a graph is compiled with whatever saver its caller opens here
+(`mur solve --checkpoint`, the endpoint, an evaluation's folder).
+"""
