@@ -85,6 +85,21 @@ NO_SCHEMA = (
 )
 M = TypeVar("M", bound=BaseMessage)
 LLMRunManager = AsyncCallbackManagerForLLMRun | CallbackManagerForLLMRun
+
+
+def without_parent_run() -> contextvars.Context:
+    """A copy of the current context in which no LangChain run is in progress.
+
+    LangGraph finds the run it is nested in through langchain-core's `var_child_runnable_config`
+    (no public way to clear it exists): this is the one place the project sets it.
+    tests/unit/test_private_apis.py fails if LangGraph stops reading it there, and
+    pyproject.toml bounds langchain-core and langgraph to the major versions it ran on.
+    """
+    context = contextvars.copy_context()
+    context.run(var_child_runnable_config.set, None)
+    return context
+
+
 STEP_SINK: contextvars.ContextVar[Callable[[AIMessageChunk], None] | None] = contextvars.ContextVar(
     "mur_step_sink", default=None
 )
@@ -197,8 +212,7 @@ class ChatMUR(BaseChatModel):
         # would otherwise take the caller's config from the context and run MUR as its
         # subgraph (its values under the caller's namespace, its state in the caller's
         # checkpoints). The callbacks above keep it beneath the caller's run for tracers.
-        detached = contextvars.copy_context()
-        detached.run(var_child_runnable_config.set, None)
+        detached = without_parent_run()
         detached.run(STEP_SINK.set, None)
         return await asyncio.create_task(run, context=detached)
 

@@ -45,7 +45,6 @@ from langchain_core.callbacks import AsyncCallbackManagerForLLMRun
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatGenerationChunk, ChatResult
 from langchain_openai import ChatOpenAI
-from langchain_openai.chat_models.base import _handle_openai_api_error, _handle_openai_bad_request
 from pydantic import Field, SecretStr
 
 from mur.servers.clients.errors import BadReply, SeedRefused, ServerError, ServerUnavailable
@@ -53,6 +52,7 @@ from mur.servers.clients.http_pool import pooled_async_http_client, sdk_http_mod
 from mur.servers.clients.probes import check_endpoint, normalize_base_url
 from mur.servers.clients.replies import StreamCheck, cut_body, read_reply
 from mur.servers.clients.sessions import session_headers
+from mur.servers.clients.stock_errors import raise_as_stock
 
 SAMPLING_DEFAULTS: Mapping[str, float | int] = {
     "temperature": 0.6,
@@ -208,15 +208,11 @@ class VLLMChatOpenAI(ChatOpenAI):
                 content=orjson.dumps(body),
                 options=options,
             )
-        except openai.BadRequestError as exc:  # LangChain's error classes, as the stock path
-            _handle_openai_bad_request(exc)
-            raise
-        except openai.APIError as exc:
+        except openai.APIError as exc:  # LangChain's error classes, as the stock path
             cut = cut_body(self._chat_url(), exc)  # None unless the body was cut
             if cut is not None:
                 raise cut from exc
-            _handle_openai_api_error(exc)
-            raise
+            raise_as_stock(exc)
         return read_reply(response)
 
     async def _astream(self, *args: Any, **kwargs: Any) -> AsyncIterator[ChatGenerationChunk]:

@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 
-from langchain_core.runnables.config import var_child_runnable_config
+from langchain_core.runnables import ensure_config
 
 SESSION_HEADER = "X-Session-ID"
 MAX_SESSION_ID = 200
@@ -64,8 +64,8 @@ def current_session_id() -> str | None:
     value = _current.get()
     if value:
         return value
-    config = var_child_runnable_config.get() or {}
-    thread = (config.get("configurable") or {}).get("thread_id")
+    # ensure_config: LangChain's public read of the config of the run in progress, if any.
+    thread = (ensure_config().get("configurable") or {}).get("thread_id")
     return clean_session_id(str(thread)) if thread else None
 
 
