@@ -18,7 +18,7 @@ import datetime as dt
 import shlex
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -42,23 +42,13 @@ from mur.benchmarks.tables import fmt
 from mur.evals.questions import load_dataset
 from mur.graphs.refine import STRATEGIES
 from mur.graphs.state import context_for
-from mur.servers.cli import OneLineParser
+from mur.servers.cli import OneLineParser, comma_list
 from mur.servers.clients.chat_models import resolve_model
 from mur.servers.connect import add_connection_arguments
 from mur.servers.processes.launcher import up
 from mur.servers.processes.profiles import get_profile
 
 BENCH_PROFILE = "cpu-tiny"  # the server started (or reused) when no --base-url is given
-
-
-def _csv(kind: type) -> Callable[[str], tuple[Any, ...]]:
-    def parse(text: str) -> tuple[Any, ...]:
-        values = tuple(kind(part.strip()) for part in text.split(",") if part.strip())
-        if not values:
-            raise argparse.ArgumentTypeError("expected a comma-separated list")
-        return values
-
-    return parse
 
 
 PROG = "mur bench economy"
@@ -73,13 +63,13 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     parser.add_argument("--questions", type=int, default=8, help="MATH-500 questions (first N)")
     parser.add_argument(
         "--strategies",
-        type=_csv(str),
+        type=comma_list(str),
         default=DEFAULT_STRATEGIES,
         help=f"refine strategies (default {','.join(DEFAULT_STRATEGIES)})",
     )
     parser.add_argument(
         "--gates",
-        type=_csv(str),
+        type=comma_list(str),
         default=DEFAULT_GATES,
         help=f"gates to compare (default {','.join(DEFAULT_GATES)})",
     )
@@ -88,7 +78,7 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--concurrency-levels",
-        type=_csv(int),
+        type=comma_list(int),
         default=DEFAULT_LEVELS,
         help="questions in flight in table 3 (default 1,2,4,8,16)",
     )

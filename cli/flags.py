@@ -10,13 +10,14 @@ from __future__ import annotations
 import argparse
 import types
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from pydantic.fields import FieldInfo
 
 from mur.graphs.state import Context, context_for
 from mur.nodes.gate_labels import budget_label
+from mur.servers.cli import comma_list
 
 # Context fields that take a comma-separated list with --dataset: the evaluation sweeps them.
 SWEEPS: tuple[str, ...] = ("gate", "gamma", "budget_tokens", "target_scale_rate")
@@ -27,19 +28,6 @@ FLAG_NOTES: dict[str, str] = {
     "gate": "Labels: mur+bc = mur with bias correction, random@0.12 = random at that rate, "
     "mur[budget=800] / mur[rate=0.2] = budget mode (as --budget-tokens / --target-scale-rate).",
 }
-
-
-def _csv(kind: type) -> Callable[[str], list[Any]]:
-    def parse(text: str) -> list[Any]:
-        items = [item.strip() for item in text.split(",") if item.strip()]
-        if not items:
-            raise argparse.ArgumentTypeError("expected a comma-separated list")
-        try:
-            return [kind(item) for item in items]
-        except ValueError as exc:
-            raise argparse.ArgumentTypeError(f"not a list of {kind.__name__}: {text}") from exc
-
-    return parse
 
 
 def _flag_kind(annotation: Any) -> tuple[type, tuple[Any, ...] | None]:
@@ -66,7 +54,7 @@ def add_context_flags(parser: argparse.ArgumentParser) -> None:
             )
         elif name in SWEEPS:
             group.add_argument(
-                flag, dest=name, type=_csv(kind), metavar=name.upper(), help=help_text
+                flag, dest=name, type=comma_list(kind), metavar=name.upper(), help=help_text
             )
         else:
             # no argparse choices: Context refuses a bad name with the names (one error)
@@ -109,12 +97,12 @@ def shared_settings(args: argparse.Namespace, recommended: Mapping[str, Any]) ->
 
 def gates(args: argparse.Namespace) -> list[str]:
     """The --gate labels given, else Context's default gate."""
-    return args.gate or [Context.model_fields["gate"].default]
+    return list(args.gate or [Context.model_fields["gate"].default])
 
 
 def gammas(args: argparse.Namespace) -> list[float]:
     """The --gamma values given, else Context's default gamma."""
-    return args.gamma or [Context.model_fields["gamma"].default]
+    return list(args.gamma or [Context.model_fields["gamma"].default])
 
 
 def budget_settings(args: argparse.Namespace) -> list[tuple[str, float]]:

@@ -3,19 +3,15 @@
 
 from __future__ import annotations
 
-import argparse
 import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from mur.servers.cli import comma_list
 
-def float_list(text: str) -> tuple[float, ...]:
-    """An argparse type: comma-separated numbers ("0,0.5")."""
-    try:
-        return tuple(float(part) for part in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a list of numbers: {text!r}") from None
+float_list = comma_list(float, "numbers")
+"""An argparse type: comma-separated numbers ("0,0.5")."""
 
 
 def publish(text: str, out: Path | None, prog: str, argv: Sequence[str] | None) -> None:

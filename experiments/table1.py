@@ -58,7 +58,7 @@ from mur.experiments.presets import PRESETS, DatasetRun, Preset, Tokens, budget_
 from mur.graphs.refine import STRATEGIES
 from mur.graphs.state import context_for
 from mur.nodes.gate_labels import STANDARD_LABELS
-from mur.servers.cli import OneLineParser, entry_of, positive_int
+from mur.servers.cli import OneLineParser, comma_list, entry_of, positive_int
 from mur.servers.clients.errors import ServerError
 from mur.servers.connect import add_connection_arguments, connection_argv
 from mur.servers.processes.profiles import DEFAULT_PROFILE, get_profile
@@ -312,18 +312,6 @@ def run_table(
     return 0
 
 
-def _csv(kind: type) -> Callable[[str], tuple]:
-    def parse(text: str) -> tuple:
-        try:
-            return tuple(kind(item) for item in text.split(",") if item.strip())
-        except ValueError:
-            raise argparse.ArgumentTypeError(
-                f"not a comma list of {kind.__name__}: {text}"
-            ) from None
-
-    return parse
-
-
 def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     parser = OneLineParser(
         prog=prog,
@@ -338,16 +326,25 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
         + ". Sets the strategies, the datasets with their gammas and samples, the server "
         "profiles (and the backbone's URL, unless --base-url or MUR_BASE_URL says where) and "
         "the thinking settings; other flags still apply")  # fmt: skip
-    add("--strategies", type=_csv(str), help=f"comma list (default {','.join(DEFAULT_STRATEGIES)})")
-    add("--dataset", type=_csv(str), help=f"one of {', '.join(DATASETS)} (default math500); "
-        "with --preset, the preset's datasets to run (comma list)")  # fmt: skip
+    add(
+        "--strategies",
+        type=comma_list(str, empty=True),
+        help=f"comma list (default {','.join(DEFAULT_STRATEGIES)})",
+    )
+    add("--dataset", type=comma_list(str, empty=True), help=f"one of {', '.join(DATASETS)} "
+        "(default math500); with --preset, the preset's datasets to run (comma list)")  # fmt: skip
     add("--limit", type=positive_int, help="first N questions (default 100; with --preset, at "
         "most N of each dataset)")  # fmt: skip
     add("--gamma", type=float, help="MUR's gamma in the main table (default 0.9)")
-    add("--sweep", type=_csv(float), help="gammas of the sweep (default "
+    add("--sweep", type=comma_list(float, empty=True), help="gammas of the sweep (default "
         f"{','.join(map(str, DEFAULT_SWEEP))}; with --preset, none)")  # fmt: skip
-    add("--sweep-strategies", type=_csv(str), help="default: the first strategy")
-    add("--gates", type=_csv(str), default=STANDARD_LABELS, help="the main phase's gates")
+    add("--sweep-strategies", type=comma_list(str, empty=True), help="default: the first strategy")
+    add(
+        "--gates",
+        type=comma_list(str, empty=True),
+        default=STANDARD_LABELS,
+        help="the main phase's gates",
+    )
     add("--concurrency", type=positive_int, help="questions in flight (default: measured by mur)")
     add("--data-dir", help=f"where the datasets the project does not ship ({', '.join(unshipped)}) "
         f"are read from, or 'hf': passed to their {COMMAND} commands (default: ${DATA_DIR_ENV}, "
