@@ -96,6 +96,11 @@ BENCHMARKS = Command(
             extra="lab",
         ),
         Command(
+            "install",
+            "what `pip install mur` and each extra install: packages, MB, import time",
+            "mur.benchmarks.install_footprint",
+        ),
+        Command(
             "pair_cores",
             "a backbone and a verifier server on one machine: shared or split cores",
             "mur.benchmarks.pair_cores",

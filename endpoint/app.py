@@ -40,7 +40,6 @@ from mur.endpoint.durable import StoredReply
 from mur.endpoint.errors import APIError, install_handlers
 from mur.endpoint.guards import ApiKey, LimitBody, RequireApiKey
 from mur.endpoint.idempotency import caller_of, fingerprint, split_key
-from mur.endpoint.ledger import SCHEMA
 from mur.endpoint.refusals import RUN_DRAINED
 from mur.endpoint.replies import RunResult, completion, dump, model_list
 from mur.endpoint.runs import (
@@ -56,6 +55,7 @@ from mur.endpoint.runs import (
 from mur.endpoint.schemas import ChatCompletionRequest, make_context, parse_job
 from mur.endpoint.streaming import events, replayed, stream_response
 from mur.persistence.checkpointers import MEMORY, open_checkpointer
+from mur.persistence.ledger import SCHEMA
 
 DEFAULT_MAX_RUNS = 64
 DEFAULT_MAX_REQUEST_BYTES = 1 << 20

@@ -14,9 +14,9 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from mur.endpoint.ledger import SCHEMA
 from mur.endpoint.runs import DEFAULT_KEEP_FINISHED, DEFAULT_LEASE_SECONDS
 from mur.persistence.checkpointers import open_checkpointer
+from mur.persistence.ledger import SCHEMA
 from mur.servers.processes.paths import mur_home
 
 CHECKPOINTER_ENV = "MUR_CHECKPOINTER"

@@ -3,7 +3,7 @@ what the reply holds besides OpenAI's fields is the extra `mur` (the step trace)
 streamed step, `mur_step` (the step's event). The non-streamed reply and the model entry
 declare their extra fields in subclasses; a chunk's ride in as pydantic extras.
 
-The content, the trace and the usage are written by graphs/chat.py, as ChatMUR's message is.
+The content, the trace and the usage are written by integrations/chat.py, as ChatMUR's message is.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from openai.types.chat.chat_completion_chunk import Choice as ChunkChoice
 from openai.types.chat.chat_completion_chunk import ChoiceDelta
 
 from mur.endpoint.schemas import MODELS, Job
-from mur.graphs.chat import content_of, usage_of
 from mur.graphs.traces import traces_line
+from mur.integrations.chat import content_of, usage_of
 
 OWNER = "mur"
 Outcome = Literal["new", "resumed", "replayed"]

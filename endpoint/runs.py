@@ -30,22 +30,22 @@ from langchain_core.language_models import BaseChatModel
 
 from mur.endpoint.durable import (
     DurableRuns,
-    FencedSaver,
     StoredReply,
     Ticket,
     check_periods,
 )
 from mur.endpoint.errors import APIError
-from mur.endpoint.ledger import ClaimLost, RunLedger
 from mur.endpoint.refusals import DRAINING, NOT_OPEN, Saturated, lease_lost, unavailable
 from mur.endpoint.replies import Outcome, RunResult
 from mur.endpoint.schemas import Job
 from mur.graphs import build_graph
-from mur.graphs.chat import trace_of
 from mur.graphs.model_calls import describe_failure, server_roles
 from mur.graphs.solve import SavedProgress, saved_progress, solve
+from mur.integrations.chat import trace_of
 from mur.nodes.usage import USAGE_KEYS
 from mur.persistence.checkpointers import CheckpointStore
+from mur.persistence.fence import FencedSaver
+from mur.persistence.ledger import ClaimLost, RunLedger
 from mur.servers.clients.chat_models import base_url_of
 from mur.servers.clients.sessions import new_session_id, session
 

@@ -21,11 +21,11 @@ from pydantic import (
 
 from mur.endpoint.errors import APIError, bad_request, describe_validation
 from mur.graphs import Context
-from mur.graphs.chat import MODELS as MODELS
-from mur.graphs.chat import ConversationError
-from mur.graphs.chat import model_name as model_name
-from mur.graphs.chat import question_of as read_question
 from mur.graphs.state import ContextError, context_for
+from mur.integrations.chat import MODELS as MODELS
+from mur.integrations.chat import ConversationError
+from mur.integrations.chat import model_name as model_name
+from mur.integrations.chat import question_of as read_question
 
 
 class Message(BaseModel):
@@ -124,7 +124,7 @@ def make_context(
 
 def question_of(messages: list[Message]) -> tuple[str, str | None]:
     """(question, system prompt): the last user message and the last system message, read as
-    ChatMUR reads a conversation (graphs/chat.py); 400 naming the part at fault."""
+    ChatMUR reads a conversation (integrations/chat.py); 400 naming the part at fault."""
     try:
         return read_question((message.role, message.content) for message in messages)
     except ConversationError as exc:

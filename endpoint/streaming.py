@@ -34,7 +34,7 @@ from mur.endpoint.refusals import RUN_DRAINED
 from mur.endpoint.replies import RunResult, chunk, dump, reply_trace
 from mur.endpoint.runs import END, Run, RunService, run_was_drained
 from mur.endpoint.schemas import Job
-from mur.graphs.chat import closing_text, streamed_line, usage_of
+from mur.integrations.chat import closing_text, streamed_line, usage_of
 
 PING_SECONDS = 15
 

@@ -1,6 +1,6 @@
 """An agent's model calls read as MUR reads steps: pure functions of a reply's token logprobs
 (uncertainty, confidence, the first token's entropy, its usage) and the vote among draws of
-one call. graphs/middleware.py (`MURMiddleware`) acts on them.
+one call. integrations/middleware.py (`MURMiddleware`) acts on them.
 
 A reply's logprobs are OpenAI's format, as nodes/llm.py reads them:
 `response_metadata["logprobs"]["content"]`, one entry per generated token (vLLM includes the

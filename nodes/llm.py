@@ -218,7 +218,7 @@ async def _one_request(model: BaseChatModel, request: Request, n: int) -> Reply:
         kwargs["n"] = n
     # The node's callbacks (its config, which `astream` reads itself): the request is a chat
     # model run beneath its node for every handler, so token meters and tracers see it once
-    # (ChatMUR's own run reports none: graphs/chat_model.py). stream=False: a streaming
+    # (ChatMUR's own run reports none: integrations/chat_model.py). stream=False: a streaming
     # handler (LangGraph's messages mode) must not turn the request into a stream.
     callbacks = ensure_config().get("callbacks")
     try:

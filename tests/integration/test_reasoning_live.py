@@ -155,7 +155,7 @@ async def test_every_strategy_scales_every_step_of_a_real_solution(reasoner) -> 
     await solve_and_check(reasoner, STRATEGIES)
 
 
-# ------------------------------------------------- MUR in LangChain apps (graphs/chat_model.py)
+# ----------------------------------------------- MUR in LangChain apps (integrations/chat_model.py)
 
 
 async def test_chat_mur_answers_with_the_servers_count(reasoner: RunningServer) -> None:

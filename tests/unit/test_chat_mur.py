@@ -1,5 +1,5 @@
-"""`ChatMUR` (graphs/chat_model.py) over the scripted backbone: the endpoint's reply as a
-LangChain message (one writer, graphs/chat.py), usage equal to the backbone's own counts,
+"""`ChatMUR` (integrations/chat_model.py) over the scripted backbone: the endpoint's reply as a
+LangChain message (one writer, integrations/chat.py), usage equal to the backbone's own counts,
 streamed steps in order, batch, per-call settings, callbacks beneath one run, refusals in one
 line; and `mur_tool`, whose failures reach the agent as its error message."""
 

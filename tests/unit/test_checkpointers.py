@@ -25,7 +25,6 @@ from asgi_server import running
 from fakes import FakeLogprobChat, Scripted
 from mur.endpoint import create_app
 from mur.endpoint.cli import PROG, main
-from mur.endpoint.ledger import SCHEMA, RunLedger
 from mur.graphs import Context, build_graph
 from mur.graphs.solve import saved_progress, solve, thread_status
 from mur.persistence.checkpointers import (
@@ -34,6 +33,7 @@ from mur.persistence.checkpointers import (
     open_checkpointer,
     parse_target,
 )
+from mur.persistence.ledger import SCHEMA, RunLedger
 from mur.persistence.postgres import SETUP_LOCK
 from postgres import PASSWORD, PostgresServer
 

@@ -22,7 +22,7 @@ from fakes import FakeLogprobChat, Scripted
 from faulty_server import MODEL, faulty_server
 from mur.endpoint import MODELS, create_app, model_name
 from mur.graphs import STRATEGIES
-from mur.graphs.chat import content_of
+from mur.integrations.chat import content_of
 from mur.nodes.gates import GATES
 from mur.servers.clients.chat_models import make_chat_model
 

@@ -1,4 +1,4 @@
-"""The claim fence kept by PostgreSQL itself (endpoint/ledger.py `fenced`, endpoint/durable.py
+"""The claim fence kept by PostgreSQL itself (persistence/ledger.py `fenced`, persistence/fence.py
 `FencedSaver`), each race staged deterministically on a real server: a table lock held from
 a second connection, a holder stalled inside its write's transaction, a frozen server.
 
@@ -27,9 +27,8 @@ import pytest
 from test_endpoint_fencing import NEVER, QUESTION, config_of, lapse, run_until_held, written_by
 from test_endpoint_runs import Backbone
 
-from mur.endpoint.durable import DurableRuns, FencedSaver, Ticket
+from mur.endpoint.durable import DurableRuns, Ticket
 from mur.endpoint.errors import APIError
-from mur.endpoint.ledger import SCHEMA, ClaimLost, RunLedger
 from mur.graphs import build_graph
 from mur.graphs.solve import solve
 from mur.persistence.checkpointers import (
@@ -37,6 +36,8 @@ from mur.persistence.checkpointers import (
     CheckpointStore,
     open_checkpointer,
 )
+from mur.persistence.fence import FencedSaver
+from mur.persistence.ledger import SCHEMA, ClaimLost, RunLedger
 from mur.persistence.postgres import STATEMENT_TIMEOUT_S
 from postgres import PASSWORD, PostgresServer, start
 

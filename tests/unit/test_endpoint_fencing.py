@@ -1,4 +1,4 @@
-"""The claim fence (endpoint/ledger.py, endpoint/durable.py), on SQLite and on a real
+"""The claim fence (persistence/ledger.py, persistence/fence.py), on SQLite and on a real
 PostgreSQL (the `postgres` fixture): a claim whose run was claimed over, by another replica or
 by a retry that reached its own, can neither renew, finish nor stop the run; its watch is its
 own, so it never pops the new claim's; its run is cancelled, or stops at its next checkpoint,
@@ -25,12 +25,13 @@ from test_endpoint_runs import Backbone
 
 from mur.endpoint import create_app
 from mur.endpoint.cli import PROG, main
-from mur.endpoint.durable import DurableRuns, FencedSaver, Ticket
+from mur.endpoint.durable import DurableRuns, Ticket
 from mur.endpoint.errors import APIError
-from mur.endpoint.ledger import SCHEMA, TABLE, Claim, ClaimLost, RunLedger
 from mur.graphs import Context, build_graph
 from mur.graphs.solve import solve
 from mur.persistence.checkpointers import CheckpointStore, open_checkpointer
+from mur.persistence.fence import FencedSaver
+from mur.persistence.ledger import SCHEMA, TABLE, Claim, ClaimLost, RunLedger
 
 NEVER = Context(strategy="critic", gate="never")
 QUESTION = "What is 6 * 7?"

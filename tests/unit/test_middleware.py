@@ -1,4 +1,4 @@
-"""MURMiddleware (graphs/middleware.py) in LangChain's create_agent, over scripted models that
+"""MURMiddleware (integrations/middleware.py) in LangChain's create_agent, over scripted models that
 answer like vLLM (tests/agent_fakes.py): every call measured and its numbers in the message,
 the momentum in the agent's state, a flagged call escalated or drawn again to vote, the
 escalation's tokens in the message's usage and in LangChain's meters, and bad settings or a

@@ -3,7 +3,7 @@ these tests fail when an upgrade changes them, before a user's request or run do
 
 - langchain-openai's translation of SDK errors (servers/clients/stock_errors.py);
 - langchain-core's `var_child_runnable_config`, where LangGraph finds its parent run
-  (graphs/chat_model.py, `without_parent_run`);
+  (integrations/chat_model.py, `without_parent_run`);
 - langgraph-checkpoint-postgres's `_cursor`, through which its saver runs every statement
   (persistence/postgres.py, `JoiningPostgresSaver`; pinned to the tested minor series).
 """
@@ -24,7 +24,7 @@ from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from langgraph.graph import END, START, StateGraph
 from packaging.requirements import Requirement
 
-from mur.graphs.chat_model import without_parent_run
+from mur.integrations.chat_model import without_parent_run
 from mur.servers.clients.stock_errors import raise_as_stock
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -9,7 +9,7 @@ servers the environment names. Every graph setting is a keyword (`strategy`, `ga
 (`model="mur-critic-never"`), and may be given again per call (`llm.invoke(q, gamma=0.8)`,
 `llm.bind(traces=8)`).
 
-Its message is the endpoint's reply (graphs/chat.py writes both): the content is the kept
+Its message is the endpoint's reply (integrations/chat.py writes both): the content is the kept
 steps and the fallback, `usage_metadata` the graph's usage (backbone + external tokens, equal
 to the servers' counters), `response_metadata` the answer, finish reason, steps (uncertainty,
 momentum, scaled) and traces, and `mur` the whole trace (the endpoint's `mur`). Streamed, each
@@ -59,7 +59,10 @@ from langchain_core.tools import BaseTool, StructuredTool, ToolException
 from langgraph.constants import TAG_NOSTREAM
 from pydantic import ConfigDict, Field, PrivateAttr
 
-from mur.graphs.chat import (
+from mur.graphs.mur import build_graph
+from mur.graphs.solve import Solution, StepEvent, solve
+from mur.graphs.state import Context
+from mur.integrations.chat import (
     MODELS,
     closing_text,
     content_of,
@@ -68,10 +71,7 @@ from mur.graphs.chat import (
     streamed_line,
     trace_of,
 )
-from mur.graphs.chat import usage_of as openai_usage
-from mur.graphs.mur import build_graph
-from mur.graphs.solve import Solution, StepEvent, solve
-from mur.graphs.state import Context
+from mur.integrations.chat import usage_of as openai_usage
 from mur.servers.clients.chat_models import make_chat_model
 
 ROLES = {"human": "user", "ai": "assistant", "system": "system", "tool": "tool"}
@@ -397,7 +397,7 @@ def child_callbacks(run_manager: LLMRunManager | None) -> Any:
 
 
 def usage_metadata(trace: dict[str, Any]) -> UsageMetadata:
-    """The graph's usage as LangChain counts it (the endpoint's `usage`, graphs/chat.py)."""
+    """The graph's usage as LangChain counts it (the endpoint's `usage`, integrations/chat.py)."""
     usage = openai_usage(trace.get("usage") or {})
     return UsageMetadata(
         input_tokens=usage.prompt_tokens,

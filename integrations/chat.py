@@ -1,6 +1,6 @@
 """A question read from a chat conversation, and its solution written as a chat reply: one
 reading and one writing for the OpenAI-compatible endpoint (endpoint/) and the LangChain chat
-model (graphs/chat_model.py `ChatMUR`), so the two cannot drift.
+model (integrations/chat_model.py `ChatMUR`), so the two cannot drift.
 
 - A model name says the strategy and the gate: `mur-<strategy>` for the gamma-gate (the
   method itself), `mur-<strategy>-<gate>` else (`MODELS`).

@@ -12,7 +12,7 @@ one clock for all replicas.
 A claim is fenced: it returns a `Claim` (the row's claim count and creation time, and the
 owner), and every later write of its holder is conditioned, in the database, on the row
 still being that claim: renew, finish and stop are one UPDATE each with the claim in its
-WHERE; the checkpoints of endpoint/durable.py's `FencedSaver` are written inside `fenced`, a
+WHERE; the checkpoints of persistence/fence.py's `FencedSaver` are written inside `fenced`, a
 transaction that first locks the row as that claim (SELECT ... FOR SHARE, which a claim's or
 a prune's UPDATE waits for; SQLite's one writer). A holder that stalled past its lease and
 was claimed over, even by its own replica, then changes nothing, and nothing it wrote while
