@@ -70,8 +70,8 @@ SOLVE = "solve"
 COMMAND = f"{PROGRAM} {SOLVE}"
 PROG = "mur experiment table1"
 DEFAULT_STRATEGIES = ("critic", "best_of_n")
-#: Around gamma 0.9 where the scaled share moves on Qwen2.5-Coder-1.5B: replaying the gate on
-#: its never traces scales 3% of steps at 0.7, 8% at 0.8, 28% at 0.9, 43% at 0.95, all at 1.1.
+#: Around gamma 0.9, where the share of steps the gate scales moves fastest on the CPU models
+#: (the replayed sweep in results/README.md).
 DEFAULT_SWEEP = (0.7, 0.8, 0.95)
 
 

@@ -25,8 +25,7 @@ last word (a verifier that answers in one word).
 
 A judgement without a verdict can be given one (`force_verdict`): the verdict line is appended
 and the verifier continues it for a few tokens, so the critic revises only on a No and best-of-N
-scores every candidate by a real P(Yes). Off by default, the paper's rule (what forcing did
-on Qwen2.5-Coder-1.5B: results/forced-verdicts-qwen2.5-coder-1.5b.md).
+scores every candidate by a real P(Yes). Off by default: the paper's rule.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """The argument parser every command line of the project uses (`mur` and each of its
 subcommands, `mur servers` among them, and run.py).
 
-argparse answers a bad flag with its whole usage block (26 lines for `mur solve`) before the one
-line that says what is wrong. Here a usage error is that one line, `PROG: error: WHAT; see
+argparse answers a bad flag with its whole usage block (dozens of lines for `mur solve`) before
+the one line that says what is wrong. Here a usage error is that one line, `PROG: error: WHAT; see
 --help`, and exit status 2, for subcommands too. It lives in servers/, the lowest layer every
 entry point may import.
 """

@@ -330,9 +330,9 @@ servers on every core (`shared`), or half each (`split`); measured in servers/RE
 
 
 PAIR_KV_CACHE_GIB = (1, 2)
-"""KV caches of a CPU pair (backbone, verifier), in GiB, instead of each profile's 3: 1 GiB
-holds 87k tokens of Qwen2.5-Coder-0.5B, 2 GiB 75k of the 1.5B, room for 32-64 sequences of
-MUR's 1-2k tokens: 15 GiB for the pair instead of 17 (servers/README.md)."""
+"""KV caches of a CPU pair (backbone, verifier), in GiB, instead of each profile's 3: still
+room for the sequences a run keeps in flight, and room on the machine beside the pair (what
+each holds and the pair's memory: servers/README.md, "A backbone and an external judge")."""
 
 
 def up_pair(

