@@ -35,7 +35,7 @@ from typing import Any
 
 from mur.evals.harness.records import describe_differences
 from mur.evals.questions import load_dataset
-from mur.evals.report.live import first_ids
+from mur.evals.report.traces import first_ids
 from mur.experiments.parallel_traces import MUR_ESC
 from mur.graphs.mur import build_graph
 from mur.graphs.state import Context, output_of

@@ -1,5 +1,5 @@
 """`mur compare`: two results folders side by side, paired on the questions both ran (the
-numbers: evals.report.compare, and for two folders of traces evals.report.compare_traces).
+numbers, and for two folders of traces their traces section: evals.report.compare).
 
     mur compare A B [--samples N] [--margin POINTS] [--out FILE]
 """
@@ -13,11 +13,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from mur.evals.harness.records import load_records
-from mur.evals.report.compare import compare, to_markdown
-from mur.evals.report.compare_traces import (
+from mur.evals.report.compare import (
+    compare,
     compare_traces,
     first_samples,
     samples_lines,
+    to_markdown,
     traces_markdown,
 )
 from mur.servers.cli import OneLineParser, positive_int

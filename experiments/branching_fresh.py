@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from mur.evals.report.experiment import Decision, Evidence, Experiment, pending
-from mur.evals.report.live import paired_difference
+from mur.evals.report.traces import paired_difference
 from mur.experiments import parallel_traces
 from mur.experiments.parallel_traces import ECONOMY_MARGIN, MUR_ESC, economy, replication
 

@@ -31,8 +31,8 @@ from matplotlib.figure import Figure
 from mur.evals.harness.run_record import RunRecord
 from mur.evals.report import stats
 from mur.evals.report.experiment import Decision, Evidence, Experiment, pending
-from mur.evals.report.live import first_ids, paired_difference
 from mur.evals.report.plots import accuracy_limits
+from mur.evals.report.traces import first_ids, paired_difference
 
 SMALL, LARGE = "small", "large"
 ARMS: Mapping[str, Mapping[str, str]] = {

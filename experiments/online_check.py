@@ -21,9 +21,8 @@ import numpy as np
 from mur.evals.harness.records import load_records
 from mur.evals.harness.run_record import RunRecord, total_tokens
 from mur.evals.report import stats
-from mur.evals.report.live import first_ids
 from mur.evals.report.tables import Appendix
-from mur.evals.report.traces import Question, question_traces, recorded_context, replay
+from mur.evals.report.traces import Question, first_ids, question_traces, recorded_context, replay
 from mur.nodes.voting import TraceRules
 
 

@@ -12,9 +12,16 @@ from typing import Any, Literal
 
 from mur.evals.harness.run_record import RunRecord
 from mur.evals.report import stats
-from mur.evals.report.live import LiveArm, LiveRow, first_ids, paired_difference
 from mur.evals.report.markdown import points
-from mur.evals.report.traces import Auroc, Question, RuleResult
+from mur.evals.report.traces import (
+    Auroc,
+    LiveArm,
+    LiveRow,
+    Question,
+    RuleResult,
+    first_ids,
+    paired_difference,
+)
 from mur.nodes.voting import TraceRules
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from mur.evals.report.choices import Choice
 from mur.evals.report.headlines import Headline
 from mur.evals.report.rows import Row, RunTime
-from mur.evals.report.stats import PairedComparison
+from mur.evals.report.stats import Interval, PairedComparison
 
 
 def _num(value: float | None, digits: int = 0) -> str:
@@ -35,6 +35,12 @@ def points(value: float | None) -> str:
 
 def _interval(low: float | None, high: float | None, fmt=_pct) -> str:
     return "" if low is None or high is None else f" [{fmt(low)}, {fmt(high)}]"
+
+
+def points_span(interval: Interval | None, missing: str = "") -> str:
+    """` [low, high]`: a difference's interval in points, after the difference; `missing`
+    without one (a single question)."""
+    return _interval(interval.low, interval.high, points) if interval else missing
 
 
 def _p(value: float | None) -> str:
@@ -222,8 +228,7 @@ def _choices_table(choices: Sequence[Choice]) -> list[str]:
                 str(p.n),
                 _pct(c.pairing.accuracy),
                 _pct(c.pairing.reference_accuracy),
-                points(p.difference)
-                + (_interval(p.interval.low, p.interval.high, points) if p.interval else ""),
+                points(p.difference) + points_span(p.interval),
                 f"{p.better} / {p.worse}",
                 _p(p.p_value),
                 _num(c.pairing.tokens),

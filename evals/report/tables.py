@@ -23,12 +23,11 @@ from typing import Any
 
 from mur.evals.harness.provenance import served_by
 from mur.evals.harness.records import has_records, load_records
-from mur.evals.harness.run_record import RunRecord, setting_of
+from mur.evals.harness.run_record import RunRecord
 from mur.evals.report import stats
 from mur.evals.report.choices import Choice, mur_choices
 from mur.evals.report.experiment import Evidence, Experiment, decisions_json, decisions_markdown
 from mur.evals.report.headlines import HEADLINE_GAMMA, Headline, headline_json, headlines
-from mur.evals.report.live import load_arm
 from mur.evals.report.markdown import to_markdown
 from mur.evals.report.pairing import (
     AVERAGE,
@@ -44,6 +43,7 @@ from mur.evals.report.pairing import (
 from mur.evals.report.plots import plot_accuracy_vs_tokens, plot_gamma_sweep
 from mur.evals.report.rows import Row, RunTime
 from mur.evals.report.trace_report import trace_section
+from mur.evals.report.traces import has_traces, load_arm
 
 
 @dataclass(frozen=True)
@@ -183,12 +183,6 @@ def _averages(rows: Sequence[Row]) -> list[Row]:
 
 PLOT_NAME = "accuracy_vs_tokens.png"
 SWEEP_NAME = "gamma_sweep.png"
-
-
-def has_traces(records: Sequence[RunRecord]) -> bool:
-    """Several samples of one setting: independent traces, analysed as such (trace_report)."""
-    settings = {setting_of(r["strategy"], r["gate"], r["gamma"]) for r in records}
-    return len(settings) == 1 and any(r["sample"] > 0 for r in records)
 
 
 READS = {"traces": "a folder of one setting's traces", "folders": "several run folders combined"}

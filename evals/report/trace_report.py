@@ -1,7 +1,8 @@
-"""The trace section of a report: an experiment's rules replayed on the recorded traces
-(evals.report.traces) with the live folders beside them (evals.report.live), its hypotheses
-decided on both, accuracy against k, the AUROC table and one plot of accuracy against tokens
-for every rule."""
+"""The trace section of a report: an experiment's rules replayed on the recorded traces with
+the live folders beside them (both measured in evals.report.traces), its hypotheses decided on
+both, accuracy against k, the AUROC table, the live arms' table and one plot of accuracy
+against tokens for every rule. Kept apart from the measuring because it reads the experiment
+(evals.report.experiment), which reads the measures."""
 
 from __future__ import annotations
 
@@ -23,17 +24,21 @@ from mur.evals.report.experiment import (
     decisions_markdown,
     still_recording,
 )
-from mur.evals.report.live import LiveArm, LiveRow, compare, restricted
-from mur.evals.report.live import markdown as live_markdown
+from mur.evals.report.markdown import points, points_span
 from mur.evals.report.traces import (
     SIGNALS,
     Auroc,
+    LiveArm,
+    LiveRow,
     RuleResult,
+    compare_live,
     majority_at,
     question_traces,
+    restricted,
     run_rule,
     within_question_auroc,
 )
+from mur.nodes.branching import BRANCH_RULES
 
 PLOT_NAME = "traces_accuracy_vs_tokens.png"
 
@@ -86,7 +91,7 @@ def analyse(
             arm, majority, incomplete, recording=recording
         )
         if kept[arm.name].per_question:
-            rows[arm.name] = compare(
+            rows[arm.name] = compare_live(
                 kept[arm.name],
                 majority,
                 left_out=left_out,
@@ -171,13 +176,51 @@ def to_markdown(analysis: TraceAnalysis, plot: str | None = None) -> str:
             f"{r.stopped_per_question:.2f} |"
         )
     if analysis.live:
-        lines += ["", live_markdown(analysis.live, k)]
+        lines += ["", _live_markdown(analysis.live, k)]
     if analysis.waiting:
         waiting = ", ".join(analysis.waiting)
         lines += ["", f"Live folders with no question to compare yet: {waiting}."]
     if plot:
         lines += ["", f"![accuracy against tokens]({plot})"]
     return "\n".join(lines) + "\n"
+
+
+def _live_markdown(rows: Sequence[LiveRow], k: int) -> str:
+    """The live arms' table, each against majority@K on its questions."""
+    lines = [
+        f"Live rules, each against majority@{k} of these traces on the questions it ran:",
+        "",
+        f"| arm | questions | accuracy | majority@{k} | difference [95%] | tokens / question "
+        f"| vs majority | prompt tokens / question | traces | branched | stopped |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        span = points_span(r.interval, " -")
+        lines.append(
+            f"| {r.name} (`{r.folder}`: {r.rule}) | {r.questions} | {r.accuracy:.1%} | "
+            f"{r.majority_accuracy:.1%} | {points(r.difference)}{span} | "
+            f"{r.tokens_per_question:,.0f} | {r.token_ratio:.2f}x | "
+            f"{r.prompt_tokens_per_question:,.0f} | {r.traces_per_question:.2f} | "
+            f"{r.branched_per_question:.2f} | {r.stopped_per_question:.2f} |"
+        )
+    lines.append("")
+    for r in rows:
+        if r.parents_with_points is not None and r.branch in BRANCH_RULES:
+            lines.append(
+                f"- {r.name}: {r.parents_with_points} of {r.parents} warm-up traces offered "
+                f"its rule a branch point ({r.branch}: {BRANCH_RULES[r.branch].description})."
+            )
+        if r.left_out:
+            lines.append(
+                f"- {r.name}: not compared, the recorded traces incomplete: "
+                f"{', '.join(r.left_out)}."
+            )
+        if r.unrecorded:
+            lines.append(
+                f"- {r.name}: {r.unrecorded} questions not compared yet: the recorded folder "
+                "has no trace of them."
+            )
+    return "\n".join(lines).rstrip() + "\n"
 
 
 def plot(analysis: TraceAnalysis, path: Path, trace_tokens: float) -> Path:

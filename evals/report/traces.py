@@ -1,11 +1,16 @@
-"""Several independent traces of one question, analysed from the records: accuracy against k,
-how well each trace signal ranks traces (within-question AUROC), and every trace rule (votes,
-settle rules, stop rules) replayed on the recorded traces with the very functions a live run
-calls (nodes.voting, nodes.settling, nodes.trace_stop, graphs.traces, graphs.loop.stops_after).
-Traces are independent samples, so a rule replayed on them in sample order is what a live run
-would have done on those draws.
+"""Trace rules judged per question, from the records of several traces of each question.
 
-Which rules are replayed is an experiment's choice (experiments/, e.g. parallel_traces.RULES).
+Recorded traces (a folder of one setting's samples): accuracy against k, how well each trace
+signal ranks traces (within-question AUROC), and every trace rule (votes, settle rules, stop
+rules) replayed with the very functions a live run calls (nodes.voting, nodes.settling,
+nodes.trace_stop, graphs.traces, graphs.loop.stops_after). Traces are independent samples, so a
+rule replayed on them in sample order is what a live run would have done on those draws. Which
+rules are replayed is an experiment's choice (experiments/, e.g. parallel_traces.RULES).
+
+Live arms (`mur solve --traces ...`, one run a question): a rule that branches cannot be
+replayed on independent traces (a branch's steps after the branch point were never drawn), so
+it runs live and is judged against majority@K of the recorded traces, paired per question.
+Both kinds live here so that a replayed rule and a live arm are measured and paired alike.
 """
 
 from __future__ import annotations
@@ -13,13 +18,15 @@ from __future__ import annotations
 import itertools
 import math
 from collections import defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from pathlib import Path
+from typing import Any, Protocol
 
 import numpy as np
 
-from mur.evals.harness.run_record import RunRecord, setting_of
+from mur.evals.harness.records import records_so_far
+from mur.evals.harness.run_record import RunRecord, setting_of, total_tokens
 from mur.evals.report import stats
 from mur.graphs.loop import stops_after, trace_confidences
 from mur.graphs.records import StepRecord, TraceSummary
@@ -32,6 +39,25 @@ from mur.nodes.voting import TraceOutcome, TraceRules, answer_key, tally
 
 ENDING_REASONS = frozenset({"answer", "end_of_sequence", "context_length"})
 """A trace whose last step ended it this way was not checked after that step (it was done)."""
+
+
+def settings_in(records: Sequence[RunRecord]) -> set[str]:
+    """The settings (`setting_of`) the records ran: a folder of traces holds one."""
+    return {setting_of(r["strategy"], r["gate"], r["gamma"]) for r in records}
+
+
+def has_traces(records: Sequence[RunRecord]) -> bool:
+    """Several samples of one setting: independent traces, analysed as such (trace_report)."""
+    return len(settings_in(records)) == 1 and any(r["sample"] > 0 for r in records)
+
+
+def first_ids(ids: Sequence[str], shown: int = 5) -> str:
+    """Up to `shown` question ids and how many more: how a message names the questions at fault."""
+    more = f" and {len(ids) - shown} more" if len(ids) > shown else ""
+    return ", ".join(ids[:shown]) + more
+
+
+# ---------------------------------------------------------------------------- recorded traces
 
 
 @dataclass(frozen=True)
@@ -70,8 +96,7 @@ def question_traces(
 ) -> tuple[list[Question], list[str]]:
     """The questions of one setting with all their traces, and the ids left out because a
     sample is missing. `samples`: the traces a question needs (default: the most any has)."""
-    settings = {setting_of(r["strategy"], r["gate"], r["gamma"]) for r in records}
-    if len(settings) != 1:
+    if len(settings := settings_in(records)) != 1:
         raise ValueError(
             f"a trace analysis reads one setting's samples, got {len(settings)}: "
             f"{', '.join(sorted(settings))}"
@@ -175,6 +200,34 @@ def majority_at(question: Question, k: int) -> float:
     return float(np.mean([replay(question, rules, order=s).correct for s in subsets]))
 
 
+def per_question_means(results: Sequence[Replayed]) -> dict[str, float]:
+    """Accuracy, tokens, traces drawn and stopped, each a mean over questions: the columns a
+    replayed rule and a live arm share."""
+    return {
+        "accuracy": stats.mean([r.correct for r in results]),
+        "tokens_per_question": stats.mean([r.tokens for r in results]),
+        "traces_per_question": stats.mean([r.drawn for r in results]),
+        "stopped_per_question": stats.mean([r.stopped for r in results]),
+    }
+
+
+@dataclass(frozen=True)
+class RuleResult:
+    """A rule replayed on every question in sample order."""
+
+    name: str
+    accuracy: float
+    tokens_per_question: float
+    traces_per_question: float
+    stopped_per_question: float
+    per_question: Mapping[str, Replayed]
+
+
+def run_rule(name: str, questions: Sequence[Question], rules: TraceRules) -> RuleResult:
+    results = {q.problem_id: replay(q, rules) for q in questions}
+    return RuleResult(name, **per_question_means(list(results.values())), per_question=results)
+
+
 # ---------------------------------------------------------------------------- signals
 
 Signal = Callable[[RecordedTrace], float | None]
@@ -247,29 +300,198 @@ def within_question_auroc(
     return Auroc(name, float(w.sum() / p.sum()), interval, int(p.sum()), len(p))
 
 
-# ---------------------------------------------------------------------------- rules
+# ---------------------------------------------------------------------------- live arms
 
 
 @dataclass(frozen=True)
-class RuleResult:
-    """A rule replayed on every question in sample order."""
+class LiveQuestion(Replayed):
+    """One question solved live: what a replayed rule shows (right or not, completion tokens,
+    traces drawn and stopped part-way), and what only a live run has: its prompt tokens, the
+    traces branched off another, and the branch points its warm-ups offered."""
+
+    prompt_tokens: int
+    branched: int
+    parents: int
+    """The first batch's traces (the warm-ups a branch may start from)."""
+    parents_with_points: int | None
+    """Of those, how many offered the branch rule a point (EAGer's: a token over its entropy
+    threshold); None where the records do not say (written before `branch_points` was)."""
+
+
+@dataclass(frozen=True)
+class LiveArm:
+    """A live folder under a name (`mur`, `random`, ...): its rule and its questions."""
 
     name: str
+    folder: str
+    rule: str
+    """The trace settings that differ from one plain trace (the folder's Context)."""
+    per_question: Mapping[str, LiveQuestion]
+    config: Mapping[str, Any]
+    """Its trace settings (TRACE_FIELDS), as its records' Context has them."""
+
+
+TRACE_FIELDS = (
+    "traces",
+    "trace_batch",
+    "branch",
+    "branch_entropy",
+    "settle",
+    "trace_stop",
+    "stop_keep",
+    "vote",
+)
+
+
+def load_arm(name: str, folder: str | Path) -> LiveArm:
+    """The live folder's one run per question (its first sample), with its rule; a folder
+    the run has not written into yet is an arm without questions (its hypotheses wait)."""
+    if not Path(folder).is_dir():
+        raise FileNotFoundError(f"the live folder {folder} ({name}) does not exist")
+    records = records_so_far(folder)
+    configs = {tuple((f, r["trace"]["config"].get(f)) for f in TRACE_FIELDS) for r in records}
+    if len(settings_in(records)) > 1 or len(configs) > 1:
+        raise ValueError(f"the live folder {folder} mixes settings: compare one rule at a time")
+    config = dict(next(iter(configs), ()))
+    first = config.get("trace_batch") or 1
+    per_question = {r["problem_id"]: _live(r, first) for r in records if r["sample"] == 0}
+    rule = ", ".join(f"{field} {value}" for field, value in config.items() if value is not None)
+    return LiveArm(name, str(folder), rule or "no records yet", per_question, config)
+
+
+def _live(record: RunRecord, first_batch: int) -> LiveQuestion:
+    summaries = record["trace"].get("traces") or []
+    usage = record["usage"]
+    warmups = [s for s in summaries if s["index"] < first_batch]
+    points = [s.get("branch_points") for s in warmups]
+    return LiveQuestion(
+        correct=bool(record["correct"]),
+        tokens=total_tokens(record),
+        prompt_tokens=usage.get("backbone_prompt_tokens", 0)
+        + usage.get("external_prompt_tokens", 0),
+        drawn=len(summaries),
+        branched=sum(1 for s in summaries if s.get("parent") is not None),
+        stopped=sum(1 for s in summaries if s["stopped"]),
+        parents=len(warmups),
+        parents_with_points=None if None in points else sum(1 for n in points if n),
+    )
+
+
+def restricted(
+    arm: LiveArm,
+    complete: Collection[str],
+    incomplete: Collection[str],
+    *,
+    recording: bool = False,
+) -> tuple[LiveArm, list[str], list[str]]:
+    """`arm` on the questions whose recorded traces are complete; the ids it ran whose
+    recorded traces are incomplete (the pre-registered exclusion), and those the recorded
+    folder has none of yet. While that folder is `recording` (short of its planned questions)
+    the latter wait; once it is not, a live question it never ran is an error (the wrong
+    folders paired): say which."""
+    unknown = sorted(set(arm.per_question) - set(complete) - set(incomplete))
+    if unknown and not recording:
+        raise ValueError(
+            f"{len(unknown)} questions of {arm.folder} have no recorded traces to compare "
+            f"with: {first_ids(unknown)}"
+        )
+    left_out = sorted(set(arm.per_question) & set(incomplete))
+    kept = {q: v for q, v in arm.per_question.items() if q in complete}
+    return replace(arm, per_question=kept), left_out, unknown
+
+
+@dataclass(frozen=True)
+class LiveRow:
+    """A live arm against majority@K of the recorded traces on the questions both have."""
+
+    name: str
+    folder: str
+    rule: str
+    questions: int
     accuracy: float
     tokens_per_question: float
+    prompt_tokens_per_question: float
     traces_per_question: float
+    branched_per_question: float
     stopped_per_question: float
-    per_question: Mapping[str, Replayed]
+    majority_accuracy: float
+    difference: float
+    """Accuracy (live - majority@K) in points of 1, paired per question."""
+    interval: stats.Interval | None
+    token_ratio: float
+    """The live arm's completion tokens over majority@K's, summed over the same questions."""
+    parents: int
+    parents_with_points: int | None
+    """Warm-ups, and those offering the branch rule a point, over its questions (None: not
+    recorded)."""
+    branch: str | None = None
+    """Its branch rule's registry name (nodes/branching.py), None where it draws no branch."""
+    left_out: tuple[str, ...] = ()
+    """Questions it ran whose recorded traces are incomplete (not compared)."""
+    unrecorded: int = 0
+    """Questions it ran that the recorded folder has no trace of yet (not compared)."""
 
 
-def run_rule(name: str, questions: Sequence[Question], rules: TraceRules) -> RuleResult:
-    results = {q.problem_id: replay(q, rules) for q in questions}
-    values = list(results.values())
-    return RuleResult(
-        name,
-        accuracy=float(np.mean([r.correct for r in values])),
-        tokens_per_question=float(np.mean([r.tokens for r in values])),
-        traces_per_question=float(np.mean([r.drawn for r in values])),
-        stopped_per_question=float(np.mean([r.stopped for r in values])),
-        per_question=results,
+def compare_live(
+    arm: LiveArm,
+    majority: Mapping[str, Replayed],
+    *,
+    left_out: Sequence[str] = (),
+    unrecorded: int = 0,
+    resamples: int = stats.RESAMPLES,
+    seed: int = stats.SEED,
+) -> LiveRow:
+    """`arm` (`restricted` to the recorded questions) against majority@K (`majority`: the
+    replayed vote per recorded question) on the questions it ran; `left_out` is named beside."""
+    if not arm.per_question:
+        raise ValueError(f"the live folder {arm.folder} has no question to compare yet")
+    if missing := sorted(set(arm.per_question) - set(majority)):
+        raise ValueError(f"{len(missing)} questions of {arm.folder} have no majority vote")
+    ids = sorted(arm.per_question)
+    live = [arm.per_question[q] for q in ids]
+    difference, interval = paired_difference(
+        arm.per_question, majority, ids, resamples=resamples, seed=seed
     )
+    return LiveRow(
+        name=arm.name,
+        folder=arm.folder,
+        rule=arm.rule,
+        questions=len(ids),
+        **per_question_means(live),
+        prompt_tokens_per_question=stats.mean([q.prompt_tokens for q in live]),
+        branched_per_question=stats.mean([q.branched for q in live]),
+        majority_accuracy=stats.mean([majority[q].correct for q in ids]),
+        difference=difference,
+        interval=interval,
+        token_ratio=sum(q.tokens for q in live) / sum(majority[q].tokens for q in ids),
+        parents=sum(q.parents for q in live),
+        parents_with_points=(
+            None
+            if any(q.parents_with_points is None for q in live)
+            else sum(q.parents_with_points or 0 for q in live)
+        ),
+        branch=arm.config.get("branch"),
+        left_out=tuple(left_out),
+        unrecorded=unrecorded,
+    )
+
+
+class Graded(Protocol):
+    @property
+    def correct(self) -> bool: ...
+
+
+def paired_difference(
+    a: Mapping[str, Graded],
+    b: Mapping[str, Graded],
+    ids: Sequence[str],
+    *,
+    resamples: int = stats.RESAMPLES,
+    seed: int = stats.SEED,
+) -> tuple[float, stats.Interval | None]:
+    """Accuracy a - b on questions `ids` (both graded each), paired per question, with its
+    bootstrap interval: live arms against each other or against majority@K, replayed rules."""
+    if not ids:
+        raise ValueError("no question in common to pair")
+    diffs = [float(a[q].correct) - float(b[q].correct) for q in ids]
+    return stats.mean(diffs), stats.bootstrap_interval(diffs, resamples=resamples, seed=seed)

@@ -12,11 +12,13 @@ import mur.cli
 from mur.cli.compare import main
 from mur.evals.harness.records import load_records
 from mur.evals.report import stats
-from mur.evals.report.compare import compare, non_inferior, to_markdown
-from mur.evals.report.compare_traces import (
+from mur.evals.report.compare import (
+    compare,
     compare_traces,
     first_samples,
     folder_time,
+    non_inferior,
+    to_markdown,
     traces_markdown,
 )
 from mur.evals.report.traces import PRIMARY_SIGNAL
