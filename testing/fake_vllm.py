@@ -5,9 +5,9 @@
 On a GPU the engine answers a hundred times faster than the 2-core CPU server, and the client
 (the graph, LangChain, the SDK, the checkpointer) may become the bottleneck. To see the
 client alone this server spends no time generating: every reply is built once, as vLLM 0.32
-would write it (the same fields in the same order, `stop_reason`, token logprobs with their
-`bytes` and as many top entries as asked), and then sent as stored bytes. It runs in its own
-process, so its CPU is measured apart from the client's.
+would write it (vllm_replies.py: the same fields in the same order, `stop_reason`, token
+logprobs with their `bytes` and as many top entries as asked), and then sent as stored bytes.
+It runs in its own process, so its CPU is measured apart from the client's.
 
 What it answers (a MUR solution of `--steps` steps, whatever the question):
 - a backbone step (the last message an assistant prefix ending `StepK:`): step K, 64-100
@@ -28,7 +28,6 @@ with `stream: true` gets 400).
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import socket
 from collections.abc import Awaitable, Callable, MutableMapping
@@ -39,6 +38,7 @@ import orjson
 import uvicorn
 
 from mur.servers.cli import OneLineParser, port_or_any
+from mur.testing.vllm_replies import choice_body, completion_body, dumps, logprob_entry, usage_of
 
 MODEL = "fake/vllm"
 VERSION = "0.32.0"
@@ -57,18 +57,12 @@ Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 
 
 def _entry(token: str, logprob: float, top: int, rank: int) -> dict[str, Any]:
-    """One token's logprob entry as vLLM writes it; the top list starts with the token."""
-    tops = [{"token": token, "logprob": logprob, "bytes": list(token.encode())}]
+    """One token's logprob entry: under it, alternatives half a nat apart each."""
+    others = []
     for i in range(1, top):
         other = ALTERNATIVES[(rank + i) % len(ALTERNATIVES)] + ("" if i < 10 else str(i))
-        lower = round(logprob - 0.5 * i, 6)
-        tops.append({"token": other, "logprob": lower, "bytes": list(other.encode())})
-    return {
-        "token": token,
-        "logprob": logprob,
-        "bytes": list(token.encode()),
-        "top_logprobs": tops[:top],
-    }
+        others.append((other, round(logprob - 0.5 * i, 6)))
+    return logprob_entry(token, logprob, others, top)
 
 
 @dataclass(frozen=True)
@@ -116,74 +110,22 @@ FALLBACK = Choice((" \\", "boxed", "{", ANSWER, "}", "."), (-0.1,) * 6, None)
 _USAGE = "@usage@"
 
 
-def usage_of(prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
-    return {
-        "prompt_tokens": prompt_tokens,
-        "total_tokens": prompt_tokens + completion_tokens,
-        "completion_tokens": completion_tokens,
-        "prompt_tokens_details": None,
-        "completion_tokens_details": None,
-    }
-
-
 def reply_body(choices: list[Choice], top: int, prompt_tokens: int) -> bytes:
     """The JSON vLLM 0.32 sends for these choices (`logprobs=true`, `top` top entries)."""
     completion = sum(len(choice.tokens) for choice in choices)
     before, after = reply_parts(choices, top)
-    return before + _dumps(usage_of(prompt_tokens, completion)) + after
-
-
-def _dumps(value: Any) -> bytes:
-    # As Starlette's JSONResponse writes it (vLLM's reply class).
-    return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
+    return before + dumps(usage_of(prompt_tokens, completion)) + after
 
 
 def reply_parts(choices: list[Choice], top: int) -> tuple[bytes, bytes]:
     """The reply's bytes before and after its usage, which is all that differs between two
     requests answered with the same choices."""
-    body = {
-        "id": "chatcmpl-fake",
-        "object": "chat.completion",
-        "created": 1764633600,
-        "model": MODEL,
-        "choices": [
-            {
-                "index": i,
-                "message": {
-                    "role": "assistant",
-                    "content": choice.text,
-                    "refusal": None,
-                    "annotations": None,
-                    "audio": None,
-                    "function_call": None,
-                    "reasoning": None,
-                },
-                "logprobs": {
-                    "content": [
-                        _entry(token, logprob, top, rank)
-                        for rank, (token, logprob) in enumerate(
-                            zip(choice.tokens, choice.logprobs, strict=True)
-                        )
-                    ]
-                },
-                "finish_reason": "stop",
-                "stop_reason": choice.stop_reason,
-                "token_ids": None,
-                "routed_experts": None,
-            }
-            for i, choice in enumerate(choices)
-        ],
-        "service_tier": None,
-        "system_fingerprint": None,
-        "usage": _USAGE,
-        "prompt_logprobs": None,
-        "prompt_token_ids": None,
-        "prompt_text": None,
-        "kv_transfer_params": None,
-        "ec_transfer_params": None,
-        "metrics": None,
-    }
-    before, after = _dumps(body).split(_dumps(_USAGE))
+    bodies = []
+    for i, choice in enumerate(choices):
+        pairs = enumerate(zip(choice.tokens, choice.logprobs, strict=True))
+        entries = [_entry(token, logprob, top, rank) for rank, (token, logprob) in pairs]
+        bodies.append(choice_body(i, choice.text, entries, "stop", choice.stop_reason))
+    before, after = dumps(completion_body(bodies, _USAGE, MODEL)).split(dumps(_USAGE))
     return before, after
 
 
@@ -244,7 +186,7 @@ class FakeVLLM:
             tokens = sum(len(choice.tokens) for choice in choices)
             self._built[key] = (*reply_parts(choices, top), tokens)
         before, after, tokens = self._built[key]
-        return before + _dumps(usage_of(prompt_tokens, tokens)) + after, tokens
+        return before + dumps(usage_of(prompt_tokens, tokens)) + after, tokens
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":

@@ -28,6 +28,7 @@ Each chat request takes the next behaviour from a script (the last one repeats):
   "stream_cut"   a streamed reply (SSE) that ends, cleanly, before its last chunk and [DONE]
   "stream_html"  a streamed reply whose second event is a gateway's page, not JSON
 
+Replies are written as vLLM writes them, by the instant fake's writer (testing/vllm_replies.py).
 A request with `"stream": true` gets "ok" and "step" as vLLM streams them (one chunk a token,
 usage on each chunk, the finish_reason chunk, a usage chunk, `data: [DONE]`); `top_logprobs`
 is honoured (k entries a token, the token itself first).
@@ -44,11 +45,20 @@ import socket
 import struct
 import sys
 import threading
-import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, HTTPServer, ThreadingHTTPServer
 from typing import Any
+
+from mur.testing.vllm_replies import (
+    choice_body,
+    completion_body,
+    dumps,
+    logprob_entry,
+    sse_body,
+    sse_chunks,
+    usage_of,
+)
 
 MODEL = "faulty-model"
 MAX_CONTEXT = 4096
@@ -75,62 +85,12 @@ def chat_reply(
     """A vLLM-shaped chat completion: one logprob per generated token (with `top` top
     logprobs each, the token first), usage counted."""
     generated = [*tokens, end_token] if end_token else list(tokens)
-    logprobs = {"content": [logprob_entry(t, top) for t in generated]}
-    return {
-        "id": "chatcmpl-fault",
-        "object": "chat.completion",
-        "created": int(time.time()),
-        "model": MODEL,
-        "choices": [
-            {
-                "index": 0,
-                "message": {"role": "assistant", "content": "".join(tokens)},
-                "logprobs": logprobs if with_logprobs else None,
-                "finish_reason": finish_reason,
-                "stop_reason": stop_reason,
-            }
-        ],
-        "usage": {
-            "prompt_tokens": 20,
-            "completion_tokens": len(generated),
-            "total_tokens": 20 + len(generated),
-        },
-    }
-
-
-def logprob_entry(token: str, top: int = 0) -> dict[str, Any]:
-    """One token's logprob entry as vLLM writes it, with `top` entries ranked under it."""
-    others = [(token, -0.25)] + [(f" alt{i}", -0.25 - 2.0 * i) for i in range(1, top)]
-    ranked = [{"token": t, "logprob": lp, "bytes": list(t.encode())} for t, lp in others[:top]]
-    return {"token": token, "logprob": -0.25, "bytes": list(token.encode()), "top_logprobs": ranked}
-
-
-def sse_chunks(reply: dict[str, Any]) -> list[dict[str, Any]]:
-    """A whole reply (one choice) as vLLM streams it with `continuous_usage_stats`: a role
-    chunk, a chunk a token (its logprobs, the usage so far), the finish_reason chunk and a
-    usage chunk. Without its last two, it is a stream that ended early."""
-    choice, usage = reply["choices"][0], reply["usage"]
-    head = {key: reply[key] for key in ("id", "created", "model")}
-    head["object"] = "chat.completion.chunk"
-    entries = (choice["logprobs"] or {}).get("content") or []
-    text = choice["message"]["content"]
-    chunks = [{**head, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}]
-    shown = 0
-    for n, entry in enumerate(entries, start=1):
-        piece = entry["token"] if text.startswith(entry["token"], shown) else ""
-        shown += len(piece)
-        delta = {"index": 0, "delta": {"content": piece}, "logprobs": {"content": [entry]}}
-        so_far = {"prompt_tokens": usage["prompt_tokens"], "completion_tokens": n}
-        chunks.append({**head, "choices": [{**delta, "finish_reason": None}], "usage": so_far})
-    last = {"finish_reason": choice["finish_reason"], "stop_reason": choice["stop_reason"]}
-    chunks.append({**head, "choices": [{"index": 0, "delta": {"content": ""}, **last}]})
-    chunks.append({**head, "choices": [], "usage": usage})
-    return chunks
-
-
-def sse_body(chunks: Sequence[dict[str, Any]], done: bool = True) -> bytes:
-    lines = [f"data: {json.dumps(chunk)}\n\n" for chunk in chunks]
-    return ("".join(lines) + ("data: [DONE]\n\n" if done else "")).encode()
+    others = [(f" alt{i}", -0.25 - 2.0 * i) for i in range(1, top)]
+    entries = [logprob_entry(token, -0.25, others, top) for token in generated]
+    choice = choice_body(
+        0, "".join(tokens), entries if with_logprobs else None, finish_reason, stop_reason
+    )
+    return completion_body([choice], usage_of(20, len(generated)), MODEL)
 
 
 def overflow_message(prompt_tokens: int, max_tokens: int) -> str:
@@ -216,7 +176,7 @@ class FaultyServer:
                 if streamed:
                     self._send(200, sse_body(sse_chunks(reply)), kind="text/event-stream")
                 else:
-                    self._send(200, json.dumps(reply).encode())
+                    self._send(200, dumps(reply))
                 server.count_answered(reply["usage"]["completion_tokens"])
 
             def _bad_reply(self, name: str, reply: dict[str, Any], streamed: bool) -> None:
@@ -224,7 +184,7 @@ class FaultyServer:
                 if name == "html":
                     self._send(200, GATEWAY_PAGE, kind="text/html")
                 elif name == "short_json":
-                    raw = json.dumps(reply).encode()
+                    raw = dumps(reply)
                     self._send(200, raw[: len(raw) // 2])
                 elif name in ("stream_cut", "stream_html"):
                     if not streamed:
@@ -246,12 +206,12 @@ class FaultyServer:
                         del reply["choices"][0]["message"]
                     else:  # miscount
                         reply["choices"][0]["logprobs"]["content"].pop()
-                    self._send(200, json.dumps(reply).encode())
+                    self._send(200, dumps(reply))
 
             def do_GET(self) -> None:
                 if self.path.endswith("/models"):
                     body = {"object": "list", "data": [{"id": MODEL, "object": "model"}]}
-                    self._send(200, json.dumps(body).encode())
+                    self._send(200, dumps(body))
                 else:
                     self._send(200, b"{}")
 
@@ -292,12 +252,12 @@ class FaultyServer:
                 server.count_fault()
                 if name in ("500", "400"):
                     error = {"error": {"message": f"injected {name}", "type": "fault"}}
-                    self._send(int(name), json.dumps(error).encode())
+                    self._send(int(name), dumps(error))
                 elif name == "overflow":
                     asked = int(body.get("max_completion_tokens") or body.get("max_tokens") or 0)
                     message = overflow_message(int(arg), asked)
                     error = {"error": {"message": message, "type": "BadRequestError", "code": 400}}
-                    self._send(400, json.dumps(error).encode())
+                    self._send(400, dumps(error))
                 elif name == "stall":
                     server.closing.wait()
                     self.close_connection = True
@@ -309,7 +269,7 @@ class FaultyServer:
                     self.close_connection = True
                 elif name in ("cut", "stream_stall"):  # half the body its headers announce
                     reply = chat_reply(top=top)
-                    raw = sse_body(sse_chunks(reply)) if streamed else json.dumps(reply).encode()
+                    raw = sse_body(sse_chunks(reply)) if streamed else dumps(reply)
                     kind = "text/event-stream" if streamed else "application/json"
                     self._send(200, raw[: len(raw) // 2], length=len(raw), kind=kind)
                     if name == "stream_stall":

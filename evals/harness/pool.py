@@ -28,9 +28,9 @@ graph on one core (the GIL). Here the parent hands the questions out and N worke
   a question that killed one worker would likely kill the next. The other workers go on with
   the rest; at the end the parent exits 1 with one line naming the dead worker.
 - The server gone: the parent counts the questions that fail on the server in a row, in the
-  order the workers report them, and after `concurrency + 2` (harness/runner.py's rule) hands
-  out nothing more, as one process would; a worker whose server was stopped on purpose (`mur
-  servers down`) says so at once.
+  order the workers report them, and gives up as one process would (harness/runner.py's
+  GiveUpRule, the same rule): it hands out nothing more; a worker whose server was stopped on
+  purpose (`mur servers down`) says so at once.
 - Progress: the parent shows the one bar or line (harness/progress.py); workers print nothing
   but errors. Finished questions come with their tokens, and each worker sends the tokens it
   has made so far every second, so the rate and the ETA count questions in flight as one
@@ -63,7 +63,7 @@ from mur.evals.harness.plan import Job
 from mur.evals.harness.progress import RunProgress
 from mur.evals.harness.records import RecordStore
 from mur.evals.harness.run_record import setting_of, total_tokens
-from mur.evals.harness.runner import RunOutcome
+from mur.evals.harness.runner import GiveUpRule, RunOutcome
 from mur.evals.harness.shutdown import (
     StopSignals,
     blocked_stop_signals,
@@ -147,9 +147,7 @@ class Parent:
         self.run_id = uuid.uuid4().hex[:8]
         self.workers: list[Worker] = []
         self.finished = self.failed = 0
-        self.give_up_after = sum(split) + 2  # as one process (harness/runner.py)
-        self.server_failures_in_a_row = 0
-        self.server_gone: str | None = None
+        self.give_up_rule = GiveUpRule.for_concurrency(sum(split))  # as one process
         self.lost: list[str] = []
         self.stop = StopSignals(on_first=self._stop_starting, on_second=self._stop_now)
         self.progress = RunProgress(
@@ -181,7 +179,7 @@ class Parent:
             self.finished,
             self.failed,
             left,
-            self.server_gone,
+            self.give_up_rule.gone,
             self.stop.requested,
             "; ".join(self.lost) or None,
         )
@@ -208,7 +206,9 @@ class Parent:
                 worker.process.kill()
                 break
             self._on_event(worker, event)
-            self._settle(worker)
+            # The server gone, no more questions start anywhere.
+            for each in self.workers if self.give_up_rule.gone is not None else [worker]:
+                self._settle(each)
         worker.exited = True
         status = await worker.process.wait()
         assert worker.process.stdin is not None
@@ -223,7 +223,7 @@ class Parent:
         elif kind == "done":
             worker.in_flight.discard(event["key"])
             self.finished += 1
-            self.server_failures_in_a_row = 0
+            self.give_up_rule.succeeded()
             self.progress.finished_one(
                 event["tokens"], self.settings[event["key"]], here=event["here"]
             )
@@ -231,21 +231,11 @@ class Parent:
             worker.in_flight.discard(event["key"])
             self.failed += 1
             self.progress.failed_one(self.settings[event["key"]])
-            self.server_failures_in_a_row = (
-                self.server_failures_in_a_row + 1 if event["server"] else 0
-            )
-            if self.server_failures_in_a_row >= self.give_up_after:
-                self._server_gone(str(event["why"]))
+            self.give_up_rule.failed(str(event["why"]), server=bool(event["server"]))
         elif kind == "gone":
-            self._server_gone(str(event["reason"]))
+            self.give_up_rule.give_up(str(event["reason"]))
         elif kind == "tokens":
             worker.tokens = int(event["made"])
-
-    def _server_gone(self, why: str) -> None:
-        """No more questions start, anywhere."""
-        self.server_gone = self.server_gone or why
-        for worker in self.workers:
-            self._settle(worker)
 
     def _settle(self, worker: Worker) -> None:
         """Tell the worker what it should do now: cancel (a second stop signal); take
@@ -259,7 +249,7 @@ class Parent:
             return
         if worker.ended:
             return
-        closed = self.stop.requested is not None or self.server_gone is not None
+        closed = self.stop.requested is not None or self.give_up_rule.gone is not None
         while worker.ready and not closed and self.queue and len(worker.in_flight) < worker.share:
             key = self.queue.popleft()
             worker.in_flight.add(key)

@@ -41,6 +41,35 @@ class Failure:
     server: bool
 
 
+@dataclass
+class GiveUpRule:
+    """When a run gives up on its server: `after` questions in a row failed on it, or it was
+    stopped on purpose (ServerStopped). The one rule of a run in one process (Runner) and in
+    workers (harness/pool.py's parent, counting theirs in the order they end)."""
+
+    after: int
+    failures_in_a_row: int = 0
+    gone: str | None = None  # why it gave up: the first reason stands
+
+    @classmethod
+    def for_concurrency(cls, concurrency: int, after: int | None = None) -> GiveUpRule:
+        """By default more than the questions in flight, which one bad moment fails at once."""
+        return cls(after or concurrency + 2)
+
+    def succeeded(self) -> None:
+        self.failures_in_a_row = 0
+
+    def failed(self, why: str, server: bool) -> None:
+        """`server`: the server's fault; a question's own shows the server answers."""
+        self.failures_in_a_row = self.failures_in_a_row + 1 if server else 0
+        if self.failures_in_a_row >= self.after:
+            self.give_up(why)
+
+    def give_up(self, why: str) -> None:
+        """No more questions start."""
+        self.gone = self.gone or why
+
+
 @dataclass(frozen=True)
 class RunOutcome:
     finished: int
@@ -80,7 +109,7 @@ async def run_jobs(
         jobs,
         store,
         concurrency=concurrency,
-        give_up_after=give_up_after or concurrency + 2,
+        give_up_after=give_up_after,
         run_id=run_id or uuid.uuid4().hex[:8],
         show_progress=show_progress,
         roles=roles,
@@ -98,7 +127,7 @@ class Runner:
         store: RecordStore,
         *,
         concurrency: int,
-        give_up_after: int,
+        give_up_after: int | None,
         run_id: str,
         show_progress: bool,
         roles: Mapping[str, str] | None = None,
@@ -107,10 +136,8 @@ class Runner:
         self.roles = dict(roles or {})
         self.checkpointed = getattr(graph, "checkpointer", None) is not None
         self.limit = asyncio.Semaphore(concurrency)
-        self.give_up_after = give_up_after
+        self.give_up_rule = GiveUpRule.for_concurrency(concurrency, give_up_after)
         self.finished = self.failed = self.in_flight = 0
-        self.server_failures_in_a_row = 0
-        self.server_gone: str | None = None
         self.tasks: list[asyncio.Task[None]] = []
         self.stop = StopSignals(on_first=self._finish_in_flight, on_second=self._cancel_in_flight)
         # Every request answered so far, questions in flight included: the progress line's rate.
@@ -127,6 +154,11 @@ class Runner:
             ],
         )
         tune_collector()  # start-up is done: what it left stays, off the collector's path
+
+    @property
+    def server_gone(self) -> str | None:
+        """Why the run gave up on its server, if it did."""
+        return self.give_up_rule.gone
 
     async def run(self) -> RunOutcome:
         jobs = self.jobs
@@ -183,7 +215,7 @@ class Runner:
                 solved = await self._solve(job, question)
         except Exception as exc:  # recorded with its reason; the run goes on
             return await self._failed(job, exc)
-        self.server_failures_in_a_row = 0
+        self.give_up_rule.succeeded()
         latency = solved.earlier_s + time.monotonic() - begin
         # Grading may take seconds (bounded by math-verify's timeouts): off the event loop.
         correct = await asyncio.to_thread(grade, job.problem, solved.output["answer"])
@@ -201,8 +233,7 @@ class Runner:
         return Solved(await self.graph.ainvoke(question, context=job.context), 0.0, False)
 
     async def _failed(self, job: Job, exc: Exception) -> Failure:
-        """Record a failed question, and say why it failed; after `give_up_after` server
-        failures in a row the server is gone and no more questions start."""
+        """Record a failed question, say why it failed, and count it (GiveUpRule)."""
         transient = is_transient(exc)
         stopped = isinstance(exc, ServerStopped)  # on purpose: the question resumes later
         if self.checkpointed and not transient and not stopped:
@@ -211,10 +242,7 @@ class Runner:
         why = describe_failure(exc, self.roles)[:REASON_CHARS]
         self.store.append_error({"key": job.key.text, "error": type(exc).__name__, "message": why})
         self.progress.failed_one(job.key.setting)
-        self.server_failures_in_a_row = self.server_failures_in_a_row + 1 if transient else 0
-        failure = Failure(why, transient)
         if stopped:
-            self.server_gone = str(exc)
-        elif self.server_failures_in_a_row >= self.give_up_after:
-            self.server_gone = failure.why
-        return failure
+            self.give_up_rule.give_up(str(exc))
+        self.give_up_rule.failed(why, server=transient)
+        return Failure(why, transient)

@@ -2,7 +2,7 @@
 
 The project's chat model reads each reply's JSON straight into dicts, without the SDK's typed
 parse; the stock ChatOpenAI path (`raw_replies=False`) is the reference. Both read the same
-bytes here, shaped exactly as vLLM 0.32 writes them (testing/fake_vllm.py, checked against
+bytes here, shaped exactly as vLLM 0.32 writes them (testing/vllm_replies.py, checked against
 vLLM's own response class below), so any difference is the reader's: the text, the token
 logprobs and their top entries, why a choice stopped, the reasoning a parser filed apart, and
 the usage must all come out equal.
@@ -17,9 +17,11 @@ from dataclasses import replace
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage
 
+from faulty_server import STEP_TOKENS, chat_reply
 from mur.nodes.llm import Request
 from mur.servers.clients.chat_models import make_chat_model
 from mur.testing.fake_vllm import Choice, reply_body, step_choice, verdict_choice
+from mur.testing.vllm_replies import dumps
 from recorder import read_both, replaying_client
 
 BASE_URL = "http://vllm.test/v1"
@@ -88,9 +90,13 @@ def test_the_langchain_message_is_the_stock_one() -> None:
 
 
 def test_the_fake_replies_are_vllms_own_bytes() -> None:
-    """testing/fake_vllm.py writes what vLLM 0.32's response class dumps, byte for byte."""
+    """testing/vllm_replies.py writes what vLLM 0.32's response class dumps, byte for byte,
+    for the instant fake (testing/fake_vllm.py) and the fault injector (tests/faulty_server.py)."""
     protocol = pytest.importorskip("vllm.entrypoints.openai.chat_completion.protocol")
     choices: list[Choice] = [step_choice(4, 8, False), step_choice(4, 8, False)]
-    for body in (reply_body(choices, 20, 61), reply_body([verdict_choice(False)], 5, 7)):
+    step = chat_reply(STEP_TOKENS, stop_reason="\nStep", end_token="\nStep", top=3)
+    cut = chat_reply(with_logprobs=False, finish_reason="length", end_token=None)
+    fakes = (reply_body(choices, 20, 61), reply_body([verdict_choice(False)], 5, 7))
+    for body in (*fakes, dumps(chat_reply()), dumps(step), dumps(cut)):
         dumped = protocol.ChatCompletionResponse.model_validate(json.loads(body)).model_dump()
         assert json.dumps(dumped, ensure_ascii=False, separators=(",", ":")).encode() == body

@@ -17,7 +17,7 @@ from faulty_server import faulty_server
 from mur.evals.evaluation import record_command, run_evaluation
 from mur.evals.harness.plan import EvaluationPlan
 from mur.evals.harness.records import RecordStore, load_records
-from mur.evals.harness.runner import run_jobs
+from mur.evals.harness.runner import GiveUpRule, run_jobs
 from mur.evals.questions import load_dataset
 from mur.graphs import Context, build_graph
 from mur.servers import ServerStopped, make_chat_model
@@ -228,6 +228,22 @@ async def test_a_server_stopped_on_purpose_stops_the_run_at_once(tmp_path: Path)
     outcome = await run_jobs(graph, jobs, store, concurrency=1, show_progress=False)
     assert (outcome.finished, outcome.failed, outcome.skipped) == (0, 1, 3)
     assert outcome.server_gone == said
+
+
+def test_the_give_up_rule_counts_server_failures_in_a_row_and_keeps_the_first_reason() -> None:
+    """One rule for a run in one process and for the parent of workers (harness/pool.py)."""
+    assert GiveUpRule.for_concurrency(4, after=2).after == 2
+    rule = GiveUpRule.for_concurrency(1)  # more than the questions in flight: 3 in a row
+    for why, server in [("500", True), ("its own", False), ("a", True), ("b", True)]:
+        rule.failed(why, server)  # a question's own failure starts the count again
+    rule.succeeded()
+    rule.failed("c", server=True)
+    rule.failed("d", server=True)
+    assert rule.gone is None
+    rule.failed("e", server=True)
+    rule.give_up("stopped on purpose")
+    rule.failed("f", server=True)
+    assert rule.gone == "e"
 
 
 def test_command_txt_keeps_every_command_that_filled_the_folder(tmp_path: Path) -> None:
