@@ -152,7 +152,7 @@ MUR = Command(
         Command(
             "records",
             "maintain a run folder's records (drop one gate's runs)",
-            "mur.evals.harness.records",
+            "mur.cli.records",
         ),
         EXPERIMENTS,
         BENCHMARKS,

@@ -20,12 +20,10 @@ between another's append and its own reading of it.
 
 from __future__ import annotations
 
-import argparse
 import gzip
 import io
 import json
 import os
-import sys
 import zlib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -34,7 +32,6 @@ from typing import Any, TypedDict, cast
 from filelock import FileLock
 
 from mur.evals.harness.run_record import RunRecord
-from mur.servers.cli import OneLineParser
 
 RECORDS = "records.jsonl"
 PACKED = "records.jsonl.gz"
@@ -203,6 +200,10 @@ class RecordStore:
             self.dropped_bytes = _drop_partial_tail(self.path)
             self._pack_if_large()
 
+    def volume_paths(self) -> list[Path]:
+        """The packed volumes' files, in order."""
+        return [_volume(self.folder, number) for number in _volumes(self.folder)]
+
     def load(self) -> list[RunRecord]:
         with self.lock:
             return _folder_records(self.folder)
@@ -359,59 +360,3 @@ def load_records(folder: str | os.PathLike[str]) -> list[RunRecord]:
 def records_so_far(folder: str | os.PathLike[str]) -> list[RunRecord]:
     """The complete records of a folder an evaluation may not have written into yet."""
     return _folder_records(Path(folder)) if has_records(folder) else []
-
-
-def main(argv: Sequence[str] | None = None, prog: str = "mur records") -> int:
-    """`mur records drop DIR --gate LABEL` and `mur records pack DIR`."""
-    parser = OneLineParser(
-        prog=prog,
-        description="Maintain a run folder's records. drop: remove every run of one gate label "
-        "(runs a since-fixed bug made), so that rerunning the folder's command.txt records "
-        "them again. pack: move its plain records into the packed volumes now.",
-    )
-    commands = parser.add_subparsers(dest="command", required=True)
-    drop = commands.add_parser("drop", help="remove every run of one gate label")
-    drop.add_argument("folder", type=Path)
-    drop.add_argument("--gate", required=True, help="the label as recorded, e.g. random@0.218")
-    pack = commands.add_parser(
-        "pack",
-        help=f"move plain records into records*.jsonl.gz now, each volume under about "
-        f"{VOLUME_AT / 1e6:.1f} MB (a folder packed before volumes existed is split)",
-    )
-    pack.add_argument("folder", type=Path)
-    args = parser.parse_args(argv)
-    if not has_records(args.folder):
-        print(f"{prog}: error: no {RECORDS} in {args.folder}: not a run folder", file=sys.stderr)
-        return 2
-    try:
-        return _maintain(args, prog)
-    except CorruptRecordsError as exc:
-        print(f"{prog}: error: {exc}", file=sys.stderr)
-        return 2
-
-
-def _maintain(args: argparse.Namespace, prog: str) -> int:
-    store = RecordStore(args.folder)
-    if args.command == "pack":
-        store.pack()
-        sizes = [_volume(store.folder, n).stat().st_size for n in _volumes(store.folder)]
-        volumes = f"{len(sizes)} volume{'s' if len(sizes) != 1 else ''}"
-        print(f"{args.folder}: {len(store.load())} records in {volumes} of "
-              f"{', '.join(f'{size / 1e6:.2f}' for size in sizes)} MB")  # fmt: skip
-        return 0
-    gates = sorted({record["gate"] for record in store.load()})
-    if args.gate not in gates:  # refused before drop() packs anything
-        print(
-            f"{prog}: error: {args.folder} has no runs of gate {args.gate!r} (its gates: "
-            f"{', '.join(gates)})",
-            file=sys.stderr,
-        )
-        return 2
-    dropped = store.drop(args.gate)
-    print(f"dropped {dropped} runs of {args.gate} from {args.folder}; rerun its command.txt "
-          "to record them again")  # fmt: skip
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from mur.cli import records as records_command
 from mur.evals.harness import records as records_module
 from mur.evals.harness.records import PACKED, RECORDS, RecordStore, has_records, load_records
 from mur.evals.harness.run_record import JobKey, make_record
@@ -163,7 +164,7 @@ def test_a_damaged_records_file_is_named_with_its_line(
     damage(tmp_path)
     with pytest.raises(records_module.CorruptRecordsError, match=says):
         load_records(tmp_path)
-    assert records_module.main(["pack", str(tmp_path)]) == 2
+    assert records_command.main(["pack", str(tmp_path)]) == 2
     assert capsys.readouterr().err.startswith("mur records: error: ")
 
 
@@ -190,15 +191,15 @@ def test_drop_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     store = RecordStore(tmp_path)
     store.append(gated(0, "random@0.2"))
     store.append(gated(0, "never"))
-    assert records_module.main(["drop", str(tmp_path), "--gate", "random@0.2"]) == 0
+    assert records_command.main(["drop", str(tmp_path), "--gate", "random@0.2"]) == 0
     assert "dropped 1 runs of random@0.2" in capsys.readouterr().out
-    assert records_module.main(["drop", str(tmp_path), "--gate", "mur"]) == 2
+    assert records_command.main(["drop", str(tmp_path), "--gate", "mur"]) == 2
     assert "has no runs of gate 'mur' (its gates: never)" in capsys.readouterr().err
     RecordStore(fresh := tmp_path / "fresh").append(gated(0, "never"))
-    assert records_module.main(["drop", str(fresh), "--gate", "mur"]) == 2
+    assert records_command.main(["drop", str(fresh), "--gate", "mur"]) == 2
     assert not (fresh / PACKED).exists()  # refused before anything was packed
     capsys.readouterr()
-    assert records_module.main(["drop", str(tmp_path / "none"), "--gate", "mur"]) == 2
+    assert records_command.main(["drop", str(tmp_path / "none"), "--gate", "mur"]) == 2
     assert "not a run folder" in capsys.readouterr().err
 
 
@@ -256,7 +257,7 @@ def test_a_volume_packed_whole_is_split(
     assert len(volume_files(tmp_path)) == 1
     monkeypatch.setattr(records_module, "VOLUME_AT", 10_000)
     monkeypatch.setattr(records_module, "VOLUME_MAX", 40_000)
-    assert records_module.main(["pack", str(tmp_path)]) == 0
+    assert records_command.main(["pack", str(tmp_path)]) == 0
     paths = volume_files(tmp_path)
     assert f"{tmp_path}: 60 records in {len(paths)} volumes of " in capsys.readouterr().out
     assert len(paths) >= 3 and all(p.stat().st_size <= 40_000 for p in paths)
