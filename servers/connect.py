@@ -48,7 +48,7 @@ from mur.servers.clients.probes import (
     healthy,
     normalize_base_url,
 )
-from mur.servers.processes.launcher import RunningServer, up, up_pair
+from mur.servers.processes.launcher import RunningServer, pair_profiles, up, up_pair
 from mur.servers.processes.profiles import DEFAULT_PROFILE, Profile, get_profile
 
 PROBE_TIMEOUT_S = 3.0
@@ -369,14 +369,18 @@ def connect(
     backbone = make_chat_model(
         backbone_src.urls[0], backbone_src.model, cpu_server=on_cpu, **client_options
     )
-    if embedded:  # the server this machine runs for us: started again if it dies
-        backbone.on_failure = Healer(local, eager=eager).recover
+    # The servers this machine runs for us, as they run (a pair's smaller KV caches), so a
+    # server started again after it died comes back the same.
+    judge_here = verifier_profile if embedded and not verifier_url else None
+    local_run, judge_run = pair_profiles(local, judge_here) if judge_here else (local, None)
+    if embedded:  # started again if it dies
+        backbone.on_failure = Healer(local_run, eager=eager).recover
     verifier = _verifier_client(
         verifier_src,
         backbone_src,
         backbone,
         verifier_profile=verifier_profile,
-        judge_here=verifier_profile if embedded and not verifier_url else None,
+        judge_here=judge_run,
         eager=eager,
         client_options=client_options,
     )
@@ -426,14 +430,14 @@ def _verifier_client(
     backbone: Any,
     *,
     verifier_profile: str | None,
-    judge_here: str | None,
+    judge_here: Profile | None,
     eager: bool,
     client_options: Mapping[str, Any],
 ) -> Any:
     """The backbone's client itself when the verifier is the same model at the same URL (the
     model judges its own steps: `Connection.verifier is Connection.backbone` says so), else a
-    client of its own; `judge_here` names the profile of a judge this machine runs (the
-    embedded pair's), whose client heals like the backbone's."""
+    client of its own; `judge_here` is the profile of a judge this machine runs (the embedded
+    pair's, as the pair runs it), whose client heals like the backbone's."""
     if source is None:
         return backbone
     if (source.urls, source.model) == (backbone_source.urls, backbone_source.model):
@@ -442,7 +446,7 @@ def _verifier_client(
         source.urls[0], source.model, cpu_server=_is_cpu(verifier_profile), **client_options
     )
     if judge_here:  # the pair's judge, here: started again if it dies
-        verifier.on_failure = Healer(get_profile(judge_here), eager=eager).recover
+        verifier.on_failure = Healer(judge_here, eager=eager).recover
     return verifier
 
 

@@ -86,6 +86,7 @@ __all__ = [
     "down",
     "log_root_cause",
     "log_tail",
+    "pair_profiles",
     "recorded_command",
     "recorded_profiles",
     "served_dtype",
@@ -335,17 +336,12 @@ room for the sequences a run keeps in flight, and room on the machine beside the
 each holds and the pair's memory: servers/README.md, "A backbone and an external judge")."""
 
 
-def up_pair(
-    backbone: str | Profile,
-    verifier: str | Profile,
-    *,
-    cores: CoreSharing = PAIR_CORES,
-    eager: bool = False,
-    timeout: float = 600,
-    progress: bool = True,
-) -> tuple[RunningServer, RunningServer]:
-    """A backbone and a verifier server on this machine, started one after the other (two
-    compiling at once would fight over the cores and memory); each is reused if it runs."""
+def pair_profiles(
+    backbone: str | Profile, verifier: str | Profile, cores: CoreSharing = PAIR_CORES
+) -> tuple[Profile, Profile]:
+    """The two profiles as a pair runs them on one machine: on CPU with the pair's smaller KV
+    caches, and each on half the cores when `cores` is split. A server of the pair started
+    again (connect.Healer) must come back so, or it no longer fits beside the other."""
     first, second = _resolve(backbone), _resolve(verifier)
     if first.device == "cpu" and second.device == "cpu":
         first = with_kv_cache(first, PAIR_KV_CACHE_GIB[0])
@@ -358,6 +354,21 @@ def up_pair(
     if cores == "split":
         one, other = split_cpus()
         first, second = with_cpus(first, one), with_cpus(second, other)
+    return first, second
+
+
+def up_pair(
+    backbone: str | Profile,
+    verifier: str | Profile,
+    *,
+    cores: CoreSharing = PAIR_CORES,
+    eager: bool = False,
+    timeout: float = 600,
+    progress: bool = True,
+) -> tuple[RunningServer, RunningServer]:
+    """A backbone and a verifier server on this machine, started one after the other (two
+    compiling at once would fight over the cores and memory); each is reused if it runs."""
+    first, second = pair_profiles(backbone, verifier, cores)
     started = up(first, eager=eager, timeout=timeout, progress=progress)
     return started, up(second, eager=eager, timeout=timeout, progress=progress)
 

@@ -35,7 +35,7 @@ from mur.servers.connect import (
     connection_argv,
     connection_options,
 )
-from mur.servers.processes.launcher import RunningServer
+from mur.servers.processes.launcher import PAIR_KV_CACHE_GIB, RunningServer, pair_profiles
 from mur.servers.processes.profiles import DEFAULT_PROFILE, get_profile, profiles
 
 TINY = get_profile(DEFAULT_PROFILE)
@@ -396,6 +396,23 @@ def test_a_recovery_that_fails_raises_in_the_awaiting_task(monkeypatch) -> None:
     monkeypatch.setattr(connect_module, "up", failing_up)
     with pytest.raises(ServerError, match="port 8021 is in use"):
         asyncio.run(Healer(TINY, eager=True, say=lambda line: None).recover())
+
+
+def test_a_pairs_server_is_started_again_as_the_pair_runs_it() -> None:
+    """A pair's server that died comes back with the pair's KV cache, not its profile's own:
+    with the profile's, the 1.5B came back 1 GiB larger beside the 0.5B and the kernel killed
+    it again (four times in one pilot of the cascade experiment)."""
+    small, judge = get_profile("cpu-qwen-0.5b"), get_profile("cpu-qwen-1.5b")
+    connection = connect(profile=small.name, verifier_profile=judge.name, probe=False, env={})
+    healed = [
+        client.on_failure.__self__.profile for client in (connection.backbone, connection.verifier)
+    ]
+    assert healed == list(pair_profiles(small, judge))
+    assert [p.env["VLLM_CPU_KVCACHE_SPACE"] for p in healed] == [
+        str(gib) for gib in PAIR_KV_CACHE_GIB
+    ]
+    alone = connect(profile=small.name, probe=False, env={}).backbone.on_failure.__self__
+    assert alone.profile == small
 
 
 def test_only_the_embedded_servers_clients_heal() -> None:
