@@ -191,7 +191,6 @@ async def test_a_holder_stalled_inside_its_write_writes_nothing_after_a_takeover
     stalled, go = stall_inside_the_write(store, monkeypatch, after=3)
     run = await run_of(store, claim)
     await asyncio.wait_for(stalled.wait(), 20)
-    before = await rows_of(second, "run-2")
     taking = asyncio.create_task(ledger.claim("run-2", "fp", "replica-b", 30))
     await until(lambda: _waiting_or_done(second, 1, taking))
     assert not taking.done(), "the claim moved while the holder's write was open"
@@ -200,6 +199,10 @@ async def test_a_holder_stalled_inside_its_write_writes_nothing_after_a_takeover
     # B's claim would hit its own statement timeout and take nothing.
     taken = await asyncio.wait_for(taking, STATEMENT_TIMEOUT_S + 10)
     assert taken is not None and taken.number == 2
+    # Counted once B holds the run: a task write of the holder's still committing when the
+    # stall began lands under claim 1, before the takeover (B's claim waits for its row lock),
+    # so a count taken earlier could miss it on a loaded machine.
+    before = await rows_of(second, "run-2")
     go.set()
     with pytest.raises(CheckpointerUnavailable):
         await run
