@@ -193,16 +193,12 @@ class CheckpointStore:
     saver: BaseCheckpointSaver[str]
     database: Database
     target: CheckpointTarget
+    outages: tuple[type[BaseException], ...] = (CheckpointerUnavailable,)
+    """The errors that say this database stopped answering (its driver's, for PostgreSQL)."""
 
     def is_outage(self, exc: BaseException) -> bool:
         """Whether `exc` says the database stopped answering (not a fault of the run)."""
-        if isinstance(exc, CheckpointerUnavailable):
-            return True
-        if self.target.kind != "postgres":
-            return False
-        from mur.persistence.postgres import is_outage  # noqa: PLC0415 (the serve extra)
-
-        return is_outage(exc)
+        return isinstance(exc, self.outages)
 
 
 @asynccontextmanager

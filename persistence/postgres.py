@@ -80,11 +80,6 @@ def check_url(raw: str, shown: str) -> None:
         ) from None
 
 
-def is_outage(exc: BaseException) -> bool:
-    """Whether `exc` is the driver or the pool saying the database stopped answering."""
-    return isinstance(exc, psycopg.OperationalError | PoolTimeout)
-
-
 _JOINED: ContextVar[tuple[Pool, psycopg.AsyncConnection[DictRow]] | None] = ContextVar(
     "mur_joined_transaction", default=None
 )
@@ -272,7 +267,8 @@ async def open_postgres(
                 f"{scrub(str(exc), target.location)}; the user needs the right to create "
                 "tables in that database"
             ) from None
-        yield CheckpointStore(saver, database, target)
+        outages = (CheckpointerUnavailable, psycopg.OperationalError, PoolTimeout)
+        yield CheckpointStore(saver, database, target, outages)
     finally:
         await pool.close()
 
