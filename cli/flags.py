@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from pydantic.fields import FieldInfo
@@ -40,11 +40,13 @@ def _flag_kind(annotation: Any) -> tuple[type, tuple[Any, ...] | None]:
     return annotation, None
 
 
-def add_context_flags(parser: argparse.ArgumentParser) -> None:
-    """One flag per Context field, named after it (`max_step_tokens` -> --max-step-tokens),
-    typed, bounded and described by the field; unset flags stay None."""
+def add_context_flags(parser: argparse.ArgumentParser, only: Collection[str] | None = None) -> None:
+    """One flag per Context field (or per field in `only`), named after it (`max_step_tokens`
+    -> --max-step-tokens), typed, bounded and described by the field; unset flags stay None."""
     group = parser.add_argument_group("settings (graphs.Context; default: the paper's)")
     for name, info in Context.model_fields.items():
+        if only is not None and name not in only:
+            continue
         flag = "--" + name.replace("_", "-")
         kind, choices = _flag_kind(info.annotation)
         help_text = _help(name, info, choices, sweep=name in SWEEPS)

@@ -54,6 +54,12 @@ EXPERIMENTS = Command(
             extra="lab",
         ),
         Command(
+            "bfcl",
+            "BFCL's multi-turn tool-calling cases by an agent with MURMiddleware, resumable",
+            "mur.cli.bfcl",
+            extra="lab",
+        ),
+        Command(
             "verdicts",
             "replay a folder's critic judgements with forced verdicts",
             "mur.experiments.verdicts",

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import reduce
-from typing import Annotated, Any, Literal, NotRequired
+from typing import Annotated, Any, Literal, NotRequired, get_args
 
 from langchain.agents.middleware import (
     AgentMiddleware,
@@ -65,6 +65,7 @@ GATE_SETTINGS = (
 """The fields of `graphs.Context` the middleware reads: the gate's, checked as Context checks
 them (the refine strategies, traces and budget mode belong to MUR's own graph)."""
 Action = Literal["kept", "escalated", "voted", "budget_spent"]
+MomentumScope = Literal["run", "thread"]
 SHOWN = OmitFromSchema(input=True, output=False)
 """A field of the run's output (and of Studio's view), never of its input."""
 
@@ -125,6 +126,7 @@ def _call_record(
         "role": role,
         "model": message.response_metadata.get("model_name"),
         "uncertainty": uncertainty,
+        "input_tokens": usage["input_tokens"],
         "output_tokens": usage["output_tokens"],
     }
 
@@ -178,6 +180,9 @@ class MURMiddleware(AgentMiddleware[MURAgentState, Any, Any]):
       `seed`, `top_logprobs` (what the `first_token` gate reads).
     - `escalation_budget`: tokens a run may generate before flagged calls are no longer acted
       on; `token_limit`: tokens after which the run ends with a message saying so.
+    - `momentum_scope`: "run" (each `invoke` starts afresh) or "thread" (a checkpointed
+      thread's runs share one momentum and one token count: a conversation whose every user
+      turn is a run, e.g. BFCL's multi-turn cases, is then one sequence of steps).
 
     The first call of a run has no momentum to compare with: the gates MUR's graph starts at
     step 2 (`Gate.from_step`: mur and average, which compare with the history, and random)
@@ -194,9 +199,12 @@ class MURMiddleware(AgentMiddleware[MURAgentState, Any, Any]):
         samples: int | None = None,
         escalation_budget: int | None = None,
         token_limit: int | None = None,
+        momentum_scope: MomentumScope = "run",
         **gate_settings: Any,
     ) -> None:
         super().__init__()
+        if momentum_scope not in get_args(MomentumScope):
+            raise ValueError(f"momentum_scope must be run or thread, got {momentum_scope!r}")
         unknown = sorted(set(gate_settings) - set(GATE_SETTINGS))
         if unknown:
             raise ValueError(
@@ -222,13 +230,19 @@ class MURMiddleware(AgentMiddleware[MURAgentState, Any, Any]):
         self.samples = samples or 1
         self.escalation_budget = escalation_budget
         self.token_limit = token_limit
+        self.momentum_scope = momentum_scope
 
-    def before_agent(self, state: MURAgentState, runtime: Runtime[Any]) -> dict[str, Any]:
-        """Each run starts afresh, as MUR starts each question: a resumed run (an interrupt's
+    def before_agent(self, state: MURAgentState, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        """Each run starts afresh, as MUR starts each question (with `momentum_scope="run"`;
+        "thread" starts only a thread's first run so): a resumed run (an interrupt's
         `Command(resume=...)`, `invoke(None)`) does not pass here and keeps its momentum."""
+        if self.momentum_scope == "thread" and "mur_momentum" in state:
+            return None
         return fresh_run()
 
-    async def abefore_agent(self, state: MURAgentState, runtime: Runtime[Any]) -> dict[str, Any]:
+    async def abefore_agent(
+        self, state: MURAgentState, runtime: Runtime[Any]
+    ) -> dict[str, Any] | None:
         return self.before_agent(state, runtime)
 
     @hook_config(can_jump_to=["end"])

@@ -47,6 +47,7 @@ BAD_INPUT = {
     "experiment table1": (["--strategies", "beam", "--dry-run"], "unknown strategy 'beam'"),
     "experiment rescore": (["/nonexistent/run"], "/nonexistent/run"),
     "experiment verdicts": (["/nonexistent/run"], "/nonexistent/run"),
+    "experiment bfcl": (["--out", "x", "--category", "simple"], "invalid choice: 'simple'"),
     "bench economy": (["--gates", "sometimes"], "'sometimes'"),
     "bench client": (["--arms", "floor top0,nope"], "unknown arm 'nope'"),
     "bench chaos": (["--kill-every", "60:30"], "need 0 < MIN <= MAX, got 60:30"),
@@ -103,6 +104,7 @@ def test_the_registry_names_every_subcommand_once_with_a_line_of_help() -> None:
     assert {name for name in NAMES if " " in name} == {
         "experiment table1",
         "experiment rescore",
+        "experiment bfcl",
         "experiment verdicts",
         "bench chaos",
         "bench client",

@@ -64,7 +64,7 @@ async def test_every_call_is_measured_and_the_momentum_kept_in_the_state() -> No
         "run_tokens": 4,
         "calls": [
             {"role": "draft", "model": "scripted-agent", "uncertainty": pytest.approx(3.0),
-             "output_tokens": 4}
+             "input_tokens": 10, "output_tokens": 4}
         ],
     }  # fmt: skip
     assert second["threshold"] == pytest.approx(mur_threshold(momentum, 1, GateParams()))
@@ -93,7 +93,8 @@ async def test_a_flagged_call_is_rewritten_by_the_stronger_model() -> None:
     assert state["mur_momentum"] == pytest.approx(update_momentum(0.02, 2.0, 0.9))
     assert [call["role"] for call in record["calls"]] == ["draft", "escalation"]
     assert record["calls"][1] == {
-        "role": "escalation", "model": "strong", "uncertainty": None, "output_tokens": 2
+        "role": "escalation", "model": "strong", "uncertainty": None,
+        "input_tokens": 10, "output_tokens": 2
     }  # fmt: skip
     # Both calls' tokens are the message's usage; the run counts every token generated.
     assert answer.usage_metadata == {"input_tokens": 20, "output_tokens": 5, "total_tokens": 25}

@@ -152,6 +152,31 @@ async def test_a_new_run_on_the_thread_starts_its_gate_afresh() -> None:
     assert [r["call"] for r in records(state)] == [1, 2, 1]  # each message keeps its record
 
 
+async def test_with_thread_scope_a_new_run_goes_on_from_the_threads_momentum() -> None:
+    model = ScriptedAgentModel(
+        script=[
+            calls("add", {"a": 2, "b": 3}, 3.0),
+            says("5", 0.1),
+            says("7", 2.0),  # far above the thread's momentum: flagged, one more draw votes
+            says("7", 1.5),
+        ]
+    )
+    agent = agent_over(model, InMemorySaver(), samples=2, momentum_scope="thread")
+    first = await agent.ainvoke(QUESTION, THREAD)
+    state = await agent.ainvoke({"messages": [("user", "And 3 + 4?")]}, THREAD)
+    latest = records(state)[-1]
+    assert latest["call"] == 3  # the thread's third call, gated against its first two
+    assert latest["momentum_before"] == first["mur_momentum"]
+    assert (latest["flagged"], latest["action"]) == (True, "voted")
+    assert state["mur_uncertainties"] == pytest.approx([3.0, 0.1, 1.5])  # the kept draw's
+    assert state["mur_tokens"] == first["mur_tokens"] + 3 + 3
+
+
+def test_a_momentum_scope_other_than_run_or_thread_is_refused() -> None:
+    with pytest.raises(ValueError, match="momentum_scope must be run or thread, got 'case'"):
+        MURMiddleware(samples=2, momentum_scope="case")
+
+
 async def test_the_example_prints_each_calls_numbers() -> None:
     middleware_example = example("middleware")
     model = ScriptedAgentModel(
