@@ -35,7 +35,7 @@ from mur.graphs.model_calls import describe_failure
 from mur.graphs.state import Context, ContextError, context_for
 from mur.integrations.middleware import GATE_SETTINGS, MURMiddleware
 from mur.nodes.gate_labels import reads_gamma
-from mur.servers.cli import OneLineParser, positive_int
+from mur.servers.cli import OneLineParser, comma_choices, positive_int
 from mur.servers.clients.errors import ServerError
 from mur.servers.connect import add_connection_arguments, connect, connection_options
 
@@ -51,9 +51,17 @@ def parser_for(prog: str) -> argparse.ArgumentParser:
         description="Run BFCL's multi-turn cases by a LangChain agent whose model calls "
         "MURMiddleware gates: flagged calls are rewritten by the stronger model.",
     )
-    parser.add_argument("--category", choices=bfcl.CATEGORIES, default=bfcl.CATEGORIES[0])
-    parser.add_argument("--offset", type=int, default=0, help="skip this many cases (default 0)")
-    parser.add_argument("--limit", type=positive_int, help="cases to run (default: all)")
+    parser.add_argument(
+        "--category",
+        type=comma_choices(bfcl.CATEGORIES, "category"),
+        default=bfcl.CATEGORIES[:1],
+        help=f"BFCL's categories, a comma list of {', '.join(bfcl.CATEGORIES)} (default "
+        f"{bfcl.CATEGORIES[0]})",
+    )
+    parser.add_argument(
+        "--offset", type=int, default=0, help="skip this many cases of each (default 0)"
+    )
+    parser.add_argument("--limit", type=positive_int, help="cases of each to run (default: all)")
     parser.add_argument("--out", type=Path, required=True, help="the results folder (resumable)")
     parser.add_argument(
         "--concurrency", type=positive_int, default=4, help="cases in flight (default 4)"
@@ -92,7 +100,11 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     args = parser_for(prog).parse_args(argv)
     try:
         label, context = gate_context(args)
-        cases = bfcl.load_cases(args.category, args.offset, args.limit)
+        cases = [
+            case
+            for category in args.category
+            for case in bfcl.load_cases(category, args.offset, args.limit)
+        ]
     except (ValueError, ContextError, bfcl.BFCLMissingError) as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return 2
@@ -111,7 +123,7 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     )
     gamma = context.gamma if reads_gamma(label) else None
     settings = {
-        "category": args.category,
+        "categories": list(args.category),
         "gate": label,
         "gamma": gamma,
         "alpha": context.alpha,
@@ -133,7 +145,8 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     keys = {case.id: JobKey(bfcl.DATASET, case.id, STRATEGY, label, gamma, 0) for case in cases}
     todo = [case for case in cases if keys[case.id].text not in store.done_keys()]
     print(f"{len(cases)} cases, {len(cases) - len(todo)} already in {args.out}, {len(todo)} to go")
-    run = Run(store, middleware, agent_model, settings, keys, args.concurrency)
+    gated = {name: getattr(context, name) for name in GATE_SETTINGS}  # the gate's family
+    run = Run(store, middleware, agent_model, {**settings, **gated}, keys, args.concurrency)
     failed = asyncio.run(run.all(todo))
     return 1 if failed else 0
 

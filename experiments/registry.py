@@ -4,7 +4,13 @@ Adding one is a module with an `EXPERIMENT` and a line here (docs/extending.md).
 from __future__ import annotations
 
 from mur.evals.report.experiment import Experiment
-from mur.experiments import branching_fresh, cascade, parallel_traces, small_backbone
+from mur.experiments import (
+    bfcl_escalation,
+    branching_fresh,
+    cascade,
+    parallel_traces,
+    small_backbone,
+)
 from mur.nodes.registry import Registry
 
 EXPERIMENTS: Registry[Experiment] = Registry(
@@ -13,4 +19,5 @@ EXPERIMENTS: Registry[Experiment] = Registry(
     parallel_traces.EXPERIMENT,
     branching_fresh.EXPERIMENT,
     cascade.EXPERIMENT,
+    bfcl_escalation.EXPERIMENT,
 )

@@ -47,7 +47,7 @@ BAD_INPUT = {
     "experiment table1": (["--strategies", "beam", "--dry-run"], "unknown strategy 'beam'"),
     "experiment rescore": (["/nonexistent/run"], "/nonexistent/run"),
     "experiment verdicts": (["/nonexistent/run"], "/nonexistent/run"),
-    "experiment bfcl": (["--out", "x", "--category", "simple"], "invalid choice: 'simple'"),
+    "experiment bfcl": (["--out", "x", "--category", "simple"], "unknown category 'simple'"),
     "bench economy": (["--gates", "sometimes"], "'sometimes'"),
     "bench client": (["--arms", "floor top0,nope"], "unknown arm 'nope'"),
     "bench chaos": (["--kill-every", "60:30"], "need 0 < MIN <= MAX, got 60:30"),

@@ -143,5 +143,6 @@ def test_an_unknown_experiment_is_the_registrys_one_line(
     err = capsys.readouterr().err.strip()
     assert err.endswith(
         "argument --prereg: unknown experiment 'nope': choose one of "
-        "small-backbone-external-judge, parallel-traces, branching-fresh, cascade; see --help"
+        "small-backbone-external-judge, parallel-traces, branching-fresh, cascade, bfcl; see "
+        "--help"
     )
