@@ -13,15 +13,14 @@ scripted backbone gives that question (testing/fake_endpoint.py).
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
 
 import httpx
 
-from mur.testing.fake_endpoint import expected_content
+from mur.benchmarks.endpoint_load import Ask as LoadAsk
+from mur.benchmarks.endpoint_load import Streamed, planned, read_answer, run_clients
 
 RETRY_STATUSES = {408, 409, 429, 500, 502, 503, 504}
 """Retried after Retry-After (1 s without), as the OpenAI SDK retries: vllm-router answers 500
@@ -33,26 +32,10 @@ REPLAY_S = 120.0
 
 
 @dataclass(frozen=True)
-class Ask:
-    """One question: its number, model (gamma-gate or never), whether it streams, its key."""
+class Ask(LoadAsk):
+    """One question of the load test's mix (no injected fault), with a key of its own."""
 
-    number: int
-    model: str
-    stream: bool
     key: str
-
-    @property
-    def body(self) -> dict[str, Any]:
-        question = f"Load request {self.number}: what is {self.number} + {self.number}?"
-        return {
-            "model": self.model,
-            "messages": [{"role": "user", "content": question}],
-            "stream": self.stream,
-        }
-
-    @property
-    def expected(self) -> str:
-        return expected_content(self.number, scaled=self.model == "mur-critic")
 
 
 @dataclass
@@ -72,11 +55,9 @@ class Incomplete(Exception):
 
 
 def plan(number: int, stream_share: float, phase: str) -> Ask:
-    """Question `number`: every other one on the gamma-gate, a share of them streamed."""
-    every = round(1 / stream_share) if stream_share > 0 else 0
-    stream = every > 0 and number % every == 0
-    model = "mur-critic" if number % 2 == 0 else "mur-critic-never"
-    return Ask(number, model, stream, f"chaos-{phase}-{number}")
+    """Question `number`, as the endpoint's load test plans it."""
+    mixed = planned(number, stream_share)
+    return Ask(number, mixed.model, mixed.stream, None, f"chaos-{phase}-{number}")
 
 
 @dataclass(frozen=True)
@@ -92,7 +73,7 @@ class Reply:
 
 async def send(client: httpx.AsyncClient, url: str, ask: Ask, stream: bool) -> Reply:
     """One attempt, read whole; Incomplete when a 200 did not arrive whole."""
-    body = {**ask.body, "stream": stream}
+    body = {**ask.body("fake"), "stream": stream}
     headers = {"Idempotency-Key": ask.key}
     async with client.stream(
         "POST", f"{url}/chat/completions", json=body, headers=headers
@@ -101,32 +82,13 @@ async def send(client: httpx.AsyncClient, url: str, ask: Ask, stream: bool) -> R
             text = (await reply.aread()).decode(errors="replace")
             retry_after = float(reply.headers.get("retry-after", "1"))
             return Reply(reply.status_code, retry_after, text)
-        if stream:
-            content, cid = await read_stream(reply)
-        else:
-            data = json.loads(await reply.aread())
-            content, cid = data["choices"][0]["message"]["content"], data["id"]
-    return Reply(200, content=content, cid=cid)
-
-
-async def read_stream(reply: httpx.Response) -> tuple[str, str]:
-    content, cid, done = "", "", False
-    async for line in reply.aiter_lines():
-        if not line.startswith("data: "):
-            continue
-        data = line.removeprefix("data: ")
-        if data == "[DONE]":
-            done = True
-            continue
-        event = json.loads(data)
-        if "error" in event:
-            raise Incomplete(event["error"].get("message", "an error event"))
-        cid = event.get("id") or cid
-        for choice in event.get("choices") or ():
-            content += choice["delta"].get("content") or ""
-    if not done:
+        answer = Streamed()
+        await read_answer(reply, answer, stream, time.perf_counter())
+    if answer.error:
+        raise Incomplete(answer.error)
+    if stream and not answer.done_events:
         raise Incomplete("the stream ended without [DONE]")
-    return content, cid
+    return Reply(200, content=answer.content, cid=answer.ids[-1] if answer.ids else "")
 
 
 async def until_answered(
@@ -180,14 +142,11 @@ async def load(
     numbers = iter(range(10**9))
     outcomes: list[Outcome] = []
     end = time.monotonic() + seconds
-    limits = httpx.Limits(max_connections=2 * clients, max_keepalive_connections=2 * clients)
-    timeout = httpx.Timeout(300, connect=10)
-    async with httpx.AsyncClient(timeout=timeout, limits=limits) as client:
 
-        async def worker() -> None:
-            while time.monotonic() < end:
-                ask = plan(next(numbers), stream_share, phase)
-                outcomes.append(await solve_one(client, url, ask, end + drain))
+    async def client_loop(client: httpx.AsyncClient) -> None:
+        while time.monotonic() < end:
+            ask = plan(next(numbers), stream_share, phase)
+            outcomes.append(await solve_one(client, url, ask, end + drain))
 
-        await asyncio.gather(*(worker() for _ in range(clients)))
+    await run_clients(clients, client_loop, 2 * clients, httpx.Timeout(300, connect=10))
     return outcomes

@@ -28,9 +28,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -64,47 +64,69 @@ class Ask:
         fault = f" [fault at step {self.fault_step}]" if self.fault_step else ""
         return f"Load request {self.number}: what is {self.number} + {self.number}?{fault}"
 
+    def body(self, backbone: str) -> dict[str, Any]:
+        """The request's JSON; over the cpu backbone, a small run (CPU_SETTINGS)."""
+        body: dict[str, Any] = {
+            "model": self.model,
+            "messages": [{"role": "user", "content": self.question(backbone)}],
+            "stream": self.stream,
+        }
+        if backbone == "cpu":
+            body["mur"] = CPU_SETTINGS
+        return body
+
+    @property
+    def expected(self) -> str:
+        """The content of the scripted backbone's reply (testing/fake_endpoint.py)."""
+        return expected_content(self.number, scaled=self.model == "mur-critic")
+
+
+def planned(number: int, stream_share: float) -> Ask:
+    """Request `number` without a fault: every k-th streamed, every other one on the
+    gamma-gate (step 2 scaled), the rest on gate never."""
+    stream_every = round(1 / stream_share) if stream_share > 0 else 0
+    stream = stream_every > 0 and number % stream_every == 0
+    model = "mur-critic" if number % 2 == 0 else "mur-critic-never"
+    return Ask(number, model, stream, None)
+
 
 def plan(requests: int, stream_share: float, fault_share: float) -> list[Ask]:
-    """Requests spread evenly: every k-th streamed, every m-th with a fault (fake only), half
-    on the gamma-gate (step 2 scaled) and half on gate never."""
-    asks = []
-    stream_every = round(1 / stream_share) if stream_share > 0 else 0
+    """Requests spread evenly (planned), every m-th with a fault (fake only)."""
     fault_every = round(1 / fault_share) if fault_share > 0 else 0
+    asks = []
     for number in range(requests):
-        stream = stream_every > 0 and number % stream_every == 0
-        faulty = fault_every > 0 and number % fault_every == fault_every - 1
-        # A fault at step 2 of a stream comes after the first step was sent: an in-stream error.
-        fault_step = (2 if stream and number % 2 else 1) if faulty else None
-        model = "mur-critic" if number % 2 == 0 else "mur-critic-never"
-        asks.append(Ask(number, model, stream, fault_step))
+        ask = planned(number, stream_share)
+        if fault_every and number % fault_every == fault_every - 1:
+            # A fault at step 2 of a stream comes after the first step was sent: an in-stream error.
+            ask = replace(ask, fault_step=2 if ask.stream and number % 2 else 1)
+        asks.append(ask)
     return asks
 
 
-@dataclass
-class Outcome:
-    ask: Ask
-    status: int = 0
-    latency: float = 0.0
-    first_step: float | None = None
+@dataclass(kw_only=True)
+class Streamed:
+    """What a 200 reply carried, read by the one reader both load generators use (chaos_load)."""
+
     ids: list[str] = field(default_factory=list)
     content: str = ""
     trace: dict[str, Any] | None = None
     error: str = ""
-    throttled: int = 0
     done_events: int = 0
     step_indexes: list[int] = field(default_factory=list)
+    first_step: float | None = None
+
+
+@dataclass
+class Outcome(Streamed):
+    ask: Ask
+    status: int = 0
+    latency: float = 0.0
+    throttled: int = 0
 
 
 async def send(client: httpx.AsyncClient, url: str, ask: Ask, backbone: str) -> Outcome:
     """One request (retried after a 429's Retry-After), its reply read whole."""
-    body: dict[str, Any] = {
-        "model": ask.model,
-        "messages": [{"role": "user", "content": ask.question(backbone)}],
-        "stream": ask.stream,
-    }
-    if backbone == "cpu":
-        body["mur"] = CPU_SETTINGS
+    body = ask.body(backbone)
     outcome = Outcome(ask)
     start = time.perf_counter()
     try:
@@ -115,16 +137,10 @@ async def send(client: httpx.AsyncClient, url: str, ask: Ask, backbone: str) -> 
                     outcome.throttled += 1
                     await asyncio.sleep(float(reply.headers.get("retry-after", "1")))
                     continue
-                if reply.status_code == 200 and ask.stream:
-                    await read_stream(reply, outcome, start)
+                if reply.status_code == 200:
+                    await read_answer(reply, outcome, ask.stream, start)
                 else:
-                    data = json.loads(await reply.aread())
-                    if reply.status_code == 200:
-                        outcome.ids.append(data["id"])
-                        outcome.content = data["choices"][0]["message"]["content"]
-                        outcome.trace = data["mur"]
-                    else:
-                        outcome.error = data["error"]["message"]
+                    outcome.error = json.loads(await reply.aread())["error"]["message"]
                 break
     except (httpx.HTTPError, ValueError, KeyError) as exc:
         outcome.status = 0
@@ -133,27 +149,34 @@ async def send(client: httpx.AsyncClient, url: str, ask: Ask, backbone: str) -> 
     return outcome
 
 
-async def read_stream(reply: httpx.Response, outcome: Outcome, start: float) -> None:
-    """Read an SSE stream: step chunks, the final chunk, [DONE]; or an error event."""
+async def read_answer(reply: httpx.Response, into: Streamed, stream: bool, start: float) -> None:
+    """Read a 200 reply whole: its JSON body, or its SSE stream (step chunks, the final chunk,
+    [DONE]; or an error event); `start` times the first step."""
+    if not stream:
+        data = json.loads(await reply.aread())
+        into.ids.append(data["id"])
+        into.content = data["choices"][0]["message"]["content"]
+        into.trace = data["mur"]
+        return
     async for line in reply.aiter_lines():
         if not line.startswith("data: "):
             continue  # blank separators and pings
         data = line.removeprefix("data: ")
         if data == "[DONE]":
-            outcome.done_events += 1
+            into.done_events += 1
             continue
         event = json.loads(data)
         if "error" in event:
-            outcome.error = event["error"]["message"]
+            into.error = event["error"]["message"]
             continue
-        outcome.ids.append(event["id"])
+        into.ids.append(event["id"])
         for choice in event["choices"]:
-            outcome.content += choice["delta"].get("content") or ""
+            into.content += choice["delta"].get("content") or ""
         if "mur_step" in event:
-            outcome.first_step = outcome.first_step or time.perf_counter() - start
-            outcome.step_indexes.append(event["mur_step"]["index"])
+            into.first_step = into.first_step or time.perf_counter() - start
+            into.step_indexes.append(event["mur_step"]["index"])
         if "mur" in event:
-            outcome.trace = event["mur"]
+            into.trace = event["mur"]
 
 
 def problems_of(outcome: Outcome, backbone: str) -> list[str]:
@@ -190,10 +213,8 @@ def problems_of(outcome: Outcome, backbone: str) -> list[str]:
             found.append(f"{outcome.done_events} [DONE] events")
         if outcome.step_indexes != [s["index"] for s in steps]:
             found.append(f"streamed steps {outcome.step_indexes}, kept {len(steps)}")
-    if backbone == "fake":
-        expected = expected_content(ask.number, scaled=ask.model == "mur-critic")
-        if outcome.content != expected:
-            found.append(f"content {outcome.content[:60]!r} is not request {ask.number}'s")
+    if backbone == "fake" and outcome.content != ask.expected:
+        found.append(f"content {outcome.content[:60]!r} is not request {ask.number}'s")
     return found
 
 
@@ -228,20 +249,30 @@ class Report:
 
 async def load(url: str, asks: list[Ask], clients: int, backbone: str) -> tuple[list, float]:
     """Send every request with `clients` concurrent clients; (outcomes, wall seconds)."""
-    queue: asyncio.Queue[Ask] = asyncio.Queue()
-    for ask in asks:
-        queue.put_nowait(ask)
+    pending = iter(asks)
     outcomes: list[Outcome] = []
-    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
-    async with httpx.AsyncClient(timeout=httpx.Timeout(600, connect=30), limits=limits) as client:
 
-        async def worker() -> None:
-            while not queue.empty():
-                outcomes.append(await send(client, url, queue.get_nowait(), backbone))
+    async def client_loop(client: httpx.AsyncClient) -> None:
+        for ask in pending:  # shared: each client takes the next request not yet taken
+            outcomes.append(await send(client, url, ask, backbone))
 
+    timeout = httpx.Timeout(600, connect=30)
+    return outcomes, await run_clients(clients, client_loop, clients, timeout)
+
+
+async def run_clients(
+    clients: int,
+    client_loop: Callable[[httpx.AsyncClient], Awaitable[None]],
+    connections: int,
+    timeout: httpx.Timeout,
+) -> float:
+    """Run `clients` concurrent copies of `client_loop` over one pool of `connections`; the wall
+    seconds they took."""
+    limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
+    async with httpx.AsyncClient(timeout=timeout, limits=limits) as client:
         start = time.perf_counter()
-        await asyncio.gather(*(worker() for _ in range(clients)))
-        return outcomes, time.perf_counter() - start
+        await asyncio.gather(*(client_loop(client) for _ in range(clients)))
+        return time.perf_counter() - start
 
 
 def summarize(

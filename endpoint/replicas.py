@@ -39,11 +39,12 @@ from types import FrameType
 
 import mur
 from mur.endpoint.checkpointing import CHECKPOINTER_ENV, check_checkpointer
-from mur.endpoint.supervisor import Child, Supervisor
+from mur.endpoint.supervisor import Supervisor
 from mur.persistence.checkpointers import CheckpointerError, parse_target
 from mur.servers.cli import MAX_PORT, usage_error
 from mur.servers.clients.errors import ServerError
-from mur.servers.processes.replicas import check_router_installed, free_port, router_command
+from mur.servers.processes.replicas import check_router_installed, router_command
+from mur.servers.processes.supervisor import Child
 
 ROUTER_POLICY = "round_robin"
 ROUTER_REQUEST_TIMEOUT_S = 6 * 3600
@@ -87,18 +88,15 @@ def router_argv(ports: Sequence[int], host: str, port: int) -> list[str]:
     replica), a replica's open circuit (3 failed requests)
     tried again after ROUTER_CIRCUIT_S, and no time limit shorter than a long solve."""
     workers = [f"http://{REPLICA_HOST}:{p}" for p in ports]
-    command = router_command(
-        workers, port=port, policy=ROUTER_POLICY, host=host, metrics_port=free_port(host)
+    return router_command(
+        workers,
+        port=port,
+        policy=ROUTER_POLICY,
+        host=host,
+        retries=2 * len(ports),
+        circuit_open_s=ROUTER_CIRCUIT_S,
+        request_timeout_s=ROUTER_REQUEST_TIMEOUT_S,
     )
-    return [
-        *command,
-        "--retry-max-retries",
-        str(2 * len(ports)),
-        "--cb-timeout-duration-secs",
-        str(ROUTER_CIRCUIT_S),
-        "--request-timeout-secs",
-        str(ROUTER_REQUEST_TIMEOUT_S),
-    ]
 
 
 def child_env(checkpointer: str, api_key: Sequence[str] | None) -> dict[str, str]:

@@ -309,8 +309,9 @@ async def generate_watched(model: BaseChatModel, request: Request, watch: TokenW
     """One choice, streamed, each token shown to `watch` as it arrives. When the watch says
     stop, the stream is closed, so the server aborts the request and generates no more; the
     choice then ends at that token with finish_reason ABORTED. The reply's usage is what the
-    server reported with the last chunk read (at least the tokens read): tokens the server
-    generated after it and before it saw the connection close are not in it (docs/faults.md).
+    chunks read add up to (at least the tokens read; a vLLM client reports each chunk's share,
+    servers.clients.chat_models): tokens the server generated after the last chunk read and
+    before it saw the connection close are not in it (docs/faults.md).
     """
     if request.n != 1:
         raise ValueError(f"a watched request has one choice, got n={request.n}")
@@ -333,9 +334,9 @@ async def generate_watched(model: BaseChatModel, request: Request, watch: TokenW
                 for key, value in chunk.response_metadata.items()
                 if value is not None or key == "stop_reason"
             )
-            if chunk.usage_metadata:  # cumulative: the server's count so far
-                completion = int(chunk.usage_metadata.get("output_tokens", completion))
-                prompt = int(chunk.usage_metadata.get("input_tokens", prompt))
+            if chunk.usage_metadata:  # what the chunk adds, as LangChain sums them
+                completion += int(chunk.usage_metadata.get("output_tokens", 0))
+                prompt += int(chunk.usage_metadata.get("input_tokens", 0))
             logprobs = chunk.response_metadata.get("logprobs") or {}
             for entry in logprobs.get("content") or ():
                 entries.append(entry)

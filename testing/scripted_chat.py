@@ -132,8 +132,10 @@ class FakeLogprobChat(BaseChatModel):
         run_manager: Any = None,
         **kwargs: Any,
     ) -> AsyncIterator[ChatGenerationChunk]:
-        """Stream like vLLM with continuous usage stats: one chunk per token, each with its
-        logprob entry and the usage so far; a reader that closes the stream stops it."""
+        """Stream as the project's vLLM client streams with continuous usage stats: one chunk
+        per token, each with its logprob entry and its share of the usage (the prompt on the
+        first, one token on each: LangChain adds them up); a reader that closes the stream
+        stops it."""
         kwargs = {**kwargs, "stop": stop, "stream": True}
         self.calls.append({"messages": list(messages), "kwargs": kwargs})
         scripted = self.responder(list(messages), kwargs)
@@ -142,11 +144,8 @@ class FakeLogprobChat(BaseChatModel):
         for done, entry in enumerate(entries, start=1):
             self.streamed_tokens += 1
             last = done == len(entries)
-            usage = UsageMetadata(
-                input_tokens=self.prompt_tokens,
-                output_tokens=done,
-                total_tokens=self.prompt_tokens + done,
-            )
+            prompt = self.prompt_tokens if done == 1 else 0
+            usage = UsageMetadata(input_tokens=prompt, output_tokens=1, total_tokens=prompt + 1)
             yield ChatGenerationChunk(
                 message=AIMessageChunk(
                     content=entry["token"],

@@ -216,10 +216,6 @@ class FolderTime:
         return self.tokens / self.timing.busy_s if self.timing.busy_s > 0 else None
 
 
-def _timed_tokens(records: Sequence[RunRecord]) -> int:
-    return sum(total_tokens(r) for r in records if r.get("finished_at"))
-
-
 def folder_time(selection: Selection) -> FolderTime:
     everything = [*selection.records, *selection.others]
     own, rest = run_time(selection.records), run_time(selection.others)
@@ -228,7 +224,7 @@ def folder_time(selection: Selection) -> FolderTime:
     counted = everything if interleaved else selection.records
     return FolderTime(
         timing=whole if interleaved else own,
-        tokens=_timed_tokens(counted),
+        tokens=sum(total_tokens(r) for r in counted if r.get("finished_at")),
         interleaved=interleaved,
         selected_runs=len(selection.records),
         selected_tokens=sum(total_tokens(r) for r in selection.records),

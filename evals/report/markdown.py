@@ -7,13 +7,12 @@ touching the statistics. Accuracies arrive as fractions and print as percent.
 from __future__ import annotations
 
 import math
-from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from mur.evals.report.choices import Choice
 from mur.evals.report.headlines import Headline
-from mur.evals.report.rows import Row, RunTime
+from mur.evals.report.rows import Row, RunTime, sections
 from mur.evals.report.stats import Interval, PairedComparison
 
 
@@ -199,7 +198,7 @@ def run_time_sentence(timing: RunTime) -> str:
 def _missing_headline(rows: Sequence[Row], gamma: float) -> list[str]:
     """Why there is no headline, per dataset and strategy."""
     out = []
-    for (dataset, strategy), group in _sections(rows).items():
+    for (dataset, strategy), group in sections(rows).items():
         if not any(r.gate == "always" for r in group):
             out.append(f"- {dataset} / {strategy}: no `always` runs, so no comparison.")
             continue
@@ -240,14 +239,6 @@ def _choices_table(choices: Sequence[Choice]) -> list[str]:
     return _table(header, lines)
 
 
-def _sections(rows: Sequence[Row]) -> dict[tuple[str, str], list[Row]]:
-    sections: dict[tuple[str, str], list[Row]] = defaultdict(list)
-    for row in rows:
-        if row.dataset != "average":
-            sections[(row.dataset, row.strategy)].append(row)
-    return sections
-
-
 def to_markdown(
     rows: Sequence[Row],
     headlines: Sequence[Headline] = (),
@@ -265,7 +256,7 @@ def to_markdown(
     lines = [
         "# Evaluation report",
         "",
-        f"From `{source}`: {runs} runs, {len(_sections(rows))} dataset/strategy table(s). "
+        f"From `{source}`: {runs} runs, {len(sections(rows))} dataset/strategy table(s). "
         "Recompute with `mur report DIR`.",
         "",
     ]
@@ -284,7 +275,7 @@ def to_markdown(
             lines.append("- No MUR setting shares questions with always yet.")
     if plots:
         lines += ([""] if lines[-1] else []) + [f"![{name}]({name})" for name in plots]
-    for (dataset, strategy), group in _sections(rows).items():
+    for (dataset, strategy), group in sections(rows).items():
         paired = any(r.gate == "always" for r in group)
         questions = max(r.questions for r in group)
         lines += ["", f"## {dataset} / {strategy} (up to {questions} questions)", ""]

@@ -11,11 +11,12 @@ import math
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from mur.evals.report.rows import Row
+from mur.evals.report.rows import Row, sections
 
 _MIN_SPAN = 5.0  # percentage points: the smallest accuracy range an axis shows
 
@@ -44,22 +45,16 @@ def _bounds(row: Row) -> tuple[float, float]:
     return 100 * low, 100 * high
 
 
-def _error(rows: Sequence[Row]) -> list[list[float]]:
-    """Asymmetric error bars (below, above) in percent, never negative."""
+def _accuracy_bars(ax: Axes, xs: Sequence[float | None], rows: Sequence[Row], **style: Any) -> None:
+    """The rows' accuracies in percent at `xs`, their intervals as asymmetric error bars (never
+    negative), drawn whole even where they pass the axes' edge."""
     below, above = [], []
     for row in rows:
         low, high = _bounds(row)
         below.append(max(0.0, 100 * row.accuracy - low))
         above.append(max(0.0, high - 100 * row.accuracy))
-    return [below, above]
-
-
-def _panels(rows: Sequence[Row]) -> dict[tuple[str, str], list[Row]]:
-    panels: dict[tuple[str, str], list[Row]] = defaultdict(list)
-    for row in rows:
-        if row.dataset != "average":
-            panels[(row.dataset, row.strategy)].append(row)
-    return dict(sorted(panels.items()))
+    accuracy = [100 * row.accuracy for row in rows]
+    ax.errorbar(xs, accuracy, yerr=[below, above], capsize=3, clip_on=False, **style)
 
 
 def _sweeps(rows: Sequence[Row]) -> dict[str, list[Row]]:
@@ -106,7 +101,7 @@ def _fewer(row: Row, most: int) -> str:
 def accuracy_figure(rows: Sequence[Row]) -> Figure | None:
     """Accuracy (95% CI bars) against total tokens per question, one point per setting, each
     gamma sweep joined as a line; one panel per dataset and strategy. None without rows."""
-    panels = _panels(rows)
+    panels = dict(sorted(sections(rows).items()))
     if not panels:
         return None
     gates = sorted({r.gate for group in panels.values() for r in group})
@@ -116,16 +111,9 @@ def accuracy_figure(rows: Sequence[Row]) -> Figure | None:
         sweeps = _sweeps(group)
         most = max(r.questions for r in group)
         for index, (gate, series) in enumerate(sweeps.items()):
-            ax.errorbar(
-                [r.total_tokens for r in series],
-                [100 * r.accuracy for r in series],
-                yerr=_error(series),
-                fmt="-o",
-                color=colors[gate],
-                capsize=3,
-                clip_on=False,
-                label=f"{gate} (gamma sweep)",
-            )
+            tokens = [r.total_tokens for r in series]
+            label = f"{gate} (gamma sweep)"
+            _accuracy_bars(ax, tokens, series, fmt="-o", color=colors[gate], label=label)
             for r in series:
                 above = _label_above(r, series, default=index % 2 == 0)  # two sweeps: split
                 ax.annotate(
@@ -141,16 +129,8 @@ def accuracy_figure(rows: Sequence[Row]) -> Figure | None:
                 continue
             details = [f"gamma {r.gamma:g}" if r.gamma is not None else "", _fewer(r, most)]
             label = f"{r.gate} ({', '.join(filter(None, details))})" if any(details) else r.gate
-            ax.errorbar(
-                [r.total_tokens],
-                [100 * r.accuracy],
-                yerr=_error([r]),
-                fmt="s" if r.gate in ("always", "never") else "D",
-                color=colors[r.gate],
-                capsize=3,
-                clip_on=False,
-                label=label,
-            )
+            marker = "s" if r.gate in ("always", "never") else "D"
+            _accuracy_bars(ax, [r.total_tokens], [r], fmt=marker, color=colors[r.gate], label=label)
         bounds = [_bounds(r) for r in group]
         ax.set_ylim(*accuracy_limits([b[0] for b in bounds], [b[1] for b in bounds]))
         ax.set_xlim(*token_limits([r.total_tokens for r in group]))
@@ -170,7 +150,7 @@ def gamma_figure(rows: Sequence[Row]) -> Figure | None:
     Figure 3); None when there is no such sweep."""
     lines = [
         (dataset, strategy, gate, series)
-        for (dataset, strategy), group in _panels(rows).items()
+        for (dataset, strategy), group in sorted(sections(rows).items())
         for gate, series in _sweeps(group).items()
     ]
     if not lines:
@@ -181,15 +161,7 @@ def gamma_figure(rows: Sequence[Row]) -> Figure | None:
     for dataset, strategy, gate, series in lines:
         gammas = [r.gamma for r in series]
         label = f"{dataset} / {strategy} / {gate}"
-        acc_ax.errorbar(
-            gammas,
-            [100 * r.accuracy for r in series],
-            yerr=_error(series),
-            fmt="-o",
-            capsize=3,
-            clip_on=False,
-            label=label,
-        )
+        _accuracy_bars(acc_ax, gammas, series, fmt="-o", label=label)
         tok_ax.plot(gammas, [r.total_tokens for r in series], "-o", label=label)
         lows += [_bounds(r)[0] for r in series]
         highs += [_bounds(r)[1] for r in series]
@@ -203,16 +175,9 @@ def gamma_figure(rows: Sequence[Row]) -> Figure | None:
     return fig
 
 
-def _save(fig: Figure | None, path: Path) -> Path | None:
+def save_figure(fig: Figure | None, path: Path) -> Path | None:
+    """Write `fig` (None: no figure, nothing written) to `path`."""
     if fig is None:
         return None
     fig.savefig(path, dpi=130)
     return path
-
-
-def plot_accuracy_vs_tokens(rows: Sequence[Row], path: Path) -> Path | None:
-    return _save(accuracy_figure(rows), path)
-
-
-def plot_gamma_sweep(rows: Sequence[Row], path: Path) -> Path | None:
-    return _save(gamma_figure(rows), path)

@@ -4,10 +4,14 @@ from the code that computes them (evals.report.tables) and the code that shows t
 
 from __future__ import annotations
 
+from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
 
+from mur.evals.report.pairing import AVERAGE
 
-@dataclass(frozen=True)
+
+@dataclass(frozen=True, kw_only=True)
 class Row:
     """One setting's numbers. Accuracies are fractions in [0, 1]; tokens and steps are per
     question (each question's mean over its samples, then the mean over questions); the
@@ -21,19 +25,19 @@ class Row:
     questions: int
     runs: int
     accuracy: float
-    accuracy_low: float | None
-    accuracy_high: float | None
-    paired_questions: int | None
-    accuracy_diff: float | None
-    accuracy_diff_low: float | None
-    accuracy_diff_high: float | None
-    better: int | None
-    worse: int | None
-    p_value: float | None
+    accuracy_low: float | None = None
+    accuracy_high: float | None = None
+    paired_questions: int | None = None
+    accuracy_diff: float | None = None
+    accuracy_diff_low: float | None = None
+    accuracy_diff_high: float | None = None
+    better: int | None = None
+    worse: int | None = None
+    p_value: float | None = None
     backbone_tokens: float
     external_tokens: float
     total_tokens: float
-    tokens_vs_always: float | None
+    tokens_vs_always: float | None = None
     steps_total: float
     steps_scaled: float
     scaled_share: float
@@ -49,3 +53,13 @@ class RunTime:
     timed_runs: int  # runs with a finished_at stamp (records written before it have none)
     runs: int
     busy_s: float  # the union of the timed runs' [finished_at - latency_s, finished_at]
+
+
+def sections(rows: Sequence[Row]) -> dict[tuple[str, str], list[Row]]:
+    """The rows of each dataset and strategy, in the order they come (average rows apart): a
+    table in report.md, a panel in its plot."""
+    found: dict[tuple[str, str], list[Row]] = defaultdict(list)
+    for row in rows:
+        if row.dataset != AVERAGE:
+            found[(row.dataset, row.strategy)].append(row)
+    return found

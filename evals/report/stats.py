@@ -71,11 +71,9 @@ def bootstrap_interval(
         vectorized=True,
         rng=np.random.default_rng(seed),
     )
-    low, high = result.confidence_interval
     # Guard the float edges: the mean of resampled values cannot leave their range.
-    return Interval(
-        float(np.clip(low, data.min(), data.max())), float(np.clip(high, data.min(), data.max()))
-    )
+    low, high = np.clip(result.confidence_interval, data.min(), data.max())
+    return Interval(float(low), float(high))
 
 
 def exact_sign_test(better: int, worse: int) -> float:

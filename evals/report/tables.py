@@ -16,7 +16,7 @@ import json
 import math
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, fields, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -40,7 +40,7 @@ from mur.evals.report.pairing import (
     pairing_json,
     setting_order,
 )
-from mur.evals.report.plots import plot_accuracy_vs_tokens, plot_gamma_sweep
+from mur.evals.report.plots import accuracy_figure, gamma_figure, save_figure
 from mur.evals.report.rows import Row, RunTime
 from mur.evals.report.trace_report import trace_section
 from mur.evals.report.traces import has_traces, load_arm
@@ -101,9 +101,6 @@ def _row(
     latency = [float(r["latency_s"]) for r in setting.records]
     pairing = pair(setting, always, resamples=resamples, seed=seed) if always else None
     paired = pairing.comparison if pairing else None
-    tokens_vs_always = (
-        pairing.tokens / pairing.reference_tokens if pairing and pairing.reference_tokens else None
-    )
     return Row(
         dataset=dataset,
         strategy=strategy,
@@ -124,7 +121,7 @@ def _row(
         backbone_tokens=backbone,
         external_tokens=external,
         total_tokens=backbone + external,
-        tokens_vs_always=tokens_vs_always,
+        tokens_vs_always=pairing.tokens_ratio if pairing and pairing.reference_tokens else None,
         steps_total=steps_total,
         steps_scaled=steps_scaled,
         scaled_share=setting.scaled_share(),
@@ -134,44 +131,28 @@ def _row(
     )
 
 
+POINT_ESTIMATES = tuple(f.name for f in fields(Row) if f.type == "float")
+"""The numbers every row has (the plain float fields): those an average row averages."""
+
+
 def _averages(rows: Sequence[Row]) -> list[Row]:
     """The unweighted mean over datasets of each (strategy, gate, gamma), like the paper's Avg:
     point estimates only (intervals and tests are per dataset, where questions pair)."""
     by_setting: dict[tuple[str, str, float | None], list[Row]] = defaultdict(list)
     for row in rows:
         by_setting[(row.strategy, row.gate, row.gamma)].append(row)
-    averaged = []
-    for (strategy, gate, gamma), group in by_setting.items():
-        averaged.append(
-            Row(
-                dataset=AVERAGE,
-                strategy=strategy,
-                gate=gate,
-                gamma=gamma,
-                questions=sum(r.questions for r in group),
-                runs=sum(r.runs for r in group),
-                accuracy=stats.mean([r.accuracy for r in group]),
-                accuracy_low=None,
-                accuracy_high=None,
-                paired_questions=None,
-                accuracy_diff=None,
-                accuracy_diff_low=None,
-                accuracy_diff_high=None,
-                better=None,
-                worse=None,
-                p_value=None,
-                backbone_tokens=stats.mean([r.backbone_tokens for r in group]),
-                external_tokens=stats.mean([r.external_tokens for r in group]),
-                total_tokens=stats.mean([r.total_tokens for r in group]),
-                tokens_vs_always=None,
-                steps_total=stats.mean([r.steps_total for r in group]),
-                steps_scaled=stats.mean([r.steps_scaled for r in group]),
-                scaled_share=stats.mean([r.scaled_share for r in group]),
-                wall_mean=stats.mean([r.wall_mean for r in group]),
-                wall_p50=stats.mean([r.wall_p50 for r in group]),
-                wall_p95=stats.mean([r.wall_p95 for r in group]),
-            )
+    averaged = [
+        Row(
+            dataset=AVERAGE,
+            strategy=strategy,
+            gate=gate,
+            gamma=gamma,
+            questions=sum(r.questions for r in group),
+            runs=sum(r.runs for r in group),
+            **{name: stats.mean([getattr(r, name) for r in group]) for name in POINT_ESTIMATES},
         )
+        for (strategy, gate, gamma), group in by_setting.items()
+    ]
     always = {r.strategy: r.total_tokens for r in averaged if r.gate == REFERENCE_GATE}
     return [
         replace(r, tokens_vs_always=r.total_tokens / always[r.strategy])
@@ -221,8 +202,8 @@ def write_report(
     heads = headlines(records, headline_gamma, resamples=resamples, seed=seed)
     choices = mur_choices(records, headline_gamma, resamples=resamples, seed=seed)
     timing = run_time(records)
-    plot_path = plot_accuracy_vs_tokens(rows, folder / PLOT_NAME)
-    sweep_path = plot_gamma_sweep(rows, folder / SWEEP_NAME)
+    plot_path = save_figure(accuracy_figure(rows), folder / PLOT_NAME)
+    sweep_path = save_figure(gamma_figure(rows), folder / SWEEP_NAME)
     markdown = to_markdown(
         rows,
         heads,

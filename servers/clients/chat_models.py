@@ -43,6 +43,7 @@ import openai
 import orjson
 from langchain_core.callbacks import AsyncCallbackManagerForLLMRun
 from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.messages.ai import UsageMetadata, subtract_usage
 from langchain_core.outputs import ChatGenerationChunk, ChatResult
 from langchain_openai import ChatOpenAI
 from pydantic import Field, SecretStr
@@ -217,12 +218,22 @@ class VLLMChatOpenAI(ChatOpenAI):
 
     async def _astream(self, *args: Any, **kwargs: Any) -> AsyncIterator[ChatGenerationChunk]:
         """The stock stream, checked: a stream the connection cuts, a chunk that is not JSON
-        or a stream that ends without its last chunk raises BadReply."""
+        or a stream that ends without its last chunk raises BadReply.
+
+        Each chunk's usage is what it adds (LangChain sums its chunks' usage, and so do its
+        meters and tracers): vLLM's `continuous_usage_stats` send the count so far on every
+        chunk, which summed would count a token once per chunk after it. A stream cut short
+        then carries the tokens read, each once."""
         check = StreamCheck(self._chat_url())
+        so_far: UsageMetadata | None = None
         try:
             try:
                 async for chunk in super()._astream(*args, **kwargs):
                     check.saw(chunk.generation_info)
+                    usage = getattr(chunk.message, "usage_metadata", None)
+                    if usage:
+                        chunk.message.usage_metadata = subtract_usage(usage, so_far)  # type: ignore[attr-defined]
+                        so_far = usage
                     yield chunk
             except json.JSONDecodeError as exc:  # the SDK decodes each event unguarded
                 raise check.not_json(exc) from exc

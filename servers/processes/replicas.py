@@ -10,7 +10,9 @@ that replica's prefix cache. A replica that dies is taken out by the router (its
 after 3 failed requests, health checks every 5 s) and its questions move to the others.
 
 Run records: `<profile>-r1` .. `<profile>-rN` for the replicas and `<profile>-router` for the
-router, so `status` lists them and `down --profile <profile>` stops them.
+router, so `status` lists them and `down --profile <profile>` stops them. The router's command
+and environment here serve supervisor.py too, whose workers (the endpoint's replicas) run in
+the foreground instead, restarted when they die and gone with the command that started them.
 """
 
 from __future__ import annotations
@@ -182,18 +184,24 @@ def router_command(
     port: int,
     policy: str = DEFAULT_POLICY,
     host: str = "127.0.0.1",
-    metrics_port: int,
+    metrics_port: int | None = None,
     python: str = sys.executable,
+    retries: int | None = None,
+    circuit_open_s: int | None = None,
+    request_timeout_s: int | None = None,
 ) -> list[str]:
     """The argv that starts vllm-router over `worker_urls` (server roots, no /v1).
 
     It runs as `python -m vllm_router.launch_router` with this interpreter, so the router is
     the package `check_router_installed` checked, not some other `vllm-router` on PATH. Its
-    Prometheus exporter needs a port of its own (two routers on the default one collide).
+    Prometheus exporter needs a port of its own (two routers on the default one collide):
+    `metrics_port`, default a free one on `host`. `retries` (attempts on another worker),
+    `circuit_open_s` (how long a failing worker stays out) and `request_timeout_s` override
+    the router's defaults when given: every vllm-router flag MUR uses is spelled here.
     """
     if policy not in POLICIES:
         raise ServerError(f"unknown router policy {policy!r}: choose one of {', '.join(POLICIES)}")
-    return [
+    command = [
         python,
         "-m",
         "vllm_router.launch_router",
@@ -208,7 +216,7 @@ def router_command(
         "--prometheus-host",
         host,
         "--prometheus-port",
-        str(metrics_port),
+        str(free_port(host) if metrics_port is None else metrics_port),
         "--log-level",
         "warning",
         # A dead replica leaves fast: 3 failed requests open its circuit; health checks
@@ -220,6 +228,15 @@ def router_command(
         "--health-failure-threshold",
         "2",
     ]
+    tuning = {
+        "--retry-max-retries": retries,
+        "--cb-timeout-duration-secs": circuit_open_s,
+        "--request-timeout-secs": request_timeout_s,
+    }
+    for flag, value in tuning.items():
+        if value is not None:
+            command += [flag, str(value)]
+    return command
 
 
 def router_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -292,7 +309,6 @@ def up_replicas(
             port=router_port,
             policy=policy,
             host=base.host,
-            metrics_port=free_port(base.host),
         )
         router = up(
             front,

@@ -28,9 +28,9 @@ import psutil
 import pytest
 
 from faulty_server import MODEL, faulty_server
-from mur.endpoint import supervisor as supervisor_module
 from mur.endpoint.supervisor import Child, Supervisor
 from mur.servers.clients import probes
+from mur.servers.processes import supervisor as supervisor_module
 from mur.servers.processes.orphans import Tether
 from mur.servers.processes.replicas import ROUTER_ENV, router_env
 from postgres import PASSWORD, PostgresServer, free_port
