@@ -7,7 +7,8 @@ OpenAI SDK retries); a connection that dies, or a stream cut before `[DONE]`, is
 after a second. Once answered, the same key is asked once more:
 the recorded reply must come back, the same id and content ("answered twice with different
 answers" counts the ones that do not). Every answer's content is checked against the one the
-scripted backbone gives that question (testing/fake_endpoint.py).
+scripted backbone gives that question (testing/fake_endpoint.py). The questions, the reply's
+reader and the client pool are the endpoint load test's (benchmarks/endpoint_load.py).
 """
 
 from __future__ import annotations

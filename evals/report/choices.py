@@ -14,13 +14,7 @@ from dataclasses import dataclass
 
 from mur.evals.harness.run_record import RunRecord
 from mur.evals.report import stats
-from mur.evals.report.pairing import (
-    Pairing,
-    SettingKey,
-    group_settings,
-    pair,
-    setting_order,
-)
+from mur.evals.report.pairing import Pairing, SettingKey, group_settings, pair, setting_order
 from mur.nodes.gate_labels import gate_family
 
 DEFAULT_GATE = "mur"  # the paper's MUR: no bias correction

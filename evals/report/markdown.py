@@ -265,10 +265,7 @@ def to_markdown(
         lines += [run_time_sentence(run_time), ""]
     # A folder without MUR runs (a baseline, or traces under gate never) has no headline to miss.
     if any(r.gate.startswith("mur") for r in rows):
-        lines += [
-            f"## Headline: MUR against always (gamma {headline_gamma:g})",
-            "",
-        ]
+        lines += [f"## Headline: MUR against always (gamma {headline_gamma:g})", ""]
         lines += [f"- {headline_sentence(h)}" for h in headlines]
         lines += _missing_headline(rows, headline_gamma)
         if not headlines and lines[-1] == "":

@@ -15,6 +15,7 @@ from typing import Any
 
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from numpy.typing import ArrayLike
 
 from mur.evals.report.rows import Row, sections
 
@@ -45,7 +46,7 @@ def _bounds(row: Row) -> tuple[float, float]:
     return 100 * low, 100 * high
 
 
-def _accuracy_bars(ax: Axes, xs: Sequence[float | None], rows: Sequence[Row], **style: Any) -> None:
+def _accuracy_bars(ax: Axes, xs: ArrayLike, rows: Sequence[Row], **style: Any) -> None:
     """The rows' accuracies in percent at `xs`, their intervals as asymmetric error bars (never
     negative), drawn whole even where they pass the axes' edge."""
     below, above = [], []
@@ -159,7 +160,7 @@ def gamma_figure(rows: Sequence[Row]) -> Figure | None:
     acc_ax, tok_ax = fig.subplots(1, 2)
     lows, highs = [], []
     for dataset, strategy, gate, series in lines:
-        gammas = [r.gamma for r in series]
+        gammas = [r.gamma for r in series if r.gamma is not None]  # all: sweeps have gammas
         label = f"{dataset} / {strategy} / {gate}"
         _accuracy_bars(acc_ax, gammas, series, fmt="-o", label=label)
         tok_ax.plot(gammas, [r.total_tokens for r in series], "-o", label=label)

@@ -141,18 +141,22 @@ def _averages(rows: Sequence[Row]) -> list[Row]:
     by_setting: dict[tuple[str, str, float | None], list[Row]] = defaultdict(list)
     for row in rows:
         by_setting[(row.strategy, row.gate, row.gamma)].append(row)
-    averaged = [
-        Row(
-            dataset=AVERAGE,
-            strategy=strategy,
-            gate=gate,
-            gamma=gamma,
-            questions=sum(r.questions for r in group),
-            runs=sum(r.runs for r in group),
-            **{name: stats.mean([getattr(r, name) for r in group]) for name in POINT_ESTIMATES},
+    averaged = []
+    for (strategy, gate, gamma), group in by_setting.items():
+        means: dict[str, Any] = {
+            name: stats.mean([getattr(r, name) for r in group]) for name in POINT_ESTIMATES
+        }
+        averaged.append(
+            Row(
+                dataset=AVERAGE,
+                strategy=strategy,
+                gate=gate,
+                gamma=gamma,
+                questions=sum(r.questions for r in group),
+                runs=sum(r.runs for r in group),
+                **means,
+            )
         )
-        for (strategy, gate, gamma), group in by_setting.items()
-    ]
     always = {r.strategy: r.total_tokens for r in averaged if r.gate == REFERENCE_GATE}
     return [
         replace(r, tokens_vs_always=r.total_tokens / always[r.strategy])
