@@ -147,7 +147,12 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     print(f"{len(cases)} cases, {len(cases) - len(todo)} already in {args.out}, {len(todo)} to go")
     gated = {name: getattr(context, name) for name in GATE_SETTINGS}  # the gate's family
     run = Run(store, middleware, agent_model, {**settings, **gated}, keys, args.concurrency)
-    failed = asyncio.run(run.all(todo))
+    try:
+        failed = asyncio.run(run.all(todo))
+    except KeyboardInterrupt:  # each finished case is in the folder already
+        print(f"{prog}: stopped (Ctrl-C): the cases in flight are not kept; the same command "
+              "resumes", file=sys.stderr)  # fmt: skip
+        return 130
     return 1 if failed else 0
 
 
