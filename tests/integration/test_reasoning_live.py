@@ -17,6 +17,7 @@ import re
 import subprocess
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 from examples import example
@@ -27,7 +28,7 @@ from mur.evals.questions.grading import math_equal
 from mur.graphs import STRATEGIES, Context
 from mur.graphs.mur import build_graph
 from mur.graphs.solve import solve
-from mur.servers import generation_tokens
+from mur.servers import generation_tokens, make_chat_model
 from mur.servers.clients.errors import ServerError
 from mur.servers.clients.metrics import read_counter
 from mur.servers.processes.launcher import RunningServer, down, up
@@ -158,11 +159,20 @@ async def test_every_strategy_scales_every_step_of_a_real_solution(reasoner) -> 
 # ----------------------------------------------- MUR in LangChain apps (integrations/chat_model.py)
 
 
+def greedy_mur(server: RunningServer, **settings: Any) -> ChatMUR:
+    """ChatMUR over the server, both roles decoding greedily: an assertion on the answer needs
+    one answer, not a draw (the sampled 1.5B reaches 49 most times, not every time)."""
+    greedy = make_chat_model(
+        server.base_url, server.model, temperature=0.0, presence_penalty=0.0, cpu_server=True
+    )
+    return ChatMUR(backbone=greedy, verifier=greedy, **settings)
+
+
 async def test_chat_mur_answers_with_the_servers_count(reasoner: RunningServer) -> None:
-    """`ChatMUR(...).ainvoke("What is 3^4 - 2^5?")` on the 1.5B: 49 (as the benchmarks grade an
-    answer: math-verify, so `81 - 32 = 49` counts), `usage_metadata`'s
+    """`ChatMUR(...).ainvoke("What is 3^4 - 2^5?")` on the 1.5B, greedy: 49 (as the benchmarks
+    grade an answer: math-verify, so `81 - 32 = 49` counts), `usage_metadata`'s
     generated tokens equal to what the server counted, the steps streamed in order."""
-    llm = ChatMUR(base_url=reasoner.base_url, strategy="critic", max_steps=6)
+    llm = greedy_mur(reasoner, strategy="critic", max_steps=6)
     before = generation_tokens(reasoner.base_url)
     message = await llm.ainvoke("What is 3^4 - 2^5?")
     generated = generation_tokens(reasoner.base_url) - before
@@ -190,13 +200,13 @@ async def test_the_agent_calls_mur_through_the_servers_tool_calls(
         temperature=0,
         max_tokens=128,
     )
-    llm = ChatMUR(base_url=reasoner.base_url, strategy="critic", max_steps=6)
+    llm = greedy_mur(reasoner, strategy="critic", max_steps=6)
     agent = agent_example.build_agent(model, llm)
     question = "A box holds 3^4 - 2^5 apples. How many apples are in the box?"
     answer, used = await agent_example.ask(agent, question, reasoner.base_url)
     # What the server must do is checked here: return the call parsed (a tool message, no
-    # error), run MUR on the question, let the agent answer after it. Whether the
-    # sampled 1.5B reaches 49 in MUR's steps varies (test_chat_mur_answers_... checks it).
+    # error), run MUR on the question, let the agent answer after it (both models greedy; the
+    # answer itself is test_chat_mur_answers_...'s to check).
     assert used.status != "error", used.content
     assert re.match(r"answer: .*\n\d+ steps, \d+ scaled by MUR, \d+ tokens generated", used.content)
     assert used.artifact["steps"], used.content
