@@ -143,7 +143,8 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     command = f"{prog} {shlex.join(sys.argv[1:] if argv is None else argv)}\n"
     (args.out / "command.txt").write_text(command)
     keys = {case.id: JobKey(bfcl.DATASET, case.id, STRATEGY, label, gamma, 0) for case in cases}
-    todo = [case for case in cases if keys[case.id].text not in store.done_keys()]
+    done = store.done_keys()  # read once: each call loads the folder's records
+    todo = [case for case in cases if keys[case.id].text not in done]
     print(f"{len(cases)} cases, {len(cases) - len(todo)} already in {args.out}, {len(todo)} to go")
     gated = {name: getattr(context, name) for name in GATE_SETTINGS}  # the gate's family
     run = Run(store, middleware, agent_model, {**settings, **gated}, keys, args.concurrency)

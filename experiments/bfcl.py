@@ -27,7 +27,6 @@ import os
 import uuid
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from functools import cache
 from types import ModuleType
 from typing import Any, cast
@@ -48,7 +47,7 @@ from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool, StructuredTool
 from langgraph.checkpoint.memory import InMemorySaver
 
-from mur.evals.harness.run_record import JobKey, RecordedUsage, RunRecord
+from mur.evals.harness.run_record import JobKey, RecordedUsage, RunRecord, make_record
 from mur.integrations.middleware import MURMiddleware
 from mur.servers.processes.paths import mur_home
 
@@ -367,35 +366,13 @@ def case_record(
     called in each turn."""
     valid, error = check(case, run)
     steps = [{**call, "scaled": call["action"] in ("escalated", "voted")} for call in run.calls]
-    usage = usage_of(run.calls)
     trace = {
         "answer": json.dumps(run.turns),
         "finish_reason": run.finish_reason,
         "steps": steps,
-        "usage": usage,
+        "usage": usage_of(run.calls),
         "fallback": None,
         "config": settings,
         "check": error,
     }
-    return cast(
-        RunRecord,
-        {
-            "key": key.text,
-            "dataset": key.dataset,
-            "problem_id": key.problem_id,
-            "strategy": key.strategy,
-            "gate": key.gate,
-            "gamma": key.gamma,
-            "sample": key.sample,
-            "gold": json.dumps(case.ground_truth),
-            "answer": trace["answer"],
-            "correct": valid,
-            "usage": usage,
-            "steps_total": len(steps),
-            "steps_scaled": sum(step["scaled"] for step in steps),
-            "finish_reason": run.finish_reason,
-            "latency_s": round(latency_s, 3),
-            "finished_at": datetime.now(UTC).isoformat(timespec="milliseconds"),
-            "trace": trace,
-        },
-    )
+    return make_record(key, json.dumps(case.ground_truth), trace, valid, latency_s)
