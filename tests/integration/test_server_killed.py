@@ -44,7 +44,7 @@ def benchmark(base_url: str | None, out: Path, data: Path) -> subprocess.Popen:
             "--max-steps",
             "3",
             "--max-step-tokens",
-            "48",
+            "24",
             "--judge-max-tokens",
             "32",
             *server,
