@@ -74,17 +74,19 @@ def step_prompt_rows(
                 step=step,
                 requests=len(group),
                 prompt_tokens=sum(prompts) / len(prompts),
-                growth=sum(growths) / len(growths) if growths else None,
-                cache_hits=sum(hits) / len(hits) if hits else None,
-                recomputed=sum(recomputed) / len(recomputed) if recomputed else None,
-                max_hits=(
-                    sum(max_cache_hit(p, block_size) or 0 for p in prompts) / len(prompts)
-                    if block_size
-                    else None
-                ),
+                growth=mean(growths),
+                cache_hits=mean(hits),
+                recomputed=mean(recomputed),
+                max_hits=mean([max_cache_hit(p, block_size) or 0 for p in prompts])
+                if block_size
+                else None,
             )
         )
     return rows
+
+
+def mean(values: Sequence[float]) -> float | None:
+    return sum(values) / len(values) if values else None
 
 
 @dataclass(frozen=True)

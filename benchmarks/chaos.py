@@ -8,25 +8,12 @@ baseline), then once per fault (`--faults`, FAULTS), a fault every 30-60 s:
 - db-freezes: PostgreSQL is SIGSTOPped for `--db-pause` s (10) with its connections open, as
   a network partition looks.
 
-    mur bench chaos [--seconds 300] [--clients 64] [--faults kills,freezes,db-freezes]
-        [--kill-every 30:60] [--db-pause 10] [--call-delay 0.5] [--lease-seconds 10]
-        [--stream-share 0.25] [--port 8061] [--seed 0]
-
-Each phase starts fresh: a database of its own in one throwaway PostgreSQL (the launcher,
-servers/processes/postgres.py), two replicas of the endpoint over the scripted backbone
-(testing/fake_endpoint.py, each model call `--call-delay` s) sharing it, vllm-router in
-front (the supervisor of `mur endpoint --replicas`, endpoint/supervisor.py, which also
-restarts a killed replica). `--clients` clients (benchmarks/chaos_load.py) ask questions with
-idempotency keys for `--seconds`, retrying as a client should, then finish what they hold.
-
-Reported per phase: requests finished; lost (never answered: must be 0); answered twice with
-different answers (the same key asked again after its answer: must be 0); wrong answers;
-runs resumed (ledger rows claimed more than once: taken over from a killed replica, or asked
-again after a cut reply) and model calls recomputed (the backbone's call log against one
-run's calls per question); retries; p50/p95 latency from the first ask to the answer; and
-from the database: checkpoints written by a claim that no longer held its run when the row
-was inserted (a trigger records each insert with the run's claim at that moment: must be 0),
-and orphans (threads with checkpoints, blobs or writes and no ledger row: must be 0). Exit
+Each phase starts fresh: a database of its own in one throwaway PostgreSQL, two replicas of
+the endpoint over the scripted backbone (testing/fake_endpoint.py) behind vllm-router, run by
+the supervisor of `mur endpoint --replicas` (which restarts a killed replica); the clients are
+benchmarks/chaos_load.py's. Besides the clients' counts (BENCHMARKS.md says what each column
+means), the database is read: checkpoints written by a claim that no longer held its run (a
+trigger records each insert with the run's claim at that moment) and orphaned threads. Exit
 status 1 when anything was lost, answered differently, wrong, written after a takeover or
 orphaned.
 """
@@ -56,7 +43,7 @@ import psycopg
 from mur.benchmarks.chaos_load import Outcome, load
 from mur.endpoint.replicas import REPLICA_HOST, child_env, router_argv
 from mur.endpoint.supervisor import Child, Supervisor
-from mur.servers.cli import OneLineParser, port_number
+from mur.servers.cli import OneLineParser, comma_choices, port_number
 from mur.servers.clients.errors import ServerError
 from mur.servers.processes.facts import cpu_model
 from mur.servers.processes.postgres import PostgresServer
@@ -131,19 +118,15 @@ class Phase:
         values = [o.latency for o in self.answered]
         return float(np.percentile(values, q)) if values else math.nan
 
-    def retries(self, reason: str) -> int:
-        return sum(o.retries[reason] for o in self.outcomes)
-
-    def retry_reasons(self) -> set[str]:
-        return {reason for o in self.outcomes for reason in o.retries}
+    def retries(self) -> Counter[str]:
+        return sum((o.retries for o in self.outcomes), Counter())
 
 
 class Monkey(threading.Thread):
-    """Keeps the supervisor restarting dead replicas and, when `every` is set, injects the
-    phase's fault every so often until `until` (monotonic time), only while all replicas are
-    up and one has runs in flight: a fault between two waves of requests would cost nothing
-    and show nothing (the miniature saw one in 7 runs). A frozen replica or database is
-    thawed after its pause, and at the latest when the monkey stops."""
+    """Keeps the supervisor restarting dead replicas and injects the phase's fault every so
+    often until `until` (monotonic time), only while all replicas are up and one has runs in
+    flight: a fault between two waves of requests would cost nothing and show nothing. A frozen
+    replica or database is thawed after its pause, and at the latest when the monkey stops."""
 
     def __init__(
         self,
@@ -301,8 +284,9 @@ HEADER = (
 
 
 def table_row(phase: Phase) -> str:
-    other = sum(phase.retries(r) for r in phase.retry_reasons() if r not in ("409", "503"))
-    retries = f"{phase.retries('409')} / {phase.retries('503')} / {other}"
+    by_reason = phase.retries()
+    other = by_reason.total() - by_reason["409"] - by_reason["503"]
+    retries = f"{by_reason['409']} / {by_reason['503']} / {other}"
     cells = [
         phase.name, len(phase.kills), len(phase.answered), len(phase.lost),
         len(phase.differing), len(phase.wrong), phase.stale_writes, phase.orphans,
@@ -335,16 +319,6 @@ def kill_every(text: str) -> tuple[float, float]:
     return bounds
 
 
-def faults_of(text: str) -> tuple[str, ...]:
-    names = tuple(name.strip() for name in text.split(",") if name.strip())
-    unknown = [name for name in names if name not in FAULTS]
-    if unknown or not names:
-        raise argparse.ArgumentTypeError(
-            f"unknown fault {unknown[0] if unknown else text!r}: choose one of {', '.join(FAULTS)}"
-        )
-    return names
-
-
 def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     parser = OneLineParser(
         prog=prog,
@@ -362,7 +336,7 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--faults",
-        type=faults_of,
+        type=comma_choices(FAULTS, "fault"),
         default=FAULTS,
         help=f"the phases after the baseline, comma-separated ({','.join(FAULTS)})",
     )

@@ -1,14 +1,7 @@
 """The clients of the chaos benchmark (benchmarks/chaos.py): each sends one question at a time
-with an idempotency key of its own and retries it, as a client should, until it is answered.
-
-A retry honours Retry-After (409 while the run's lease lives on a dead replica, 503 while a
-replica drains or the database is away or no replica is up, 429, and the other statuses the
-OpenAI SDK retries); a connection that dies, or a stream cut before `[DONE]`, is retried
-after a second. Once answered, the same key is asked once more:
-the recorded reply must come back, the same id and content ("answered twice with different
-answers" counts the ones that do not). Every answer's content is checked against the one the
-scripted backbone gives that question (testing/fake_endpoint.py). The questions, the reply's
-reader and the client pool are the endpoint load test's (benchmarks/endpoint_load.py).
+with an idempotency key of its own and retries it, as a client should, until it is answered
+(after Retry-After, or a second when the connection died or a stream was cut). Once answered,
+the same key is asked once more: the recorded reply, the same id and content, must come back.
 """
 
 from __future__ import annotations

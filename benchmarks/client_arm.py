@@ -1,13 +1,9 @@
-"""One arm of `mur bench client`, run in a process of its own, over the `mur` it imports.
-
-    python benchmarks/client_arm.py '{"layer": "graph", "strategy": "critic", ...}'
-
-Run by `mur bench client` (benchmarks/client_cost.py) with PYTHONPATH naming the checkout to
-measure, so the same file times the working tree and an older checkout side by side: it uses
-only names every version has (`make_chat_model`, `build_graph`, `Context`, `generate`,
-`open_checkpoints`) and imports nothing else of the project. It prints one JSON object: the
-client's and the fake server's CPU seconds (user + sys), wall seconds, and the requests and
-generated tokens the server counted, over the timed part (after a warm-up).
+"""One arm of `mur bench client` (benchmarks/client_cost.py), run in a process of its own with
+PYTHONPATH naming the checkout to measure, so the same file times the working tree and an older
+checkout side by side: it uses only names every version has (`make_chat_model`, `build_graph`,
+`Context`, `generate`, `open_checkpoints`) and imports nothing else of the project. It prints
+one JSON object: the client's and the fake server's CPU seconds, wall seconds, and the requests
+and generated tokens the server counted, over the timed part (after a warm-up).
 
 Layers, each the one before it plus one more thing, on the same requests:
   floor      aiohttp + orjson + the mean logprob: what any client must do;

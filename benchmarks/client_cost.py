@@ -2,28 +2,13 @@
 at once.
 
 On a GPU the engine generates tokens a hundred times faster than the 2-core CPU server, and
-what the client spends on each (the graph, LangChain, the SDK, the checkpoints) decides whether
-one process keeps the GPU busy. Here a vLLM-shaped fake (testing/fake_vllm.py, its own
-process, its CPU counted apart) answers every request at once with the bytes vLLM 0.32 would
-send, so all that is measured is the client: user + sys CPU seconds over the timed part of a
-run (after a warm-up), per generated token and per request, and the tokens a second one core
-of client could carry. Each arm runs in a process of its own (benchmarks/client_arm.py):
-
-- layers, on the same requests (critic, gate mur): the floor (aiohttp + orjson + the mean
-  logprob), + the openai SDK, + LangChain and the reply reader, + LangGraph, + the run folder's
-  SQLite checkpoints, and `mur solve --dataset` as a user runs it;
-- strategies through the graph: critic with gates never and mur, best_of_n, 8 traces voting;
-- `mur solve --workers 2`: tokens a second on the machine's cores against one worker's.
-
-`--vllm-profile NAME` measures the other side instead: a real vLLM server of that profile
-(started or reused) answering the same number of requests at top_logprobs 0 and 20, the CPU
-its API process (HTTP, detokenizing, one object per logprob in the reply) and its engine
-spend per generated token.
-
-`--before DIR` runs every arm that DIR's checkout has over it too, interleaved with this one's,
-so a change is measured side by side on one CPU (`git worktree add DIR COMMIT`). Results go
-to `--out` (JSON, one entry per arm and checkout), the table to stdout; `--table` prints a
-file's table again.
+what the client spends on each decides whether one process keeps the GPU busy. Here a
+vLLM-shaped fake (testing/fake_vllm.py, its own process, its CPU counted apart) answers every
+request at once, so all that is measured is the client, one arm (`ARMS`; the layers are
+benchmarks/client_arm.py's) in a process of its own. `--vllm-profile NAME` measures the other
+side instead: the CPU a real vLLM server's API process and engine spend per generated token.
+`--before DIR` runs every arm over DIR's checkout too (`git worktree add DIR COMMIT`),
+interleaved with this one's, so a change is measured side by side on one CPU.
 """
 
 from __future__ import annotations
@@ -45,10 +30,11 @@ import httpx
 import psutil
 
 from mur.benchmarks.report import load_line, machine_line
-from mur.benchmarks.tables import fmt, markdown_table
+from mur.benchmarks.tables import dict_table, fmt, markdown_table
 from mur.servers import ServerError
 from mur.servers.cli import OneLineParser, port_or_any, positive_int
 from mur.servers.clients.metrics import generation_tokens, settled
+from mur.servers.clients.probes import healthy
 from mur.servers.processes.launcher import up
 
 PROG = "mur bench client"
@@ -142,11 +128,9 @@ class FakeServer:
         self.root = f"http://127.0.0.1:{first}"
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"{self.root}/health", timeout=1).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                time.sleep(0.2)
+            if healthy(self.root, timeout=1):
+                return
+            time.sleep(0.2)
         raise RuntimeError(f"the fake server did not answer at {self.root} within 60 s")
 
     def stop(self) -> None:
@@ -195,25 +179,20 @@ def run_arm(arm: Arm, tree: Path, server: FakeServer, questions: int, concurrenc
 
 
 def commit_of(tree: Path) -> str:
-    done = subprocess.run(
-        ["git", "-C", str(tree), "rev-parse", "--short", "HEAD"],
-        capture_output=True,
-        text=True,
-        check=False,
+    """The checkout's short commit, with `+changes` when its files differ from it."""
+
+    def git(*args: str) -> str:
+        command = ["git", "-C", str(tree), *args]
+        return subprocess.run(command, capture_output=True, text=True, check=False).stdout.strip()
+
+    return git("rev-parse", "--short", "HEAD") + (
+        "+changes" if git("status", "--porcelain") else ""
     )
-    dirty = subprocess.run(
-        ["git", "-C", str(tree), "status", "--porcelain"],
-        capture_output=True,
-        text=True,
-        check=False,
-    ).stdout.strip()
-    return done.stdout.strip() + ("+changes" if dirty else "")
 
 
 def table(entries: Sequence[dict[str, Any]]) -> str:
-    """One row per arm and checkout: the client's CPU per token and per request, the tokens a
-    second one core carries, the fake server's CPU per token, and the floor's multiple. A CPU
-    time of 0 (under the clock's tick, on a fast machine or a short run) shows as '-'."""
+    """One row per arm and checkout; a CPU time of 0 (under the clock's tick, on a fast machine
+    or a short run) shows as '-'."""
     floors = {
         (e["checkout"], e["top_logprobs"]): e
         for e in entries
@@ -285,25 +264,17 @@ def server_side(profile: str, requests: int, concurrency: int, prog: str) -> int
         after = (_cpu([api]), _cpu(engine), settled(counted))
         api_s, engine_s, tokens = (b - a for a, b in zip(before, after, strict=True))
         rows.append(
-            [
-                top,
-                fmt(int(tokens)),
-                fmt(1e6 * api_s / tokens, 1),
-                fmt(1e6 * engine_s / tokens, 1),
-                fmt(api_s, 2),
-                fmt(engine_s, 2),
-            ]
+            {
+                "top_logprobs": top,
+                "tokens": fmt(int(tokens)),
+                "API process CPU us/token": fmt(1e6 * api_s / tokens, 1),
+                "engine CPU us/token": fmt(1e6 * engine_s / tokens, 1),
+                "API process CPU s": fmt(api_s, 2),
+                "engine CPU s": fmt(engine_s, 2),
+            }
         )
     print(f"{machine_line()}; load {load_line()}; {profile} at {server.base_url}\n")
-    headers = (
-        "top_logprobs",
-        "tokens",
-        "API process CPU us/token",
-        "engine CPU us/token",
-        "API process CPU s",
-        "engine CPU s",
-    )
-    print(markdown_table(headers, rows))
+    print(dict_table(rows))
     return 0
 
 

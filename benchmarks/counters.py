@@ -3,26 +3,17 @@
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass, fields
+import operator
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
+from typing import Any
 
 from mur.servers.clients.metrics import samples
 
-# vLLM's Prometheus counters the benchmark reads (sums over label sets).
-COUNTERS: dict[str, str] = {
-    "generation_tokens": "vllm:generation_tokens_total",
-    "prompt_tokens": "vllm:prompt_tokens_total",
-    "cache_queries": "vllm:prefix_cache_queries_total",
-    "cache_hits": "vllm:prefix_cache_hits_total",
-    "step_tokens": "vllm:iteration_tokens_total_sum",
-    "steps": "vllm:iteration_tokens_total_count",
-    "itl_sum": "vllm:inter_token_latency_seconds_sum",
-    "itl_count": "vllm:inter_token_latency_seconds_count",
-    "e2e_sum": "vllm:e2e_request_latency_seconds_sum",
-    "e2e_count": "vllm:e2e_request_latency_seconds_count",
-    "queue_sum": "vllm:request_queue_time_seconds_sum",
-    "requests_running": "vllm:num_requests_running",
-    "requests_waiting": "vllm:num_requests_waiting",
-}
+
+def counter(metric: str) -> Any:
+    """A field of `Counters`: the sum of vLLM's Prometheus `metric` over its label sets."""
+    return field(default=None, metadata={"metric": metric})
 
 
 def ratio(numerator: float | None, denominator: float | None) -> float | None:
@@ -36,26 +27,19 @@ def ratio(numerator: float | None, denominator: float | None) -> float | None:
 class Counters:
     """A snapshot (or a difference of two) of the server's counters; None = not exposed."""
 
-    generation_tokens: float | None = None
-    prompt_tokens: float | None = None
-    cache_queries: float | None = None
-    cache_hits: float | None = None
-    step_tokens: float | None = None
-    steps: float | None = None
-    itl_sum: float | None = None
-    itl_count: float | None = None
-    e2e_sum: float | None = None
-    e2e_count: float | None = None
-    queue_sum: float | None = None
-    requests_running: float | None = None
-    requests_waiting: float | None = None
+    generation_tokens: float | None = counter("vllm:generation_tokens_total")
+    prompt_tokens: float | None = counter("vllm:prompt_tokens_total")
+    cache_queries: float | None = counter("vllm:prefix_cache_queries_total")
+    cache_hits: float | None = counter("vllm:prefix_cache_hits_total")
+    step_tokens: float | None = counter("vllm:iteration_tokens_total_sum")
+    steps: float | None = counter("vllm:iteration_tokens_total_count")
+    itl_sum: float | None = counter("vllm:inter_token_latency_seconds_sum")
+    itl_count: float | None = counter("vllm:inter_token_latency_seconds_count")
+    requests_running: float | None = counter("vllm:num_requests_running")
+    requests_waiting: float | None = counter("vllm:num_requests_waiting")
 
     def __sub__(self, other: Counters) -> Counters:
-        values = {}
-        for f in fields(self):
-            a, b = getattr(self, f.name), getattr(other, f.name)
-            values[f.name] = None if a is None or b is None else a - b
-        return Counters(**values)
+        return fieldwise(operator.sub, self, other)
 
     @property
     def hit_rate(self) -> float | None:
@@ -80,8 +64,8 @@ class Counters:
 
 
 def parse_counters(text: str) -> Counters:
-    """The counters of `COUNTERS` from a Prometheus /metrics text (parsed once)."""
-    wanted = {name: key for key, name in COUNTERS.items()}
+    """The `Counters` from a Prometheus /metrics text (parsed once)."""
+    wanted = {f.metadata["metric"]: f.name for f in fields(Counters)}
     values: dict[str, float] = {}
     for sample in samples(text):
         key = wanted.get(sample.name)
@@ -90,13 +74,17 @@ def parse_counters(text: str) -> Counters:
     return Counters(**values)
 
 
-def add_counters(a: Counters, b: Counters) -> Counters:
-    """Field-wise sum (None when either side lacks the counter)."""
+def fieldwise(op: Callable[[float, float], float], a: Counters, b: Counters) -> Counters:
+    """`op` of a's and b's counters, field by field (None when either side lacks one)."""
     values = {}
     for f in fields(a):
         x, y = getattr(a, f.name), getattr(b, f.name)
-        values[f.name] = None if x is None or y is None else x + y
+        values[f.name] = None if x is None or y is None else op(x, y)
     return Counters(**values)
+
+
+def add_counters(a: Counters, b: Counters) -> Counters:
+    return fieldwise(operator.add, a, b)
 
 
 def parse_block_size(text: str) -> int | None:

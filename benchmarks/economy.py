@@ -1,13 +1,6 @@
 """`mur bench economy`: MUR's token economy and the orchestration's speed, side by
-side, against one vLLM server; writes the tables to BENCHMARKS.md (its notes are kept).
-
-1. Token economy: every strategy under the gates `mur`, `mur+bc`, `always` and `never`.
-2. Orchestration overhead: each graph run against a direct replay of its exact requests.
-3. Concurrency scaling: graph tok/s against the server's raw batched tok/s, per level.
-4. Request efficiency: n candidates in one request vs n requests, prefix-cache hits, and the
-   prompt tokens each step re-sends.
-
-How each is measured, and what the last run's numbers mean, is in BENCHMARKS.md's notes.
+side, against one vLLM server; writes the tables to BENCHMARKS.md (its notes are kept). How
+each is measured, and what the last run's numbers mean, is in BENCHMARKS.md's notes.
 """
 
 from __future__ import annotations
@@ -45,6 +38,7 @@ from mur.graphs.state import context_for
 from mur.servers.cli import OneLineParser, comma_list
 from mur.servers.clients.chat_models import resolve_model
 from mur.servers.connect import add_connection_arguments
+from mur.servers.processes.facts import vllm_version
 from mur.servers.processes.launcher import up
 from mur.servers.processes.profiles import get_profile
 
@@ -145,7 +139,7 @@ async def run_all(bench: Bench, pool: Sequence[Any]) -> dict[str, Any]:
     """Every measurement, each comparison's two sides back to back."""
     s, log = bench.settings, bench.log
     problems = bench.problems
-    out: dict[str, Any] = {"version": await bench.server.version()}
+    out: dict[str, Any] = {"version": vllm_version(bench.server.base_url, timeout=60) or "?"}
     # Warm-up (not reported): the first requests after a start pay for compilation.
     await bench.run_graph("warm-up", s.strategies[0], "never", 2, problems[:2])
 
@@ -267,8 +261,7 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     )
     problems = pool[: args.questions]
     base_url, model, how = connect(args)
-    given = sys.argv[1:] if argv is None else list(argv)
-    command = shlex.join([*prog.split(), *given])
+    command = shlex.join([*prog.split(), *(sys.argv[1:] if argv is None else argv)])
     started = dt.datetime.now(dt.UTC)
     load_before = load_line()
     t0 = time.monotonic()

@@ -2,20 +2,12 @@
 requests, a share of them streamed, and every reply is checked. It passes only with zero lost,
 zero duplicated and zero 5xx that were not injected; it prints latency p50/p99 and requests/s.
 
-    mur bench endpoint_load --backbone fake [--clients 64] [--requests 1024]
-    flock /tmp/mur-integration.lock \\
-        mur bench endpoint_load --backbone cpu [--clients 64] [--requests 128]
-
-`fake`: the endpoint over the scripted backbone (testing/fake_endpoint.py), in a process of
-its own; every reply's content is known, and a share of requests carry an injected backbone
-fault (a 502, or an error event in the stream). It measures the endpoint itself: HTTP, graph
-and streaming overhead. `cpu`: `mur endpoint` over the real CPU vLLM server (cpu-tiny,
-small settings); replies are checked for consistency, and the tokens they report must equal
-what the server's counter says it generated (run it under the integration lock).
-
-Lost = no complete reply (connection error, timeout, a stream without its end); duplicated =
-a completion id seen twice, or a step streamed twice; a 429 is retried after its Retry-After,
-as the OpenAI SDK does, and counted. Exit status 0 when every check passes, 1 otherwise.
+`fake`: the endpoint over the scripted backbone (testing/fake_endpoint.py): every reply's
+content is known, and a share of requests carry an injected backbone fault; it measures the
+endpoint's own HTTP, graph and streaming overhead. `cpu`: `mur endpoint` over the CPU vLLM
+server (run it under flock /tmp/mur-integration.lock); the tokens the replies report must equal
+what the server's counter says it generated. BENCHMARKS.md says what lost, duplicated and
+wrong count.
 """
 
 from __future__ import annotations
@@ -37,8 +29,10 @@ from typing import Any
 import httpx
 import numpy as np
 
+from mur.benchmarks.tables import dict_table
 from mur.servers.cli import OneLineParser, port_number
 from mur.servers.clients.metrics import generation_tokens
+from mur.servers.clients.probes import healthy
 from mur.servers.connect import add_connection_arguments, connection_argv
 from mur.servers.processes.facts import cpu_model
 from mur.testing.fake_endpoint import expected_content
@@ -327,13 +321,13 @@ def summarize(
 def serving(command: list[str], port: int, log_path: Path, timeout: float = 300) -> Iterator[str]:
     """Run an endpoint process listening on `port`; yields its base URL once /health answers."""
     root = f"http://127.0.0.1:{port}"
-    if answers(root):
+    if healthy(root, timeout=1):
         raise RuntimeError(f"something already answers on {root}: pass another --port")
     with open(log_path, "w") as log:
         process = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + timeout
-        while not answers(root):
+        while not healthy(root, timeout=1):
             if process.poll() is not None or time.monotonic() > deadline:
                 tail = "\n".join(log_path.read_text().splitlines()[-20:])
                 raise RuntimeError(f"{' '.join(command)} did not start on {root}:\n{tail}")
@@ -346,17 +340,6 @@ def serving(command: list[str], port: int, log_path: Path, timeout: float = 300)
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
-
-
-def answers(root: str) -> bool:
-    try:
-        return httpx.get(f"{root}/health", timeout=1).status_code == 200
-    except httpx.HTTPError:
-        return False
-
-
-def cpu_name() -> str:
-    return f"{cpu_model()} x {os.cpu_count()}"
 
 
 def run(args: argparse.Namespace) -> Report:
@@ -383,33 +366,25 @@ def run(args: argparse.Namespace) -> Report:
     return report
 
 
-HEADER = (
-    "| backbone | clients | requests | streamed | injected faults | ok | lost | duplicated "
-    "| 5xx not injected | wrong | 429 retried | p50 ms | p99 ms | first step p50 ms (stream) "
-    "| req/s |"
-)
-
-
-def table_row(report: Report) -> str:
+def table_row(report: Report) -> dict[str, Any]:
     first = report.stream_first_step_p50_ms
-    cells = [
-        report.backbone,
-        report.clients,
-        report.requests,
-        report.streamed,
-        report.injected,
-        report.ok,
-        report.lost,
-        report.duplicated,
-        report.unexpected_5xx,
-        report.wrong,
-        report.throttled,
-        report.p50_ms,
-        report.p99_ms,
-        "-" if first is None else first,
-        report.requests_per_s,
-    ]
-    return "| " + " | ".join(str(c) for c in cells) + " |"
+    return {
+        "backbone": report.backbone,
+        "clients": report.clients,
+        "requests": report.requests,
+        "streamed": report.streamed,
+        "injected faults": report.injected,
+        "ok": report.ok,
+        "lost": report.lost,
+        "duplicated": report.duplicated,
+        "5xx not injected": report.unexpected_5xx,
+        "wrong": report.wrong,
+        "429 retried": report.throttled,
+        "p50 ms": report.p50_ms,
+        "p99 ms": report.p99_ms,
+        "first step p50 ms (stream)": "-" if first is None else first,
+        "req/s": report.requests_per_s,
+    }
 
 
 PROG = "mur bench endpoint_load"
@@ -459,10 +434,8 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     if args.json:
         print(json.dumps(asdict(report)))
     else:
-        print(f"CPU: {cpu_name()}")
-        print(HEADER)
-        print("|" + "---|" * HEADER.count(" | ") + "---|")
-        print(table_row(report))
+        print(f"CPU: {cpu_model()} x {os.cpu_count()}")
+        print(dict_table([table_row(report)]))
         if report.server_tokens is not None:
             print(f"tokens: replies {report.reply_tokens}, server counter {report.server_tokens}")
         for problem in report.problems[:20] + report.problems[-40:] * (len(report.problems) > 20):

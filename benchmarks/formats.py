@@ -5,11 +5,8 @@ For every format (`servers.processes.weights`) the profile's server is started a
 the server's decode rate with 1, 8 and 32 questions in flight through the step loop (gate
 never, top-20 logprobs, MATH-500 prompts: prefills of new steps mixed in as in the experiments),
 read from its generation counter over a window after a warm-up; and the wait for one question
-alone (a single trace, nothing else in flight). Formats give different tokens, so the alone
-rows give the time and the tokens both. A format the CPU's vLLM cannot serve is a row saying
-so with the server's reason.
-
-    mur bench formats --profile cpu-qwen-1.5b --formats bf16,w8a8,w4a16 --out formats.json
+alone. Formats give different tokens, so the alone rows give the time and the tokens both. A
+format the CPU's vLLM cannot serve is a row saying so with the server's reason.
 """
 
 from __future__ import annotations

@@ -1,37 +1,28 @@
 """What each install of the project costs: packages, megabytes, and the import of `ChatMUR`.
 
 An app that only embeds the graph should not have to install the endpoint, the evaluations'
-statistics and plots, or vLLM; pyproject.toml keeps a light base and puts the rest in extras
-(docs/install.md). This measures that split, so the claim stays a number:
+statistics and plots, or vLLM; pyproject.toml keeps a light base and puts the rest in extras.
+This measures that split, so the claim stays a number (docs/install.md holds it):
 
-- the project's wheel is built from a copy of the checkout (or, with `--rev REV`, from
-  `git archive REV`, which touches neither the working tree nor the repository's worktree
-  list); `--before REV` measures that revision's installs too, in the same run;
-- each install (`base`, an extra such as `serve`, or extras joined by `+`) goes into a fresh
-  virtualenv made without pip (pip runs from outside with `--python`), so everything in its
-  site-packages is what `pip install mur[extra]` added: no pip or setuptools of the venv's own
-  to subtract. `packages` counts the installed distributions except mur itself; `MB` is the
-  site-packages folder on disk as `du` counts it (blocks), mur's own files and the .pyc files
-  pip compiles included;
-- the import time is `from mur import ChatMUR, mur_tool` inside a fresh interpreter (`-I`, from
-  an empty folder, so the checkout's mur/ cannot shadow the installed one), timed with
-  time.perf_counter around the import only: the median of `--runs` runs after one discarded
-  warm-up, taken round robin over every install (before and after alike) once all are in,
-  so the load of whatever else runs on the machine falls on each the same;
-- for each install it says which of the heavy modules (fastapi, psycopg, scipy, sklearn,
-  matplotlib) can be found, and names the largest distributions with the dependency each
-  comes through, so a heavy package the base still pulls in transitively shows up by name.
+- the wheel is built from a copy of the checkout, or from `git archive REV` (`--rev`,
+  `--before`), which touches neither the working tree nor the repository's worktree list;
+- each install goes into a fresh virtualenv made without pip (pip runs from outside with
+  `--python`), so all its site-packages holds is what `pip install mur[extra]` added;
+- the import is timed in a fresh interpreter (`-I`, from an empty folder, so the checkout's
+  mur/ cannot shadow the installed one), round robin over every install once all are in, so
+  the machine's load falls on each the same;
+- the largest distributions are named with the requirement each comes through, so a heavy
+  package the base still pulls in transitively shows up by name.
 
-An extra the revision does not declare (`serve` before the split) is reported as "—" with a
-note, not installed. pip reads the machine's configuration (index, cache, constraints) as a
-user's pip would. docs/install.md holds the numbers and the command that made them
-(`mur bench install --before REV --installs base,serve,lab`).
+An extra the revision does not declare is reported as "—" with a note, not installed. pip
+reads the machine's configuration (index, cache, constraints) as a user's pip would.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
+import email
 import json
 import os
 import platform
@@ -55,7 +46,7 @@ from packaging.utils import canonicalize_name
 
 from mur.benchmarks.report import load_line
 from mur.benchmarks.tables import markdown_table
-from mur.servers.cli import OneLineParser, positive_int, usage_error
+from mur.servers.cli import OneLineParser, comma_list, positive_int, usage_error
 from mur.servers.processes.facts import cpu_model
 
 PROG = "mur bench install"
@@ -67,6 +58,7 @@ NOT_BUILT = (
 )  # fmt: skip
 HEAVY_MODULES = ("fastapi", "psycopg", "scipy", "sklearn", "matplotlib")
 IMPORT = "from mur import ChatMUR, mur_tool"
+PIP = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--quiet"]
 PIP_TIMEOUT_S = 1800
 MB = 1e6
 
@@ -126,17 +118,12 @@ class Footprint:
         return statistics.median(self.import_s) if self.import_s else None
 
 
-def installs(text: str) -> list[tuple[str, ...]]:
-    """An argparse type: a comma list of installs, each `base` or extras joined by `+`."""
-    chosen: list[tuple[str, ...]] = []
-    for word in (part.strip() for part in text.split(",") if part.strip()):
-        extras = tuple(e.strip() for e in word.split("+") if e.strip() and e.strip() != "base")
-        if not all(e.replace("-", "").replace("_", "").isalnum() for e in extras):
-            raise argparse.ArgumentTypeError(f"{word!r} is not an extra's name")
-        chosen.append(extras)
-    if not chosen:
-        raise argparse.ArgumentTypeError("expected a comma list such as base,serve,lab")
-    return chosen
+def install(word: str) -> tuple[str, ...]:
+    """An install's extras: `base` (none), an extra, or extras joined by `+`."""
+    extras = tuple(e.strip() for e in word.split("+") if e.strip() and e.strip() != "base")
+    if not all(e.replace("-", "").replace("_", "").isalnum() for e in extras):
+        raise argparse.ArgumentTypeError(f"{word!r} is not an extra's name")
+    return extras
 
 
 def install_name(extras: tuple[str, ...]) -> str:
@@ -169,8 +156,7 @@ def source_tree(source: Path, rev: str | None, work: Path) -> Path:
 def build_wheel(tree: Path, work: Path) -> Path:
     """The project's wheel, built with this environment's setuptools (no isolation, no deps)."""
     dist = work / "dist"
-    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--quiet"]
-    command = [*pip, "wheel", "--no-deps", "--no-build-isolation", "-w", str(dist), str(tree)]
+    command = [*PIP, "wheel", "--no-deps", "--no-build-isolation", "-w", str(dist), str(tree)]
     run(command, "building the wheel", timeout=PIP_TIMEOUT_S)
     wheels = sorted(dist.glob("mur-*.whl"))
     if len(wheels) != 1:
@@ -182,11 +168,8 @@ def wheel_extras(wheel: Path) -> set[str]:
     """The extras the wheel's METADATA declares (Provides-Extra)."""
     with zipfile.ZipFile(wheel) as archive:
         name = next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))
-        metadata = archive.read(name).decode()
-    prefix = "Provides-Extra:"
-    return {
-        line[len(prefix) :].strip() for line in metadata.splitlines() if line.startswith(prefix)
-    }
+        metadata = email.message_from_bytes(archive.read(name))
+    return {extra.strip() for extra in metadata.get_all("Provides-Extra") or ()}
 
 
 def site_bytes(folders: Sequence[str]) -> int:
@@ -276,8 +259,7 @@ def measure(
     venv.EnvBuilder(with_pip=False, clear=True).create(env_dir)
     python = env_dir / "bin" / "python"
     target = f"{wheel}[{','.join(extras)}]" if extras else str(wheel)
-    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--quiet"]
-    run([*pip, "--python", str(python), "install", target], f"pip install of {name}",
+    run([*PIP, "--python", str(python), "install", target], f"pip install of {name}",
         timeout=PIP_TIMEOUT_S)  # fmt: skip
     empty = work / f"cwd-{name}"
     empty.mkdir(exist_ok=True)
@@ -344,9 +326,8 @@ def via(chain: Sequence[str]) -> str:
 
 
 def details(footprints: Sequence[Footprint], top: int) -> list[str]:
-    """Per install: its note, or mur's own size, the import's spread and what it loaded, the
-    heavy modules found, what it adds to its source's base, and its `top` largest packages
-    with how each came in."""
+    """Per install: its note, or what the table leaves out (the import's spread, what it
+    loaded, what it adds to its source's base, its `top` largest packages)."""
     bases = {f.source: f for f in footprints if f.install == "base" and f.packages is not None}
     lines = []
     for f in footprints:
@@ -374,10 +355,13 @@ def details(footprints: Sequence[Footprint], top: int) -> list[str]:
     return lines
 
 
+INSTALLS = comma_list(install, "installs such as base,serve,lab")
+
+
 def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     parser = OneLineParser(prog=prog, description=__doc__.split("\n\n", 1)[0])
     parser.add_argument(
-        "--installs", type=installs, default=installs("base,serve,lab"),
+        "--installs", type=INSTALLS, default=INSTALLS("base,serve,lab"),
         help="comma list of installs: base, an extra, or extras joined by + (serve+lab)",
     )  # fmt: skip
     parser.add_argument("--rev", help="measure this git revision instead of the working tree")

@@ -4,7 +4,6 @@ batched throughput, and n-choice requests, all against one vLLM server in one ev
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import math
 import secrets
 import sys
@@ -69,13 +68,6 @@ class Server:
 
     async def counters(self) -> Counters:
         return parse_counters(await self.metrics_text())
-
-    async def version(self) -> str:
-        """vLLM's version (GET /version), or '?'."""
-        with contextlib.suppress(Exception):
-            resp = await self._http.get(f"{self.root}/version")
-            return str(resp.json().get("version", "?"))
-        return "?"
 
     async def idle(self, timeout: float = 60) -> None:
         """Wait until the server runs no request (aborted ones drain asynchronously)."""
@@ -207,6 +199,11 @@ class Bench:
         )
         return run
 
+    def _client(self) -> openai.AsyncOpenAI:
+        return openai.AsyncOpenAI(
+            base_url=self.server.base_url, api_key="EMPTY", max_retries=0, timeout=600
+        )
+
     async def _send(self, client: Any, body: dict[str, Any]) -> Any:
         rest = {k: v for k, v in body.items() if k not in ("model", "messages")}
         return await client.chat.completions.create(
@@ -217,9 +214,7 @@ class Bench:
         """The graph's requests, question by question and wave by wave, at its concurrency."""
         plan = plan_waves(run.requests)
         salt = self._salt(f"{run.label}-replay")
-        client = openai.AsyncOpenAI(
-            base_url=self.server.base_url, api_key="EMPTY", max_retries=0, timeout=600
-        )
+        client = self._client()
         limit = asyncio.Semaphore(run.concurrency)
 
         async def question(waves: list[list[RecordedRequest]]) -> None:
@@ -241,15 +236,11 @@ class Bench:
     async def raw(
         self, requests: Sequence[RecordedRequest], concurrency: int, seconds: float, label: str
     ) -> RawRun:
-        """The server's batched throughput on the graph's own request mix: `concurrency`
-        streams, each taking a recorded question and sending its requests one after another
-        (recorded lengths forced, nothing in between), then the next question, for `seconds`.
-        Each pass over the questions gets a fresh prefix-cache space, so prompts hit the cache
-        as they did in the graph (a question's earlier steps only)."""
+        """The server's batched throughput on the graph's own request mix, `concurrency`
+        streams for `seconds`. Each pass over the questions gets a fresh prefix-cache space,
+        so prompts hit the cache as they did in the graph (a question's earlier steps only)."""
         chains = [[r for wave in waves for r in wave] for waves in plan_waves(requests)]
-        client = openai.AsyncOpenAI(
-            base_url=self.server.base_url, api_key="EMPTY", max_retries=0, timeout=600
-        )
+        client = self._client()
         pending: list[tuple[str, list[RecordedRequest]]] = []
         passes = done = 0
 
@@ -285,9 +276,7 @@ class Bench:
         after the same warm-up draft (as in the graph, where the draft cached the prefix)."""
         n = self.settings.graph.get("num_candidates", 4)
         drafts = [r for r in run.requests if step_of(r.body) == 2][: self.settings.n_choice_reps]
-        client = openai.AsyncOpenAI(
-            base_url=self.server.base_url, api_key="EMPTY", max_retries=0, timeout=600
-        )
+        client = self._client()
         length = self.settings.graph["max_step_tokens"]
         totals: dict[str, NChoiceRun] = {}
         for rep, draft in enumerate(drafts):

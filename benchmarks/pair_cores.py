@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mur.evals.harness.records import load_records
-from mur.servers.cli import OneLineParser
+from mur.servers.cli import OneLineParser, comma_choices
 from mur.servers.processes.launcher import CORE_SHARING, CoreSharing, down, up_pair
 
 PROG = "mur bench pair_cores"
@@ -39,21 +39,6 @@ class PairRun:
     @property
     def tokens_per_s(self) -> float:
         return (self.backbone_tokens + self.external_tokens) / self.wall_s
-
-
-def ways(text: str) -> tuple[CoreSharing, ...]:
-    """An argparse type: a comma list of `CORE_SHARING` ways, refused before any server stops."""
-    chosen = []
-    for word in (part.strip() for part in text.split(",") if part.strip()):
-        way = next((way for way in CORE_SHARING if way == word), None)
-        if way is None:
-            raise argparse.ArgumentTypeError(
-                f"unknown way {word!r}: choose one of {', '.join(CORE_SHARING)}"
-            )
-        chosen.append(way)
-    if not chosen:
-        raise argparse.ArgumentTypeError(f"expected a comma list of {', '.join(CORE_SHARING)}")
-    return tuple(chosen)
 
 
 def run_load(args: argparse.Namespace, cores: CoreSharing, out: Path) -> PairRun:
@@ -100,7 +85,10 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     parser.add_argument("--max-steps", type=int, default=6)
     parser.add_argument("--concurrency", type=int, default=16, help="questions in flight")
     parser.add_argument(
-        "--ways", type=ways, default=CORE_SHARING, help=f"comma list of {', '.join(CORE_SHARING)}"
+        "--ways",
+        type=comma_choices(CORE_SHARING, "way"),
+        default=CORE_SHARING,
+        help=f"comma list of {', '.join(CORE_SHARING)}",
     )
     return parser
 

@@ -105,11 +105,7 @@ def replay_body(
     request: RecordedRequest, salt: str | None, length: int | None = None
 ) -> dict[str, Any]:
     """The recorded body forced to `length` tokens per choice (default `forced_length`), in
-    its own prefix-cache space.
-
-    Messages, n, logprobs, stop strings and sampling stay as sent (vLLM ignores stop strings
-    before `min_tokens`); `cache_salt` keeps it from reusing another run's cached prefixes.
-    """
+    its own prefix-cache space (`cache_salt`); vLLM ignores stop strings before `min_tokens`."""
     body = dict(request.body)
     length = forced_length(request) if length is None else max(1, length)
     body.pop("max_completion_tokens", None)
@@ -121,13 +117,9 @@ def replay_body(
 
 
 def replay_bodies(request: RecordedRequest, salt: str | None) -> list[dict[str, Any]]:
-    """What replays one recorded request with the same tokens AND the same latency.
-
-    n = 1: the body, forced to its length. n > 1: the choices had different lengths and the
-    graph waited for the longest, which no single forced request reproduces; vLLM serves
-    n > 1 as n independent sequences anyway (table 4a: same prompt work, same wall time), so
-    the replay sends one n = 1 request per choice, each forced to that choice's length.
-    """
+    """What replays one recorded request with the same tokens AND the same latency: n > 1
+    goes as one n = 1 request per choice, each forced to that choice's length (the graph
+    waited for the longest; vLLM serves n as n sequences anyway, table 4a)."""
     if request.n == 1 or len(request.choice_tokens) != request.n:
         return [replay_body(request, salt)]
     single = replace(request, body={k: v for k, v in request.body.items() if k != "n"})
@@ -135,11 +127,8 @@ def replay_bodies(request: RecordedRequest, salt: str | None) -> list[dict[str, 
 
 
 class Recorder:
-    """Records every chat-completions request an HTTP client sends, with its reply.
-
-    Hooks at the HTTP level, so what is recorded is exactly what went over the wire; the
-    question index comes from a context variable the runner sets per question.
-    """
+    """Records every chat-completions request an HTTP client sends, with its reply, exactly
+    as it went over the wire; the question comes from `QUESTION`, set per question."""
 
     def __init__(self, per_request: Callable[[], Awaitable[Counters]] | None = None) -> None:
         self.raw: list[tuple[int, float, float, bytes, bytes, Counters | None, Counters | None]]

@@ -1,24 +1,13 @@
 """`mur bench scaleout`: prefix-cache hits and throughput of replicas behind vllm-router.
 
-The same benchmark load (the first N MATH-500 questions through the MUR graph, one strategy
-and gate, small settings, N questions in flight, run by `evals.harness.runner` exactly as `mur
-solve --dataset` runs it, so every request of a question carries its `X-Session-ID`) runs against:
-
-- one: one server on every core (the cpu-tiny profile as it is);
-- consistent_hash: two replicas, one core each, behind vllm-router with `consistent_hash`:
-  each question's requests stay on one replica (the session header);
-- round_robin (or any other `--policies` entry): the same replicas, a policy that ignores the
-  session, so a question's steps alternate between replicas.
-
-Each configuration starts fresh servers (empty prefix caches) through the launcher, the way
-`mur servers up [--replicas 2]` does, warms them, runs the load once and stops them.
-Reported: the prefix-cache hit rate (`vllm:prefix_cache_hits_total` /
-`vllm:prefix_cache_queries_total`, in prompt tokens, summed over the replicas), tokens per
-second, requests per replica, and the share of the CPU that other processes used meanwhile
-(this machine is shared). The hit-rate ratio between the policies is the figure that carries
-to GPUs; on this 2-core machine two replicas only split the same two cores. Server records
-and logs live in a private MUR_HOME (`--home`), so `mur servers down --all` elsewhere
-cannot stop them mid-measurement.
+The same load (the first N MATH-500 questions through `evals.harness.runner`, as `mur solve
+--dataset` runs them, so every request of a question carries its `X-Session-ID`) runs against
+one server on every core, then two replicas of one core each behind vllm-router under each
+`--policies` entry: `consistent_hash` keeps a question on one replica, `round_robin` ignores
+the session. Each configuration gets fresh servers (empty prefix caches), a warm-up, one run.
+The hit-rate ratio between the policies is the figure that carries to GPUs; on a 2-core
+machine two replicas only split the same cores. Server records and logs live in a private
+MUR_HOME (`--home`), so `mur servers down --all` elsewhere cannot stop them mid-measurement.
 """
 
 from __future__ import annotations
@@ -98,17 +87,10 @@ class Phase:
         return self.graph_tokens / self.wall_s if self.wall_s else 0.0
 
 
-# ------------------------------------------------------------------- the shared machine
-
-
-def available_gib() -> float:
-    return float(psutil.virtual_memory().available) / GIB
-
-
 def wait_for_memory(need_gib: float) -> None:
     """Servers die at start without RAM: wait (someone may be benchmarking) or give up."""
     deadline = time.monotonic() + WAIT_MAX_S
-    while (have := available_gib()) < need_gib:
+    while (have := psutil.virtual_memory().available / GIB) < need_gib:
         if time.monotonic() >= deadline:
             raise SystemExit(f"only {have:.1f} GiB available after {WAIT_MAX_S} s of waiting")
         print(f"{have:.1f} GiB available, need {need_gib}: waiting {WAIT_S} s", file=sys.stderr)
@@ -181,9 +163,6 @@ def private_home(home: Path) -> Iterator[None]:
             os.environ["MUR_HOME"] = saved
 
 
-# ------------------------------------------------------------------------- measuring
-
-
 def counters(urls: Sequence[str]) -> list[dict[str, float]]:
     """The vLLM counters this benchmark reads, per server."""
     names = (GENERATION_TOKENS, PREFIX_CACHE_QUERIES, PREFIX_CACHE_HITS, REQUESTS_DONE)
@@ -208,26 +187,12 @@ def start_servers(
     case: str, args: argparse.Namespace, base: Any, model_path: Path
 ) -> tuple[Any, ...]:
     """(client URL, replica URLs, cores per server, process group ids) for `case`."""
+    how: dict[str, Any] = {"eager": args.eager, "timeout": args.start_timeout, "progress": False}
     if case == ONE:
-        one = up(
-            replace(base, name="scaleout-one", port=args.port),
-            eager=args.eager,
-            timeout=args.start_timeout,
-            progress=False,
-            model_path=model_path,
-        )
+        one = up(replace(base, name="scaleout-one", port=args.port), **how, model_path=model_path)
         cores = base.env["VLLM_CPU_OMP_THREADS_BIND"]
         return one.base_url, [one.base_url], cores, {one.pid}
-    group = up_replicas(
-        base,
-        2,
-        port=args.port,
-        policy=case,
-        eager=args.eager,
-        timeout=args.start_timeout,
-        progress=False,
-        model_path=model_path,
-    )
+    group = up_replicas(base, 2, port=args.port, policy=case, **how, model_path=model_path)
     members = [replica_profile(base, i, 2, args.port + 1 + i) for i in range(2)]
     cores = " + ".join(m.env["VLLM_CPU_OMP_THREADS_BIND"] for m in members)
     pids = {s.pid for s in [group.router, *group.replicas]}
@@ -334,9 +299,6 @@ def measure(case: str, problems: Sequence[Problem], args: argparse.Namespace) ->
         finally:
             stop_servers(case)
     return phase
-
-
-# --------------------------------------------------------------------------- reporting
 
 
 def label(case: str) -> str:

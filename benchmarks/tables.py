@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from mur.benchmarks.analysis import StepPromptRow, speed_normalized
@@ -45,6 +45,13 @@ def markdown_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str
     return "\n".join(lines)
 
 
+def dict_table(rows: Sequence[Mapping[str, Any]]) -> str:
+    """A markdown table of rows given as {header: cell}, each header beside its cell: the
+    headers are the first row's (there must be one), a cell a later row lacks is empty."""
+    headers = list(rows[0])
+    return markdown_table(headers, ([row.get(h, "") for h in headers] for row in rows))
+
+
 def verdict(value: float | None, goal: float, *, at_most: bool) -> str:
     """'met' / 'missed' for a ratio against its goal."""
     if value is None:
@@ -60,38 +67,26 @@ def economy_table(runs: Sequence[GraphRun]) -> tuple[str, list[str]]:
     for r in runs:
         always, never = by_key.get((r.strategy, "always")), by_key.get((r.strategy, "never"))
         rows.append(
-            [
-                r.strategy,
-                r.gate,
-                r.questions,
-                fmt(r.backbone_tokens),
-                fmt(r.external_tokens),
-                fmt(r.total_tokens),
-                fmt(int(r.server.generation_tokens or 0)),
-                fmt(r.calls),
-                f"{r.steps_scaled} / {r.steps_total}",
-                fmt(r.wall_s),
-                fmt_ratio(ratio(r.total_tokens, always.total_tokens if always else None)),
-                fmt_ratio(ratio(r.total_tokens, never.total_tokens if never else None)),
-            ]
+            {
+                "strategy": r.strategy,
+                "gate": r.gate,
+                "questions": r.questions,
+                "backbone tok": fmt(r.backbone_tokens),
+                "external tok": fmt(r.external_tokens),
+                "total tok": fmt(r.total_tokens),
+                "server tok": fmt(int(r.server.generation_tokens or 0)),
+                "calls": fmt(r.calls),
+                "scaled / steps": f"{r.steps_scaled} / {r.steps_total}",
+                "wall s": fmt(r.wall_s),
+                "tok vs always": fmt_ratio(
+                    ratio(r.total_tokens, always.total_tokens if always else None)
+                ),
+                "tok vs never": fmt_ratio(
+                    ratio(r.total_tokens, never.total_tokens if never else None)
+                ),
+            }
         )
-    table = markdown_table(
-        [
-            "strategy",
-            "gate",
-            "questions",
-            "backbone tok",
-            "external tok",
-            "total tok",
-            "server tok",
-            "calls",
-            "scaled / steps",
-            "wall s",
-            "tok vs always",
-            "tok vs never",
-        ],
-        rows,
-    )
+    table = dict_table(rows)
     goals = []
     for run in runs:
         always = by_key.get((run.strategy, "always"))
@@ -132,13 +127,8 @@ OVERHEAD_HEADER = [
 
 
 def overhead_table(pairs: Sequence[tuple[GraphRun, ReplayRun]]) -> tuple[str, list[str]]:
-    """Table 2 and its goal lines: each graph run against its replay, and all of them pooled.
-
-    `client between requests` is the part of each question's wall time spent outside any
-    request (graph, nodes, langchain, parsing): the orchestration's own cost on the critical
-    path, immune to the server's speed; `graph / replay (client only)` is the ratio it alone
-    would give: wall / (wall - between).
-    """
+    """Table 2 and its goal lines: each graph run against its replay, and all of them pooled
+    (BENCHMARKS.md's notes say what each column measures)."""
     rows: list[list[Any]] = [_overhead_row(graph, replay) for graph, replay in pairs]
     goals: list[str] = []
     if pairs:
@@ -217,33 +207,33 @@ def _overhead_pooled(pairs: Sequence[tuple[GraphRun, ReplayRun]]) -> tuple[list[
 
 
 def scaling_table(pairs: Sequence[tuple[GraphRun, RawRun]]) -> tuple[str, list[str]]:
-    """Table 3 and its goal lines (levels at and above GOAL_SCALING_FROM).
-
-    Two ratios per level: tok/s (what the goal names; the machine's load moves it between the
-    graph's window and the raw windows) and sequences decoding per engine step (how full the
-    graph keeps the batch compared with raw, independent of the server's speed).
-    """
+    """Table 3 and its goal lines (levels at and above GOAL_SCALING_FROM): tok/s, which the
+    machine's load moves, and batch fill, which it does not."""
     rows, goals = [], []
     for graph, raw in pairs:
         window = ratio(graph.window_tokens_per_s, raw.tokens_per_s)
         whole = ratio(graph.tokens_per_s, raw.tokens_per_s)
         graph_batch = graph.window.sequences_per_step if graph.window else None
         batch = ratio(graph_batch, raw.server.sequences_per_step)
+        window_step = graph.window.inter_token_s if graph.window else None
         rows.append(
-            [
-                graph.concurrency,
-                graph.questions,
-                fmt(graph.window_tokens_per_s),
-                fmt(graph.tokens_per_s),
-                fmt(raw.tokens_per_s),
-                fmt_ratio(window),
-                fmt_ratio(whole),
-                f"{fmt(graph_batch, 2)} / {fmt(raw.server.sequences_per_step, 2)}",
-                fmt_ratio(batch),
-                f"{fmt_ms(graph.window.inter_token_s if graph.window else None)} / "
+            {
+                "in flight": graph.concurrency,
+                "questions": graph.questions,
+                "graph tok/s (window)": fmt(graph.window_tokens_per_s),
+                "graph tok/s (whole run)": fmt(graph.tokens_per_s),
+                "raw tok/s": fmt(raw.tokens_per_s),
+                "graph / raw (window)": fmt_ratio(window),
+                "graph / raw (whole run)": fmt_ratio(whole),
+                "sequences per engine step graph / raw": f"{fmt(graph_batch, 2)} / "
+                f"{fmt(raw.server.sequences_per_step, 2)}",
+                "batch fill graph / raw": fmt_ratio(batch),
+                "server ms / token graph / raw": f"{fmt_ms(window_step)} / "
                 f"{fmt_ms(raw.server.inter_token_s)}",
-                fmt(100 * graph.cpu_s / graph.wall_s if graph.wall_s else None, 1),
-            ]
+                "client CPU % of a core": fmt(
+                    100 * graph.cpu_s / graph.wall_s if graph.wall_s else None, 1
+                ),
+            }
         )
         if graph.concurrency >= GOAL_SCALING_FROM:
             goals.append(
@@ -253,23 +243,7 @@ def scaling_table(pairs: Sequence[tuple[GraphRun, RawRun]]) -> tuple[str, list[s
                 f"**{verdict(window, GOAL_SCALING, at_most=False)}**. Batch fill, graph / raw "
                 f"= {fmt_ratio(batch)} (**{verdict(batch, GOAL_SCALING, at_most=False)}**)."
             )
-    table = markdown_table(
-        [
-            "in flight",
-            "questions",
-            "graph tok/s (window)",
-            "graph tok/s (whole run)",
-            "raw tok/s",
-            "graph / raw (window)",
-            "graph / raw (whole run)",
-            "sequences per engine step graph / raw",
-            "batch fill graph / raw",
-            "server ms / token graph / raw",
-            "client CPU % of a core",
-        ],
-        rows,
-    )
-    return table, goals
+    return dict_table(rows), goals
 
 
 def n_choice_table(runs: Sequence[NChoiceRun]) -> str:

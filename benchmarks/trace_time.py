@@ -1,23 +1,15 @@
 """`mur bench trace_time`: how long a user waits for one answer under each trace rule.
 
-Each question is solved alone (nothing else in flight on the server), once per arm, the arms'
-order rotating from question to question: majority@8 (eight traces at once), mur-esc (two at
-a time until a pair agrees, a trace stopped when its momentum climbs), MUR branching and EAGer
-branching (mur-esc with every later trace a branch of a warm-up trace). Per arm: the wall time
-a question, the completion tokens (the client's count; a run whose count differs from the
-server's counter shared the server, or lost a request, and is refused), the prompt tokens the
-server processed, and the server's generated tokens per second meanwhile. Tokens and time
-differ from draw to draw; the arms' ratios to majority@8 are what compares. A rule that draws
-in batches waits for each batch before the next (a branch waits for its parent): the seconds
-a question spends waiting for a round's last trace, and a wall ratio above the tokens ratio,
-are that price.
+Each question is solved alone (nothing else in flight on the server), once per arm (`ARMS`),
+the arms' order rotating from question to question. A run whose completion tokens differ
+from what the server's counter moved by meanwhile shared the server, or lost a request, and
+is refused. Tokens and time differ from draw to draw; the arms' ratios to the first are what
+compares. A rule that draws in batches waits for each batch's last trace before the next (a
+branch waits for its parent): the seconds spent waiting so are that price.
 
-    mur bench trace_time --profile cpu-qwen-1.5b --offset 200 --limit 10 --out trace_time.json
-
-With --out, each timed run is saved as it finishes, and the same command resumes where a stopped
-one left off (refused on a server whose CPU, dtype or weights differ: no table mixes two);
---table prints the table of the runs it holds, without a server. The table compares the
-questions every arm timed.
+With --out, each timed run is saved as it finishes, and the same command resumes where a
+stopped one left off (refused on a server whose CPU, dtype or weights differ: no table mixes
+two); --table prints the table of the runs it holds, without a server.
 """
 
 from __future__ import annotations
@@ -231,9 +223,8 @@ def paired(runs: Sequence[Timed], arms: Sequence[str]) -> list[Timed]:
 
 
 def table(runs: Sequence[Timed], arms: Sequence[str]) -> str:
-    """Per arm, on the questions every arm timed: wall time a question (mean, median, max),
-    completion and prompt tokens, the server's generation rate, and the ratios of the means to
-    the first arm's."""
+    """Per arm, on the questions every arm timed, with the ratios of its means to the first
+    arm's."""
     kept = paired(runs, arms)
     left_out = sorted({r.problem_id for r in runs if r.arm in arms} - {r.problem_id for r in kept})
     runs = kept

@@ -1,26 +1,19 @@
 """Benchmark questions that resume mid-way: every node of every question is checkpointed.
 
-On a slow server one question can outlast a session: best_of_n's always gate on a 2-core CPU
-takes over an hour of server time per question when 24 share the batch. Without checkpoints a
-question stopped part-way starts again from its first step, so such a question could never
-finish across sessions of a few hours. Here each question is a LangGraph thread (its id the
-record key) in the run folder's `checkpoints.sqlite`: a stopped question resumes after its
-last finished node, with the usage of the steps it kept. Work inside the node that was running
-when it stopped is done again (its lost tokens are in the server's counter, not the record),
-and its latency is the time it ran: first to last checkpoint before the stop, plus the run
-that finished it. A recorded question's thread is deleted, so the file only ever holds the
-questions in flight.
+On a slow server one question can outlast a session, and without checkpoints a question
+stopped part-way starts again from its first step, so it might never finish. Here each
+question is a LangGraph thread (its id the record key) in the run folder's
+`checkpoints.sqlite`: a stopped question resumes after its last finished node, with the usage
+of the steps it kept. Work inside the node that was running when it stopped is done again (its
+lost tokens are in the server's counter, not the record), and its latency is the time it ran:
+first to last checkpoint before the stop, plus the run that finished it. A recorded question's
+thread is deleted, so the file only ever holds the questions in flight.
 
-The saver writes on the event loop itself (persistence.checkpointers.InlineSqliteSaver): a local
-write takes well under a millisecond, and handing each to a thread cost more client CPU than
-the rest of the graph against a fast server.
-
-`mur solve --workers N` runs a folder's questions in several processes, all on this one file
-(evals.harness.pool): LangGraph's saver puts it in WAL mode (readers never wait for the writer,
-and a write is one short transaction per node), and each connection waits up to
-BUSY_TIMEOUT_S for another process's write instead of failing at once (SQLite's default here
-is 5 s, which a loaded machine can pass). A question's thread is its record key, not the
-process's, so a question stopped part-way resumes on whichever worker takes it next time.
+The saver writes on the event loop itself (persistence.checkpointers.InlineSqliteSaver): a
+local write is far cheaper than handing it to a thread. With `--workers N` every process opens
+this one file (evals.harness.pool): WAL mode lets readers never wait for the writer, and each
+connection waits up to BUSY_TIMEOUT_S for another process's write (SQLite's 5 s default can
+pass on a loaded machine).
 """
 
 from __future__ import annotations
@@ -52,24 +45,11 @@ async def open_checkpoints(folder: Path) -> AsyncIterator[BaseCheckpointSaver]:
         yield saver
 
 
-async def prepare_checkpoints(folder: Path) -> None:
-    """Make the folder's checkpoint file and put it in WAL mode now, once, before several
-    worker processes open it together (evals.harness.pool)."""
-    async with open_checkpoints(folder):
-        return
-
-
 @dataclass(frozen=True)
 class Solved:
     output: dict[str, Any]
     earlier_s: float  # seconds the question ran before this run (0 unless resumed)
     resumed: bool
-
-
-async def _active_seconds(saver: BaseCheckpointSaver, config: RunnableConfig) -> float:
-    """From the thread's first checkpoint to its last: how long it ran before it stopped."""
-    stamps = [datetime.fromisoformat(t.checkpoint["ts"]) async for t in saver.alist(config)]
-    return (max(stamps) - min(stamps)).total_seconds() if stamps else 0.0
 
 
 async def solve_resumable(
@@ -83,7 +63,10 @@ async def solve_resumable(
         await forget(graph, thread_id)
     if status in ("new", "stale"):
         return Solved(await graph.ainvoke(graph_input, config=config, context=context), 0.0, False)
-    earlier = await _active_seconds(graph.checkpointer, config)
+    # How long it ran before it stopped: from the thread's first checkpoint to its last.
+    saved = graph.checkpointer.alist(config)
+    stamps = [datetime.fromisoformat(t.checkpoint["ts"]) async for t in saved]
+    earlier = (max(stamps) - min(stamps)).total_seconds() if stamps else 0.0
     if status == "finished":  # finished, but stopped before it was recorded
         return Solved(output_of(values), earlier, True)
     return Solved(await graph.ainvoke(None, config=config, context=context), earlier, True)

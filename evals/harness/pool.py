@@ -2,48 +2,32 @@
 
 Against a fast GPU server the client becomes the bottleneck: one process runs every question's
 graph on one core (the GIL). Here the parent hands the questions out and N workers run them
-(harness/worker.py), each with its own clients, its own event loop and its share of
-`--concurrency`. It is the same run as one process makes, records, checkpoints and all:
+(harness/worker.py), each with its own clients, event loop and share of `--concurrency`. It
+is the same run as one process makes, records, checkpoints and all:
 
 - Hand-out: dynamic. Each worker holds up to its share of questions in flight (the
-  concurrency split as evenly as it goes: 8 over 3 workers is 3 + 3 + 2; never more workers
-  than questions in flight or questions to go); as one of its questions ends, the parent sends
-  it the next. A worker that finishes early takes more. The concurrency the throughput probe
-  measures is for the whole run, so the split keeps the server's load what it measured.
-- Records: each worker appends to the folder's records.jsonl under its lock (records.py); the
-  parent hands each question to one worker once, so none is recorded twice. The report is
-  written by the parent alone, after every worker has ended (evals.evaluation).
+  concurrency split as evenly as it goes; never more workers than questions in flight or to
+  go), so the server's load stays what the throughput probe measured for the whole run.
+- Records: each worker appends under the folder's lock (records.py); the parent hands each
+  question to one worker once, and writes the report alone once every worker has ended.
 - Checkpoints: every worker opens the folder's one checkpoints.sqlite (WAL, a long busy
-  timeout: harness/checkpoints.py); the parent makes the file first, so workers never race to
-  create it. A question stopped part-way resumes from its checkpoint on whichever worker runs
-  it next time: its thread is its record key.
-- Signals: only the parent acts on SIGINT/SIGTERM (workers start with them blocked and then
-  ignore them: harness/shutdown.py). A first stop tells every worker `end` (start nothing new,
-  finish those in flight); a second tells them `cancel` (stop now, resume next time). The exit
-  status and lines are those of one process. SIGKILL of the whole process group loses nothing
-  a rerun does not redo from the records and checkpoints on disk.
-- A worker that dies (a crash, SIGKILL of that worker alone) is noticed when its pipe closes.
-  Its questions in flight are left for a rerun, not handed to another worker: it may have
-  recorded one just before it died (the record is written before the parent hears of it), and
-  a question that killed one worker would likely kill the next. The other workers go on with
-  the rest; at the end the parent exits 1 with one line naming the dead worker.
-- The server gone: the parent counts the questions that fail on the server in a row, in the
-  order the workers report them, and gives up as one process would (harness/runner.py's
-  GiveUpRule, the same rule): it hands out nothing more; a worker whose server was stopped on
-  purpose (`mur servers down`) says so at once.
-- Progress: the parent shows the one bar or line (harness/progress.py); workers print nothing
-  but errors. Finished questions come with their tokens, and each worker sends the tokens it
-  has made so far every second, so the rate and the ETA count questions in flight as one
-  process's do.
+  timeout), which the parent makes first so workers never race to create it. A question's
+  thread is its record key, so it resumes on whichever worker runs it next time.
+- Signals: only the parent acts on SIGINT/SIGTERM (harness/shutdown.py). A first stop tells
+  every worker `end`, a second `cancel`; exit status and lines are those of one process.
+- A worker that dies is noticed when its pipe closes. Its questions in flight are left for a
+  rerun, not handed on: it may have recorded one just before it died, and a question that
+  killed one worker would likely kill the next. At the end the parent exits 1 naming it.
+- The server gone: the parent counts server failures in a row in the order workers report
+  them, with the one GiveUpRule of harness/runner.py.
+- Progress: the parent shows the one bar or line; each worker sends its tokens every second,
+  so the rate and ETA count questions in flight as one process's do.
 
-Each worker is `mur solve` itself, started with this command's arguments and a hidden
-`--worker` flag (cli/), not a multiprocessing child: the same arguments make the same plan and
-the same connection in the worker (the embedded server the parent started or resolved is
-reached at its address, with the parent's environment), nothing has to be pickled, and the
-worker shares none of the parent's state (HTTP clients, event loop, threads). Its pipes are
-its own, so a killed worker can corrupt no queue the others read (multiprocessing's Queue
-holds a lock a killed process may never release), and asyncio reads them beside the signal
-handlers. It costs a fresh interpreter per worker: seconds of imports, once per run.
+Each worker is `mur solve` itself with a hidden `--worker` flag (cli/), not a multiprocessing
+child: the same arguments make the same plan and connection, nothing is pickled, and no state
+of the parent (HTTP clients, event loop, threads) is shared. Its pipes are its own, so a killed
+worker corrupts no queue the others read (multiprocessing's Queue holds a lock a killed process
+may never release).
 """
 
 from __future__ import annotations
@@ -54,16 +38,15 @@ import signal
 import sys
 import uuid
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
-from mur.evals.harness.checkpoints import prepare_checkpoints
+from mur.evals.harness.checkpoints import open_checkpoints
 from mur.evals.harness.plan import Job
-from mur.evals.harness.progress import RunProgress
 from mur.evals.harness.records import RecordStore
-from mur.evals.harness.run_record import setting_of, total_tokens
-from mur.evals.harness.runner import GiveUpRule, RunOutcome
+from mur.evals.harness.runner import GiveUpRule, RunOutcome, run_progress
 from mur.evals.harness.shutdown import (
     StopSignals,
     blocked_stop_signals,
@@ -126,7 +109,8 @@ async def run_in_workers(
         + (fewer if count < pool.count else ""),
         file=sys.stderr,
     )
-    await prepare_checkpoints(store.folder)
+    async with open_checkpoints(store.folder):  # made and in WAL mode before workers open it
+        pass
     return await Parent(jobs, store, split, pool.command, show_progress).run()
 
 
@@ -149,16 +133,12 @@ class Parent:
         self.finished = self.failed = 0
         self.give_up_rule = GiveUpRule.for_concurrency(sum(split))  # as one process
         self.lost: list[str] = []
-        self.stop = StopSignals(on_first=self._stop_starting, on_second=self._stop_now)
-        self.progress = RunProgress(
-            len(jobs),
-            enabled=show_progress,
-            live_tokens=lambda: sum(worker.tokens for worker in self.workers),
-            settings=[job.key.setting for job in jobs],
-            recorded=[
-                (setting_of(r["strategy"], r["gate"], r["gamma"]), total_tokens(r))
-                for r in store.load()
-            ],
+        self.stop = StopSignals(
+            on_first=partial(self._stop, finishing_line),
+            on_second=partial(self._stop, cancelling_line),
+        )
+        self.progress = run_progress(
+            jobs, store, show_progress, lambda: sum(worker.tokens for worker in self.workers)
         )
 
     @property
@@ -264,13 +244,9 @@ class Parent:
         assert worker.process.stdin is not None  # started with stdin=PIPE
         worker.process.stdin.write((json.dumps(request) + "\n").encode())
 
-    def _stop_starting(self, name: str) -> None:
-        print(finishing_line(name, self.in_flight), file=sys.stderr, flush=True)
-        for worker in self.workers:
-            self._settle(worker)
-
-    def _stop_now(self, name: str) -> None:
-        print(cancelling_line(name, self.in_flight), file=sys.stderr, flush=True)
+    def _stop(self, line: Callable[[str, int], str], name: str) -> None:
+        """A stop signal: say `line`, then tell every worker (`_settle`)."""
+        print(line(name, self.in_flight), file=sys.stderr, flush=True)
         for worker in self.workers:
             self._settle(worker)
 

@@ -1,22 +1,16 @@
-"""Progress of an evaluation run: a rich bar on a terminal, plain lines everywhere else.
-
-A run of hours usually writes to a log file, nohup.out or a CI console, where a live bar shows
-nothing until the end. There a line every few questions (and at least every minute) says how
-far the run is, how fast it goes and when it should end:
+"""Progress of an evaluation run: a rich bar on a terminal, plain lines everywhere else (a log
+file, nohup.out, a CI console, where a live bar shows nothing until the end): a line every few
+questions, and at least every minute:
 
     progress: 15/400 questions (3.8%), 0 failed, 2.1 q/min, 34 tok/s, elapsed 7m08s, ETA 3h03m
 
-With many questions in flight, counting only finished ones misleads early in a run: the first
-answers come after minutes, so tok/s reads near 0 and the ETA hours too long. Given a live count
-of the tokens the server has produced (`live_tokens`, in-flight questions included), tok/s is
-that count's rate, and the ETA is the tokens still expected, less what those in flight have
-already spent, at that rate. A run mixes settings of very different cost (a best_of_n question
-under the always gate spends several times one under never, and the cheap ones finish first), so
-each question not done is expected to cost the mean of its own setting's finished questions, those
-recorded in the folder before this run included; a setting with none finished yet, the mean of all.
-That rate is taken over the last `WINDOW` seconds, not since the start: a resumed run that
-shared its server with other work for half an hour, or slowed down on a busier batch, shows the
-speed it has now, and the ETA follows it.
+Counting only finished questions misleads early in a run with many in flight (tok/s near 0,
+the ETA hours too long). Given a live count of the tokens produced (`live_tokens`, questions in
+flight included), tok/s is that count's rate over the last `WINDOW` seconds (so a resumed or
+slowed run shows the speed it has now), and the ETA is the tokens still expected, less those
+in flight have spent, at that rate. Settings differ widely in cost and the cheap ones finish
+first, so each question left is priced at the mean of its own setting's finished questions
+(the folder's earlier records included), else at the mean of all.
 """
 
 from __future__ import annotations
@@ -57,14 +51,11 @@ def duration(seconds: float) -> str:
 
 
 class RunProgress:
-    """Counts questions as they finish or fail and shows it: the rich bar when ``stream`` is a
-    terminal, plain lines (every ``every`` questions, and after ``interval`` seconds without
-    one) when it is not, nothing when ``enabled`` is false. ``live_tokens`` counts the tokens
-    produced so far, questions in flight included (a run-wide `nodes.usage.metered`); without it,
-    rates and ETA come from finished questions only. ``settings`` names each question's setting
-    (`evals.harness.run_record.setting_of`; one setting for all when left out) and ``recorded``
-    gives (setting, tokens) of questions finished before this run: they price the questions
-    left. Use as ``async with``."""
+    """Counts questions as they finish or fail and shows it (a bar on a terminal ``stream``, plain
+    lines every ``every`` questions or ``interval`` seconds otherwise); use as ``async with``.
+    ``live_tokens``: tokens produced so far, in flight included (a run-wide
+    `nodes.usage.metered`); ``settings``: each question's `setting_of` (one for all when left
+    out); ``recorded``: (setting, tokens) of questions finished before this run."""
 
     def __init__(
         self,

@@ -45,12 +45,8 @@ def endpoint(model: BaseChatModel) -> tuple[str, str] | None:
 
 def role_facts(backbone: BaseChatModel, verifier: BaseChatModel) -> dict[str, ServerFacts]:
     """Each role's server facts (roles served by no HTTP server are left out)."""
-    facts = {}
-    for role, model in zip(ROLES, (backbone, verifier), strict=True):
-        where = endpoint(model)
-        if where is not None:
-            facts[role] = server_facts(*where)
-    return facts
+    models = zip(ROLES, (backbone, verifier), strict=True)
+    return {role: server_facts(*where) for role, model in models if (where := endpoint(model))}
 
 
 def same_host(url: str, urls: list[str]) -> list[str]:
@@ -100,11 +96,6 @@ def servers_entry(
     }
 
 
-def _same_servers(one: dict[str, Any], other: dict[str, Any]) -> bool:
-    keys = (*ROLES, "concurrency")
-    return all(one.get(k) == other.get(k) for k in keys)
-
-
 def record_servers(store: RecordStore, entry: dict[str, Any], *, allow_mixed: bool) -> None:
     """Check `entry` against the servers the folder's runs were made on, then record it
     (a new entry only when something changed; it says from which run on it holds)."""
@@ -127,8 +118,8 @@ def record_servers(store: RecordStore, entry: dict[str, Any], *, allow_mixed: bo
                 "on a server like the recorded one, or pass --allow-mixed-servers to go on and "
                 "record the mix"
             )
-        if last is not None and _same_servers(last, entry):
-            return
+        if last is not None and all(last.get(k) == entry.get(k) for k in (*ROLES, "concurrency")):
+            return  # the same servers as the last entry
         runs = len(store.done_keys())
         history.append({**entry, "from_run": runs, "mixed": bool(mixed)})
         path.write_text(json.dumps({**data, SERVERS: history}, indent=2, sort_keys=True) + "\n")

@@ -3,19 +3,16 @@
 A crash can only ever cut the last line short; reopening the store drops such a tail, so a
 rerun with the same folder skips exactly what is done and never counts anything twice.
 
-Full traces make about 8 KB a run, so a table of a thousand runs would be 8 MB of text in the
-repository. Once records.jsonl passes PACK_AT bytes its records move into the packed volumes
-(gzip, about 7x smaller): records.jsonl.gz, then records.2.jsonl.gz, records.3.jsonl.gz, ...
-A pack rewrites only the last volume, beside itself, and swaps it in atomically; once a volume
-passes VOLUME_AT bytes the next one starts, so no file of a long experiment outgrows what a
-repository should hold and a pack's work stays small. The plain file then starts empty again.
-Readers take every file, a record found twice counting once, so a folder is read the same at
-any moment.
+Full traces make large records, so once records.jsonl passes PACK_AT bytes its records move
+into gzip volumes (records.jsonl.gz, then records.2.jsonl.gz, ...) and the plain file starts
+empty again. A pack rewrites only the last volume, beside itself, and swaps it in atomically;
+once a volume passes VOLUME_AT bytes the next one starts, so no file outgrows what a
+repository should hold and a pack's work stays small. Readers take every file, a record found
+twice counting once, so a folder is read the same at any moment.
 
-Several `mur solve` processes may write into one folder at once (e.g. the random baseline started
-while the main phase's last questions finish): every change to a folder's files happens under
-its lock file (`.records.lock`), so a pack in one process never empties the plain file
-between another's append and its own reading of it.
+Several `mur solve` processes may write into one folder at once: every change to a folder's
+files happens under its lock file (`.records.lock`), so a pack in one process never empties
+the plain file between another's append and its own reading of it.
 """
 
 from __future__ import annotations
@@ -88,24 +85,21 @@ def _record(raw: bytes, path: Path, line: int) -> RunRecord:
     return cast(RunRecord, record)
 
 
-def _complete_lines(path: Path) -> Iterator[RunRecord]:
+def _lines(path: Path) -> Iterator[RunRecord]:
+    """The records of a plain file (a last line cut short by a crash is not one) or of a packed
+    volume (.gz: cut short or not gzip is an error)."""
     if not path.exists():
         return
-    with path.open("rb") as handle:
-        for line, raw in enumerate(handle, start=1):
-            if not raw.endswith(b"\n"):
-                return  # a line cut short by a crash: not a record
-            yield _record(raw, path, line)
-
-
-def _packed_lines(path: Path) -> Iterator[RunRecord]:
-    if not path.exists():
-        return
+    packed = path.suffix == ".gz"
     try:
-        with gzip.open(path, "rb") as handle:
+        with gzip.open(path, "rb") if packed else path.open("rb") as handle:
             for line, raw in enumerate(handle, start=1):
+                if not (packed or raw.endswith(b"\n")):
+                    return
                 yield _record(raw, path, line)
     except (OSError, EOFError, zlib.error) as exc:  # gzip.BadGzipFile is an OSError
+        if not packed:
+            raise
         raise CorruptRecordsError(
             f"{path} is cut short or not gzip ({exc}): restore it (`git checkout -- {path}`) "
             "or move it away, and its runs are run again"
@@ -140,8 +134,8 @@ def _each_key_once(records: Iterable[RunRecord], seen: set[str]) -> list[RunReco
 def _folder_records(folder: Path) -> list[RunRecord]:
     """Packed records, volume by volume, then plain ones; a record in two files (a pack
     stopped between swapping a volume in and emptying the plain file) counts once."""
-    packed = (r for number in _volumes(folder) for r in _packed_lines(_volume(folder, number)))
-    return _each_key_once((*packed, *_complete_lines(folder / RECORDS)), set())
+    packed = (r for number in _volumes(folder) for r in _lines(_volume(folder, number)))
+    return _each_key_once((*packed, *_lines(folder / RECORDS)), set())
 
 
 def has_records(folder: str | os.PathLike[str]) -> bool:
@@ -210,24 +204,19 @@ class RecordStore:
 
     def pack(self) -> None:
         """Move every plain record into the packed volumes: into the last one while it is
-        under VOLUME_AT, else into a new one. Volumes left out of shape (one over VOLUME_MAX,
-        packed whole before volumes existed; one repeating records of an earlier one, after
-        a pack a crash cut short) are rewritten from the first of them on.
-
-        Each file changes by one atomic swap, in an order that keeps every record in at
-        least one file at every moment: the new volumes first, then the first rewritten
-        one, then the removal of the volumes it replaced, then the emptying of the plain
-        file. load() counts a record found twice once. Volume numbers only order the
-        volumes: a gap left by a rewrite is harmless."""
+        under VOLUME_AT, else into a new one. Volumes out of shape (over VOLUME_MAX, or
+        repeating an earlier one's records after a pack a crash cut short) are rewritten from
+        the first of them on. Each file changes by one atomic swap, in an order that keeps
+        every record in at least one file at every moment: new volumes, the first rewritten
+        one, removal of those it replaced, then the emptying of the plain file (load() counts
+        a record found twice once; a gap in volume numbers is harmless)."""
         with self.lock:
-            volumes = {
-                n: list(_packed_lines(_volume(self.folder, n))) for n in _volumes(self.folder)
-            }
+            volumes = {n: list(_lines(_volume(self.folder, n))) for n in _volumes(self.folder)}
             first = self._first_to_rewrite(volumes)
             seen = {r["key"] for n, records in volumes.items() if n < first for r in records}
             replaced = [number for number in volumes if number >= first]
             records = _each_key_once(  # the replaced volumes' records, then the plain ones
-                (*(r for n in replaced for r in volumes[n]), *_complete_lines(self.path)), seen
+                (*(r for n in replaced for r in volumes[n]), *_lines(self.path)), seen
             )
             chunks = _compressed(records, VOLUME_AT)
             after = max([first, *volumes])
@@ -264,7 +253,7 @@ class RecordStore:
             dropped = 0
             for number in _volumes(self.folder):
                 path = _volume(self.folder, number)
-                records = list(_packed_lines(path))
+                records = list(_lines(path))
                 kept = [record for record in records if record["gate"] != gate]
                 if len(kept) < len(records):
                     self._swap_in(path, _compressed(kept)[0])

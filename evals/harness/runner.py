@@ -8,7 +8,7 @@ import asyncio
 import sys
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -80,6 +80,22 @@ class RunOutcome:
     lost: str | None = None  # worker processes that died, and what they left (--workers)
 
 
+def run_progress(
+    jobs: Sequence[Job], store: RecordStore, enabled: bool, live_tokens: Callable[[], int]
+) -> RunProgress:
+    """A run's progress, its questions priced by the folder's records (one process or workers)."""
+    return RunProgress(
+        len(jobs),
+        enabled=enabled,
+        live_tokens=live_tokens,
+        settings=[job.key.setting for job in jobs],
+        recorded=[
+            (setting_of(r["strategy"], r["gate"], r["gamma"]), total_tokens(r))
+            for r in store.load()
+        ],
+    )
+
+
 async def run_jobs(
     graph: Any,
     jobs: Sequence[Job],
@@ -104,7 +120,7 @@ async def run_jobs(
     `roles` (base URL -> "backbone" / "verifier", graphs.model_calls.server_roles) names the
     servers in a failed question's reason.
     """
-    runner = Runner(
+    return await Runner(
         graph,
         jobs,
         store,
@@ -113,8 +129,7 @@ async def run_jobs(
         run_id=run_id or uuid.uuid4().hex[:8],
         show_progress=show_progress,
         roles=roles,
-    )
-    return await runner.run()
+    ).run()
 
 
 class Runner:
@@ -142,16 +157,8 @@ class Runner:
         self.stop = StopSignals(on_first=self._finish_in_flight, on_second=self._cancel_in_flight)
         # Every request answered so far, questions in flight included: the progress line's rate.
         self.meter = CallMeter()
-        # A bar on a terminal; a plain line every few questions in a log (harness/progress.py).
-        self.progress = RunProgress(
-            len(jobs),
-            enabled=show_progress,
-            live_tokens=lambda: self.meter.answered.generated_tokens,
-            settings=[job.key.setting for job in jobs],
-            recorded=[
-                (setting_of(r["strategy"], r["gate"], r["gamma"]), total_tokens(r))
-                for r in store.load()
-            ],
+        self.progress = run_progress(
+            jobs, store, show_progress, lambda: self.meter.answered.generated_tokens
         )
         tune_collector()  # start-up is done: what it left stays, off the collector's path
 

@@ -1,18 +1,14 @@
-"""Shutting a long evaluation down without throwing work away.
-
-A benchmark question can take half an hour of server time, and a run holds many in flight.
-So a first SIGINT (Ctrl-C) or SIGTERM starts no new question and lets the ones in flight
-finish and be recorded; a second stops those too (the next run of the same command resumes
-each after its last finished node: evals.harness.checkpoints). Celery's warm and cold shutdown, and
-Scrapy's Ctrl-C, work the same way.
+"""Shutting a long evaluation down without throwing work away: a first SIGINT (Ctrl-C) or
+SIGTERM starts no new question and lets the ones in flight finish and be recorded; a second
+stops those too (the next run resumes each after its last finished node:
+evals.harness.checkpoints).
 
 With `--workers N` (evals.harness.pool) only the parent takes these signals and tells its
-workers what to do. A Ctrl-C on a terminal reaches the whole process group, workers included,
-so a worker must not act on it itself: the parent starts each one with the stop signals
-blocked (`blocked_stop_signals`: none can arrive while the worker imports), and the worker
-swaps them for handlers that do nothing before it lets them in (`leave_stop_signals_to_parent`).
-A handler, not SIG_IGN: a process the worker starts (the embedded server, started again
-after a crash) gets the default dispositions back at exec, where an ignored signal would stay
+workers what to do. A Ctrl-C on a terminal reaches the whole process group, so the parent
+starts each worker with the stop signals blocked (`blocked_stop_signals`: none can arrive while
+it imports), and the worker swaps them for handlers that do nothing before it lets them in
+(`leave_stop_signals_to_parent`). A handler, not SIG_IGN: a process the worker starts (the
+embedded server) gets default dispositions back at exec, where an ignored signal would stay
 ignored and `mur servers down` could not stop it.
 """
 

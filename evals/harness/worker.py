@@ -23,10 +23,7 @@ stray line cannot break the protocol):
                                                    included (the parent's one progress line)
 
 A run is recorded (records.jsonl, under the folder's lock) before its event is sent, so a
-worker killed between the two leaves a record the rerun skips, never a run done twice. The
-parent, not the worker, counts server failures in a row (across workers, in the order they
-end) and gives up after as many as one process would; `mur servers down` (ServerStopped) is
-the one failure a worker reports as the server gone at once.
+worker killed between the two leaves a record the rerun skips, never a run done twice.
 """
 
 from __future__ import annotations
@@ -51,7 +48,8 @@ from mur.graphs.mur import build_graph
 from mur.nodes.usage import metered
 
 TICK_S = 1.0  # seconds between two token counts sent to the parent
-NEVER = sys.maxsize  # the worker's own rule never gives up: the parent's counts (see above)
+NEVER = sys.maxsize  # the worker's own rule never gives up: the parent counts failures in a row
+# across workers; `mur servers down` (ServerStopped) is the one failure a worker reports at once
 
 
 class Channel:
@@ -75,7 +73,7 @@ class Channel:
         line = (json.dumps({"event": event, **fields}) + "\n").encode()
         try:
             os.write(self.events_fd, line)
-        except BrokenPipeError:  # the parent died: Serving stops what runs (see `_tell`)
+        except BrokenPipeError:  # the parent died: Serving stops what runs (`_tell`)
             self.parent_gone = True
 
     async def requests(self) -> asyncio.StreamReader:
@@ -169,11 +167,8 @@ class Serving:
                     break
                 else:
                     raise ValueError(f"unknown request from the parent: {request}")
-        finally:
-            # cancel, the parent gone, an error; or, after end, `serve` is done with it (and
-            # nothing is left to cancel)
-            self._cancel()
-            self.ended.set()
+        finally:  # cancel, the parent gone, an error; or, after end, nothing is left to cancel
+            self._stop()
 
     def _start(self, key: str) -> None:
         if key not in self.jobs:
@@ -188,12 +183,13 @@ class Serving:
         self.running.discard(task)
         if not task.cancelled() and task.exception() is not None and self.crashed is None:
             self.crashed = task.exception()
-            self._cancel()
-            self.ended.set()
+            self._stop()
 
-    def _cancel(self) -> None:
+    def _stop(self) -> None:
+        """Cancel the questions in flight and end `serve`."""
         for task in self.running:
             task.cancel()
+        self.ended.set()
 
     async def _run(self, job: Job) -> None:
         record, here = await self.runner.run_one(job)
@@ -210,8 +206,7 @@ class Serving:
         of stdin, which follows): no orphan records what a rerun is about to run again."""
         self.channel.send(event, **fields)
         if self.channel.parent_gone:
-            self._cancel()
-            self.ended.set()
+            self._stop()
 
     async def _tick(self) -> None:
         sent = 0

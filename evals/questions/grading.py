@@ -34,18 +34,6 @@ if TYPE_CHECKING:
 if sys.platform.startswith("linux"):  # the workers' memory cap (Linux alone has /proc)
     import resource
 
-__all__ = [
-    "DEFAULT_TIMEOUT_S",
-    "MAX_ANSWER_CHARS",
-    "GradingUnavailableError",
-    "choice_equal",
-    "extract_answer",
-    "integer_equal",
-    "math_equal",
-    "parse_aime_int",
-    "parse_choice_letter",
-]
-
 logger = logging.getLogger(__name__)
 
 #: Seconds one ``math_equal`` comparison may take before it counts as "not equal".
@@ -72,10 +60,8 @@ _AIME_INT = re.compile(r"[+-]?\d{1,12}(?:\.0*)?")
 
 
 def parse_aime_int(text: str | None) -> int | None:
-    """The integer an AIME answer states ("25", "025", "\\boxed{25}", "25.", "$25$"), or None.
-
-    Non-integers ("25.5", "1/2", "x") give None, so they are never graded correct.
-    """
+    """The integer an AIME answer states ("25", "025", "\\boxed{25}", "25.", "$25$"), or None:
+    non-integers ("25.5", "1/2", "x") are never graded correct."""
     if not isinstance(text, str) or len(text) > 200:
         return None
     cleaned = extract_answer(text) or text

@@ -28,15 +28,6 @@ from mur.evals.questions.problem import (
     Problem,
 )
 
-__all__ = [
-    "DATA_DIR_ENV",
-    "HF_SOURCE",
-    "SHIPPED_DATA_DIR",
-    "dataset_file",
-    "load_dataset",
-    "resolve_data_dir",
-]
-
 #: Where the public benchmarks ship (package data).
 SHIPPED_DATA_DIR = Path(__file__).resolve().parent / "data"
 #: Environment variable naming the data directory (or ``hf``).
@@ -100,11 +91,9 @@ def resolve_data_dir(
 
 
 def dataset_file(name: str, data_dir: str | os.PathLike[str] | None = None) -> Path:
-    """The local file benchmark ``name`` is read from (see ``resolve_data_dir``).
-
-    Raises ``DataNotFoundError`` saying where to put it when it is absent, and
-    ``DatasetError`` when the source is the hub rather than a file.
-    """
+    """The local file benchmark ``name`` is read from (see ``resolve_data_dir``). Raises
+    ``DataNotFoundError`` saying where to put it when it is absent, and ``DatasetError`` when
+    the source is the hub rather than a file."""
     entry = check_dataset(name)
     source = resolve_data_dir(data_dir, entry.name)
     if source == HF_SOURCE:
@@ -126,15 +115,13 @@ def load_dataset(
     limit: int | None = None,
     offset: int = 0,
 ) -> list[Problem]:
-    """Load benchmark ``name`` (a registry entry's name) as a list of ``Problem``, in file
-    order.
+    """Load benchmark ``name`` (a registry entry's name) as a list of ``Problem``, in file order.
 
-    ``data_dir``: see ``resolve_data_dir`` (``"hf"`` for the Hugging Face hub). ``offset``: skip
-    the first ``offset`` problems (questions 201-400 are offset 200, limit 200); ``limit``:
-    keep only the first ``limit`` problems after them. Raises ``ValueError`` for an unknown name,
-    ``DataNotFoundError`` for a missing directory or file, ``MalformedRecordError`` (with file
-    and line) for a bad record, ``ValueError`` for an offset past the last question.
-    """
+    ``data_dir``: see ``resolve_data_dir`` (``"hf"`` for the hub). ``offset``: skip the first
+    ``offset`` problems (questions 201-400 are offset 200, limit 200); ``limit``: keep only the
+    first ``limit`` after them. Raises ``ValueError`` for an unknown name or an offset past the
+    last question, ``DataNotFoundError`` for a missing directory or file, and
+    ``MalformedRecordError`` (with file and line) for a bad record."""
     entry = check_dataset(name)
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
         raise ValueError(f"limit must be a non-negative integer or None, got {limit!r}")

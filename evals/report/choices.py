@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from mur.evals.harness.run_record import RunRecord
 from mur.evals.report import stats
-from mur.evals.report.pairing import Pairing, SettingKey, group_settings, pair, setting_order
+from mur.evals.report.pairing import Pairing, group_settings, pair, setting_order
 from mur.nodes.gate_labels import gate_family
 
 DEFAULT_GATE = "mur"  # the paper's MUR: no bias correction
@@ -30,10 +30,6 @@ class Choice:
     gamma: float
     pairing: Pairing
     scaled_share: float  # of this setting's kept steps, the share its gate scaled
-
-    @property
-    def key(self) -> SettingKey:
-        return (self.dataset, self.strategy, self.gate, self.gamma)
 
 
 def mur_choices(
@@ -62,4 +58,4 @@ def mur_choices(
         if pairing is None:
             continue
         found.append(Choice(dataset, strategy, gate, gamma, pairing, runs.scaled_share()))
-    return sorted(found, key=lambda c: setting_order(c.key))
+    return sorted(found, key=lambda c: setting_order((c.dataset, c.strategy, c.gate, c.gamma)))

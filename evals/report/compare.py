@@ -1,14 +1,8 @@
-"""Two results folders side by side (`mur compare`, cli/compare.py): the same settings, paired on
-the questions both ran. For two configurations of one experiment (a setting changed between
-folders, say forced verdicts on and off): for every setting (dataset, strategy, gate label,
-gamma) in both, on the questions both answered, the accuracy of each, the difference B - A with
-its paired bootstrap interval and the exact sign test, and the tokens per question of each with
-their ratio. `--samples N`: only samples 0..N-1 of each folder, a question without all N left out
-(and named). `--margin POINTS`: per setting, whether B is non-inferior at that margin (the lower
-95% bound of B - A strictly above it). When both folders hold recorded traces of one setting, a
-traces section follows: majority@k, tokens per trace, the within-question AUROC of the final
-momentum, server time and tokens per server-second, paired on the questions both folders hold
-complete. results/prereg-int8.md's "reported, not decided" list is made here.
+"""Two results folders side by side (`mur compare`, cli/compare.py): for every setting both ran,
+on the questions both answered, the accuracy of each, B - A with its paired bootstrap interval
+and the exact sign test, and the tokens per question of each with their ratio; `--samples N`
+keeps samples 0..N-1 (`first_samples`), `--margin` adds non-inferiority lines. When both hold
+recorded traces of one setting, a traces section follows (`compare_traces`).
 
 The numbers come from the functions the report uses on one folder (evals.report.pairing, traces,
 tables.run_time, stats), so a folder compared here reads as in its report.
@@ -23,7 +17,7 @@ from dataclasses import dataclass
 from mur.evals.harness.provenance import served_by
 from mur.evals.harness.run_record import RunRecord, setting_of, total_tokens
 from mur.evals.report import stats
-from mur.evals.report.markdown import duration, points, points_span, served_lines
+from mur.evals.report.markdown import duration, points, points_span, ratio, served_lines
 from mur.evals.report.pairing import (
     Pairing,
     SettingKey,
@@ -127,12 +121,12 @@ def to_markdown(
     ]
     for c in comparisons:
         p = c.pairing
-        ratio = f"{p.tokens_ratio:.2f}x" if p.reference_tokens else "-"
         lines.append(
             f"| {_setting(c.key)} | {p.n} | {100 * p.reference_accuracy:.1f} | "
             f"{100 * p.accuracy:.1f} | {points(p.comparison.difference)}"
             f"{points_span(p.comparison.interval)} | {p.comparison.p_value:.2f} | "
-            f"{p.reference_tokens:,.0f} | {p.tokens:,.0f} | {ratio} |"
+            f"{p.reference_tokens:,.0f} | {p.tokens:,.0f} | "
+            f"{ratio(p.tokens_ratio if p.reference_tokens else None)} |"
         )
     if margin is not None:
         lines += ["", *margin_lines(comparisons, margin)]
@@ -349,8 +343,6 @@ def traces_markdown(tc: TraceComparison) -> str:
     )
     diff = tc.majority_diff
     span = points_span(diff.interval, " (one question: no interval)")
-    ratio = "-" if tc.tokens_ratio is None else f"{tc.tokens_ratio:.2f}x"
-    rate_ratio = "-" if tc.rate_ratio is None else f"{tc.rate_ratio:.2f}x"
     lines = [
         f"## Traces: majority@{k}, tokens per trace, the final momentum's AUROC, time",
         "",
@@ -369,7 +361,8 @@ def traces_markdown(tc: TraceComparison) -> str:
         f"| majority@{k} accuracy % | {100 * tc.majority[0]:.1f} | {100 * tc.majority[1]:.1f} "
         f"| {points(diff.difference)}{span}, better / worse {diff.better} / {diff.worse}, "
         f"exact p {diff.p_value:.2f} |",
-        f"| completion tokens per trace | {tc.tokens[0]:,.0f} | {tc.tokens[1]:,.0f} | {ratio} |",
+        f"| completion tokens per trace | {tc.tokens[0]:,.0f} | {tc.tokens[1]:,.0f} "
+        f"| {ratio(tc.tokens_ratio)} |",
         f"| within-question AUROC, {PRIMARY_SIGNAL} | {_auroc(tc.auroc[0])} "
         f"| {_auroc(tc.auroc[1])} | - |",
         "",
@@ -381,7 +374,7 @@ def traces_markdown(tc: TraceComparison) -> str:
         _time_row("A", tc.time[0]),
         _time_row("B", tc.time[1]),
         "",
-        f"B / A tokens per server-second: {rate_ratio}.",
+        f"B / A tokens per server-second: {ratio(tc.rate_ratio)}.",
         *_time_notes("A", tc.time[0]),
         *_time_notes("B", tc.time[1]),
         "",

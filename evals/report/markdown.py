@@ -52,11 +52,13 @@ def _gamma(value: float | None) -> str:
     return "-" if value is None else f"{value:g}"
 
 
-def _ratio(value: float | None) -> str:
+def ratio(value: float | None) -> str:
+    """`1.23x`; `-` for none."""
     return "-" if value is None else f"{value:.2f}x"
 
 
-def _table(header: Sequence[str], lines: Sequence[Sequence[str]]) -> list[str]:
+def table(header: Sequence[str], lines: Sequence[Sequence[str]]) -> list[str]:
+    """A Markdown table: its header, separator and one line per row of cells."""
     out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     out += ["| " + " | ".join(cells) + " |" for cells in lines]
     return out
@@ -83,7 +85,7 @@ def _accuracy_table(rows: Sequence[Row], paired: bool) -> list[str]:
                 _p(r.p_value),
             ]
         lines.append(cells)
-    return _table(header, lines)
+    return table(header, lines)
 
 
 def _cost_table(rows: Sequence[Row], paired: bool) -> list[str]:
@@ -99,7 +101,7 @@ def _cost_table(rows: Sequence[Row], paired: bool) -> list[str]:
             _num(r.external_tokens),
             _num(r.total_tokens),
         ]
-        cells += [_ratio(r.tokens_vs_always)] if paired else []
+        cells += [ratio(r.tokens_vs_always)] if paired else []
         cells += [
             _num(r.steps_total, 2),
             _num(r.steps_scaled, 2),
@@ -109,7 +111,7 @@ def _cost_table(rows: Sequence[Row], paired: bool) -> list[str]:
             _num(r.wall_p95, 1),
         ]
         lines.append(cells)
-    return _table(header, lines)
+    return table(header, lines)
 
 
 def _average_table(rows: Sequence[Row]) -> list[str]:
@@ -123,20 +125,20 @@ def _average_table(rows: Sequence[Row]) -> list[str]:
             str(r.questions),
             _pct(r.accuracy),
             _num(r.total_tokens),
-            _ratio(r.tokens_vs_always),
+            ratio(r.tokens_vs_always),
             _num(r.steps_total, 2),
             _pct(r.scaled_share),
         ]
         for r in rows
     ]
-    return _table(header, lines)
+    return table(header, lines)
 
 
 def headline_sentence(h: Headline) -> str:
     name = "MUR" if h.gate == "mur" else "MUR with bias correction"
     return (
         f"**{h.dataset} / {h.strategy}, {name} (`{h.gate}`, gamma {h.gamma:g})**: "
-        f"{_ratio(h.tokens_ratio)} the tokens of always ({h.tokens:,.0f} vs "
+        f"{ratio(h.tokens_ratio)} the tokens of always ({h.tokens:,.0f} vs "
         f"{h.always_tokens:,.0f} per question); accuracy {_pct(h.accuracy)}% vs "
         f"{_pct(h.always_accuracy)}%, {_paired_clause(h.comparison, h.one_sample)}. "
         + _random_sentence(h)
@@ -154,7 +156,7 @@ def _random_sentence(h: Headline) -> str:
     p = match.pairing
     return (
         f"Against random at its rate (`{match.gate}`, which scaled {_pct(match.scaled_share)}% "
-        f"of steps): {_ratio(p.tokens_ratio)} its tokens ({p.tokens:,.0f} vs "
+        f"of steps): {ratio(p.tokens_ratio)} its tokens ({p.tokens:,.0f} vs "
         f"{p.reference_tokens:,.0f}); accuracy {_pct(p.accuracy)}% vs "
         f"{_pct(p.reference_accuracy)}%, {_paired_clause(p.comparison, match.one_sample)}."
     )
@@ -232,11 +234,11 @@ def _choices_table(choices: Sequence[Choice]) -> list[str]:
                 _p(p.p_value),
                 _num(c.pairing.tokens),
                 _num(c.pairing.reference_tokens),
-                _ratio(c.pairing.tokens_ratio),
+                ratio(c.pairing.tokens_ratio),
                 _pct(c.scaled_share),
             ]
         )
-    return _table(header, lines)
+    return table(header, lines)
 
 
 def to_markdown(

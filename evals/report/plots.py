@@ -84,16 +84,6 @@ def _label_above(row: Row, series: Sequence[Row], default: bool) -> bool:
     return all(r.accuracy <= row.accuracy for r in close)
 
 
-def _grid(count: int, width: float = 9.0, height: float = 5.5) -> tuple[Figure, list[Axes]]:
-    cols = min(2, count)
-    rows = math.ceil(count / cols)
-    fig = Figure(figsize=(width * cols, height * rows), layout="constrained")
-    axes = fig.subplots(rows, cols, squeeze=False).ravel().tolist()
-    for extra in axes[count:]:
-        extra.set_visible(False)
-    return fig, axes[:count]
-
-
 def _fewer(row: Row, most: int) -> str:
     """A setting still running (a resumed table) is marked with its question count."""
     return f"n={row.questions}" if row.questions < most else ""
@@ -107,8 +97,13 @@ def accuracy_figure(rows: Sequence[Row]) -> Figure | None:
         return None
     gates = sorted({r.gate for group in panels.values() for r in group})
     colors = {gate: f"C{i % 10}" for i, gate in enumerate(gates)}
-    fig, axes = _grid(len(panels))
-    for ax, ((dataset, strategy), group) in zip(axes, panels.items(), strict=True):
+    cols = min(2, len(panels))  # two panels a row, a spare one in the last row hidden
+    grid_rows = math.ceil(len(panels) / cols)
+    fig = Figure(figsize=(9.0 * cols, 5.5 * grid_rows), layout="constrained")
+    axes = fig.subplots(grid_rows, cols, squeeze=False).ravel().tolist()
+    for extra in axes[len(panels) :]:
+        extra.set_visible(False)
+    for ax, ((dataset, strategy), group) in zip(axes, panels.items(), strict=False):
         sweeps = _sweeps(group)
         most = max(r.questions for r in group)
         for index, (gate, series) in enumerate(sweeps.items()):

@@ -51,7 +51,6 @@ def bootstrap_interval(
     *,
     resamples: int = RESAMPLES,
     seed: int = SEED,
-    confidence: float = CONFIDENCE,
 ) -> Interval | None:
     """Percentile bootstrap interval of the mean of ``values`` (one value per question).
 
@@ -66,7 +65,7 @@ def bootstrap_interval(
         (data,),
         np.mean,
         n_resamples=resamples,
-        confidence_level=confidence,
+        confidence_level=CONFIDENCE,
         method="percentile",
         vectorized=True,
         rng=np.random.default_rng(seed),
@@ -77,10 +76,8 @@ def bootstrap_interval(
 
 
 def exact_sign_test(better: int, worse: int) -> float:
-    """Two-sided exact binomial p-value of ``better`` successes in ``better + worse`` at 1/2.
-
-    1.0 when there is no discordant question (no evidence either way).
-    """
+    """Two-sided exact binomial p-value of ``better`` successes in ``better + worse`` at 1/2;
+    1.0 when there is no discordant question (no evidence either way)."""
     if better + worse == 0:
         return 1.0
     return float(scipy_stats.binomtest(better, better + worse, 0.5).pvalue)
@@ -93,10 +90,8 @@ def compare_paired(
     resamples: int = RESAMPLES,
     seed: int = SEED,
 ) -> PairedComparison | None:
-    """``scores`` against ``reference`` (question id -> score) on their common questions.
-
-    None when they share no question.
-    """
+    """``scores`` against ``reference`` (question id -> score) on their common questions; None
+    when they share no question."""
     common = sorted(scores.keys() & reference.keys())
     if not common:
         return None

@@ -1,12 +1,8 @@
 """Paper-style tables and plots recomputed from a folder's records (`mur report`, cli/report.py).
-One row per setting (dataset, strategy, gate label, gamma), as in the paper's Table 1: accuracy
-with a 95% bootstrap interval over questions, the paired comparison against the `always` gate
-(Per-Step Scale) on the questions both ran (accuracy difference with its interval, exact sign
-test = McNemar's), backbone / external / total tokens per question and against always, scaled and
-total steps, wall time per question. Then the average over datasets when there are several, the
-headline (`evals.report.headlines`: MUR against always and against random at its rate), MUR's
-settings against its default (`evals.report.choices`) and the busy wall clock of the whole run
-across resumed sessions (from each record's finished_at and latency). Writes report.md,
+One row per setting (dataset, strategy, gate label, gamma), as in the paper's Table 1 (the
+columns: evals.report.rows.Row), then the average over datasets when there are several, the
+headline (evals.report.headlines), MUR's settings against its default (evals.report.choices)
+and the busy wall clock of the whole run across resumed sessions. Writes report.md,
 report.json, accuracy_vs_tokens.png and (for a gamma list) gamma_sweep.png beside the records.
 """
 
@@ -70,10 +66,6 @@ def run_time(records: Sequence[RunRecord]) -> RunTime:
     return RunTime(len(intervals), len(records), stats.busy_seconds(intervals))
 
 
-def row_order(row: Row) -> tuple:
-    return setting_order((row.dataset, row.strategy, row.gate, row.gamma))
-
-
 def summarize(
     records: Sequence[RunRecord], *, resamples: int = stats.RESAMPLES, seed: int = stats.SEED
 ) -> list[Row]:
@@ -85,7 +77,7 @@ def summarize(
     ]
     if len({row.dataset for row in rows}) > 1:
         rows += _averages(rows)
-    return sorted(rows, key=row_order)
+    return sorted(rows, key=lambda r: setting_order((r.dataset, r.strategy, r.gate, r.gamma)))
 
 
 def _row(

@@ -24,7 +24,7 @@ from mur.evals.report.experiment import (
     decisions_markdown,
     still_recording,
 )
-from mur.evals.report.markdown import points, points_span
+from mur.evals.report.markdown import points, points_span, table
 from mur.evals.report.traces import (
     SIGNALS,
     Auroc,
@@ -154,9 +154,8 @@ def to_markdown(analysis: TraceAnalysis, plot: str | None = None) -> str:
         "one's.",
     ]
     lines += ["", "Accuracy against k (majority@k over every subset of k traces):", ""]
-    lines += ["| k | " + " | ".join(str(j) for j in range(1, k + 1)) + " |"]
-    lines += ["|---" * (k + 1) + "|"]
-    lines += ["| accuracy | " + " | ".join(f"{a:.1%}" for a in analysis.at_k) + " |", ""]
+    at_k = [["accuracy", *(f"{a:.1%}" for a in analysis.at_k)]]
+    lines += [*table(["k", *map(str, range(1, k + 1))], at_k), ""]
     lines += ["Within-question AUROC for correctness (pairs of a right and a wrong trace):", ""]
     lines += ["| signal | AUROC | 95% interval | pairs | questions |", "|---|---|---|---|---|"]
     for a in analysis.aurocs:

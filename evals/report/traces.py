@@ -1,16 +1,14 @@
 """Trace rules judged per question, from the records of several traces of each question.
 
 Recorded traces (a folder of one setting's samples): accuracy against k, how well each trace
-signal ranks traces (within-question AUROC), and every trace rule (votes, settle rules, stop
-rules) replayed with the very functions a live run calls (nodes.voting, nodes.settling,
-nodes.trace_stop, graphs.traces, graphs.loop.stops_after). Traces are independent samples, so a
-rule replayed on them in sample order is what a live run would have done on those draws. Which
-rules are replayed is an experiment's choice (experiments/, e.g. parallel_traces.RULES).
+signal ranks traces (within-question AUROC), and every trace rule replayed with the very
+functions a live run calls (nodes.voting, nodes.settling, nodes.trace_stop, graphs.traces,
+graphs.loop.stops_after). Traces are independent samples, so a rule replayed on them in sample
+order is what a live run would have done on those draws.
 
 Live arms (`mur solve --traces ...`, one run a question): a rule that branches cannot be
 replayed on independent traces (a branch's steps after the branch point were never drawn), so
 it runs live and is judged against majority@K of the recorded traces, paired per question.
-Both kinds live here so that a replayed rule and a live arm are measured and paired alike.
 """
 
 from __future__ import annotations
@@ -91,11 +89,9 @@ class Question:
         return float(np.mean([t.correct for t in self.traces]))
 
 
-def question_traces(
-    records: Sequence[RunRecord], samples: int | None = None
-) -> tuple[list[Question], list[str]]:
-    """The questions of one setting with all their traces, and the ids left out because a
-    sample is missing. `samples`: the traces a question needs (default: the most any has)."""
+def question_traces(records: Sequence[RunRecord]) -> tuple[list[Question], list[str]]:
+    """The questions of one setting with all their traces (as many as any question has), and
+    the ids left out because a sample is missing."""
     if len(settings := settings_in(records)) != 1:
         raise ValueError(
             f"a trace analysis reads one setting's samples, got {len(settings)}: "
@@ -104,7 +100,7 @@ def question_traces(
     by_question: dict[str, dict[int, RunRecord]] = defaultdict(dict)
     for record in records:
         by_question[record["problem_id"]][record["sample"]] = record
-    wanted = samples or max(len(runs) for runs in by_question.values())
+    wanted = max(len(runs) for runs in by_question.values())
     questions, incomplete = [], []
     for problem_id, runs in by_question.items():
         if sorted(runs) != list(range(wanted)):

@@ -37,7 +37,6 @@ from mur.servers.processes.paths import models_dir
 from mur.servers.processes.weights import BF16, get_weight_format
 
 TINY_PACKAGE = SMOLLM2_135M
-TINY_MODEL_NAME = TINY_PACKAGE.name
 MANIFEST = "mur-manifest.json"
 MANIFEST_FORMAT = 1
 

@@ -36,8 +36,6 @@ EMBEDDED_MODEL = PACKAGE_PREFIX + SMOLLM2_135M.name
 
 DEFAULT_PROFILE = "cpu-qwen-1.5b"
 """What `make run` and `mur servers up` use: the smallest model here that reasons."""
-TEST_PROFILE = "cpu-tiny"
-"""What the bulk of the integration tests use: every mechanism for real, in seconds."""
 
 CPU_DTYPE_ENV = "MUR_CPU_DTYPE"
 CPU_DTYPES = ("bfloat16", "float32")

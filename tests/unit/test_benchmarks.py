@@ -100,7 +100,7 @@ def test_parse_counters_reads_vllm_metrics() -> None:
     assert c.hit_rate == pytest.approx(128 / 360)
     assert c.tokens_per_step == 5
     assert c.inter_token_s == pytest.approx(0.03)
-    assert c.e2e_sum is None  # not in this text: missing, never 0
+    assert c.requests_waiting is None  # not in this text: missing, never 0
     assert parse_block_size(METRICS) == 128
     assert parse_block_size("vllm:other 1") is None
 
