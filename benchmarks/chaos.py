@@ -31,7 +31,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -43,13 +43,11 @@ import psycopg
 from mur.benchmarks.chaos_load import Outcome, load
 from mur.endpoint.replicas import REPLICA_HOST, child_env, router_argv
 from mur.endpoint.supervisor import Child, Supervisor
-from mur.servers.cli import OneLineParser, comma_choices, port_number
 from mur.servers.clients.errors import ServerError
 from mur.servers.processes.facts import cpu_model
 from mur.servers.processes.postgres import PostgresServer
 from mur.servers.processes.replicas import check_router_installed
 
-PROG = "mur bench chaos"
 REPLICAS = 2
 CALLS_PER_RUN = {"mur-critic": 5, "mur-critic-never": 3}
 """Backbone calls of one uninterrupted run of the scripted backbone: three steps, the second
@@ -211,7 +209,7 @@ def replicas_of(args: argparse.Namespace, calls_log: Path) -> list[Child]:
     children = []
     for index in range(REPLICAS):
         port = args.port + 1 + index
-        command = [sys.executable, "-m", "mur.testing.fake_endpoint", "--port", str(port)]
+        command = [sys.executable, "-m", "mur.cli.fakes", "endpoint", "--port", str(port)]
         command += ["--max-runs", str(max(64, args.clients)), "--call-delay", str(args.call_delay)]
         command += ["--lease-seconds", str(args.lease_seconds), "--calls-log", str(calls_log)]
         children.append(Child(f"r{index + 1}", command, f"http://{REPLICA_HOST}:{port}"))
@@ -226,8 +224,11 @@ def fault_of(name: str, args: argparse.Namespace, database: PostgresServer) -> F
     return Fault(name, args.kill_every, pause.get(name, 0.0), database)
 
 
-def run_phase(name: str, args: argparse.Namespace, database: PostgresServer, folder: Path) -> Phase:
-    """Start a phase's replicas and router over a fresh database, load them, stop them."""
+def run_phase(
+    name: str, args: argparse.Namespace, database: PostgresServer, folder: Path, prog: str
+) -> Phase:
+    """Start a phase's replicas and router over a fresh database, load them, stop them
+    (the supervisor's lines start with `prog`)."""
     phase = Phase(name)
     url = database.create_database(f"chaos_{name.replace('-', '_')}")
     calls_log = folder / f"{name}-calls.log"
@@ -235,7 +236,7 @@ def run_phase(name: str, args: argparse.Namespace, database: PostgresServer, fol
     router = Child("router", router_argv(ports, REPLICA_HOST, args.port), root_of(args.port))
     with open(folder / f"{name}.log", "w") as log:
         supervisor = Supervisor(
-            replicas_of(args, calls_log), router, env=child_env(url, None), out=log, prog=PROG
+            replicas_of(args, calls_log), router, env=child_env(url, None), out=log, prog=prog
         )
         try:
             supervisor.start()
@@ -308,75 +309,6 @@ def problems(phase: Phase) -> list[str]:
     return found
 
 
-def kill_every(text: str) -> tuple[float, float]:
-    low, _, high = text.partition(":")
-    try:
-        bounds = (float(low), float(high or low))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not MIN:MAX seconds") from None
-    if not 0 < bounds[0] <= bounds[1]:
-        raise argparse.ArgumentTypeError(f"need 0 < MIN <= MAX, got {text}")
-    return bounds
-
-
-def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
-    parser = OneLineParser(
-        prog=prog,
-        description="Kill and freeze endpoint replicas and their PostgreSQL under load: "
-        "nothing lost?",
-    )
-    parser.add_argument("--seconds", type=float, default=300.0, help="each phase's load (300)")
-    parser.add_argument("--clients", type=int, default=64, help="concurrent clients (64)")
-    parser.add_argument(
-        "--kill-every",
-        type=kill_every,
-        default=(30.0, 60.0),
-        metavar="MIN:MAX",
-        help="seconds between two faults, drawn uniformly (30:60)",
-    )
-    parser.add_argument(
-        "--faults",
-        type=comma_choices(FAULTS, "fault"),
-        default=FAULTS,
-        help=f"the phases after the baseline, comma-separated ({','.join(FAULTS)})",
-    )
-    parser.add_argument(
-        "--db-pause", type=float, default=10.0, help="seconds PostgreSQL stays frozen (10)"
-    )
-    parser.add_argument(
-        "--call-delay", type=float, default=0.5, help="seconds per model call (0.5)"
-    )
-    parser.add_argument(
-        "--lease-seconds", type=float, default=10.0, help="the replicas' run lease (10)"
-    )
-    parser.add_argument(
-        "--stream-share", type=float, default=0.25, help="share of streamed requests (0.25)"
-    )
-    parser.add_argument(
-        "--port",
-        type=port_number,
-        default=8061,
-        help="the router's port; replicas take the next (8061)",
-    )
-    parser.add_argument("--seed", type=int, default=0, help="of the kill schedule (0)")
-    return parser
-
-
-def check_args(args: argparse.Namespace) -> str | None:
-    if args.seconds <= 0 or args.clients < 1 or args.call_delay < 0 or args.lease_seconds <= 0:
-        return "--seconds, --clients and --lease-seconds must be > 0, --call-delay >= 0"
-    if not 0 <= args.stream_share <= 1:
-        return f"--stream-share lies in [0, 1], got {args.stream_share}"
-    ports = range(args.port, args.port + REPLICAS + 1)
-    busy = [port for port in ports if not port_free(port)]
-    if busy:
-        return (
-            f"port {busy[0]} is in use (the router takes --port, its replicas the next "
-            f"{REPLICAS}): pass another --port"
-        )
-    return None
-
-
 def port_free(port: int) -> bool:
     """Nothing listens on `port` of the loopback interface (a bind would succeed)."""
     with socket.socket() as sock:
@@ -387,13 +319,8 @@ def port_free(port: int) -> bool:
     return True
 
 
-def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
-    """Both phases, the table; 0 only when nothing was lost, garbled or wrong."""
-    parser = build_parser(prog)
-    args = parser.parse_args(argv)
-    problem = check_args(args)
-    if problem:
-        parser.error(problem)
+def run(args: argparse.Namespace, prog: str) -> int:
+    """Every phase, the table; 0 only when nothing was lost, garbled or wrong."""
     phases: list[Phase] = []
     try:
         check_router_installed()
@@ -403,7 +330,7 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
         ):
             for name in ("baseline", *args.faults):
                 print(f"{prog}: {name}: {args.seconds:.0f} s, {args.clients} clients", flush=True)
-                phases.append(run_phase(name, args, database, Path(folder)))
+                phases.append(run_phase(name, args, database, Path(folder), prog))
     except ServerError as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
         return 1
@@ -421,7 +348,3 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     for line in found[:40]:
         print(f"  {line}")
     return 1 if found else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

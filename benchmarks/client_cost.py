@@ -32,12 +32,10 @@ import psutil
 from mur.benchmarks.report import load_line, machine_line
 from mur.benchmarks.tables import dict_table, fmt, markdown_table
 from mur.servers import ServerError
-from mur.servers.cli import OneLineParser, port_or_any, positive_int
 from mur.servers.clients.metrics import generation_tokens, settled
 from mur.servers.clients.probes import healthy
 from mur.servers.processes.launcher import up
 
-PROG = "mur bench client"
 ARM_SCRIPT = Path(__file__).with_name("client_arm.py")
 MODEL = "fake/vllm"
 
@@ -87,25 +85,6 @@ ARMS: tuple[Arm, ...] = (
 ARM_NAMES = tuple(arm.name for arm in ARMS)
 
 
-def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
-    parser = OneLineParser(prog=prog, description=__doc__.split("\n\n")[0] if __doc__ else None)
-    parser.add_argument("--questions", type=positive_int, default=128, help="timed per arm")
-    parser.add_argument(
-        "--concurrency", type=positive_int, default=64, help="questions in flight (and warm-up)"
-    )
-    parser.add_argument("--arms", default=",".join(ARM_NAMES), help="comma-separated arm names")
-    parser.add_argument("--before", type=Path, help="another checkout, measured side by side")
-    parser.add_argument(
-        "--port", type=port_or_any, default=0, help="the fake server's port (default: any free one)"
-    )
-    parser.add_argument("--out", type=Path, help="append the results to this JSON file")
-    parser.add_argument("--table", action="store_true", help="print --out's table and exit")
-    parser.add_argument(
-        "--vllm-profile", help="measure a real vLLM server of this profile at top 0 and 20"
-    )
-    return parser
-
-
 def chosen_arms(text: str) -> list[Arm]:
     names = [name.strip() for name in text.split(",") if name.strip()]
     unknown = [name for name in names if name not in ARM_NAMES]
@@ -118,7 +97,7 @@ class FakeServer:
     """The fake vLLM server in its own process, for the whole benchmark."""
 
     def __init__(self, port: int) -> None:
-        argv = [sys.executable, "-m", "mur.testing.fake_vllm", "--port", str(port)]
+        argv = [sys.executable, "-m", "mur.cli.fakes", "vllm", "--port", str(port)]
         self.process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         assert self.process.stdout is not None
         first = self.process.stdout.readline().decode().strip()  # the port it listens on
@@ -336,28 +315,9 @@ def save(path: Path, entry: dict[str, Any]) -> None:
     path.write_text(json.dumps(document, indent=1) + "\n")
 
 
-def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
-    args = build_parser(prog).parse_args(argv)
-    if args.table:
-        if args.out is None or not args.out.exists():
-            print(f"{prog}: error: --table needs an --out file that exists", file=sys.stderr)
-            return 2
-        print(table(json.loads(args.out.read_text())["entries"]))
-        return 0
-    if args.vllm_profile:
-        return server_side(args.vllm_profile, args.questions, args.concurrency, prog)
-    try:
-        arms = chosen_arms(args.arms)
-    except ValueError as exc:
-        print(f"{prog}: error: {exc}", file=sys.stderr)
-        return 2
-    if args.before is not None and not (args.before / "mur").is_dir():
-        print(
-            f"{prog}: error: --before {args.before} is not a checkout of this project "
-            "(make one: git worktree add DIR COMMIT)",
-            file=sys.stderr,
-        )
-        return 2
+def run(arms: Sequence[Arm], args: argparse.Namespace) -> int:
+    """Every arm over this checkout and --before's, interleaved, each kept in --out as it
+    ends (a crash loses one); the table. 0 when no arm failed."""
     here = Path(__file__).resolve().parents[1]
     trees = [("after", here)] + ([("before", args.before.resolve())] if args.before else [])
     server = FakeServer(args.port)
@@ -369,14 +329,10 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
                     continue
                 entry = measured(arm, label, tree, server, args)
                 entries.append(entry)
-                if args.out is not None:  # each arm kept as it ends: a crash loses one
+                if args.out is not None:
                     save(args.out, entry)
     finally:
         server.stop()
     print(f"{machine_line()}; load {load_line()}\n")
     print(table(entries))
     return 1 if any("failed" in entry for entry in entries) else 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -30,10 +30,8 @@ import httpx
 import numpy as np
 
 from mur.benchmarks.tables import dict_table
-from mur.servers.cli import OneLineParser, port_number
 from mur.servers.clients.metrics import generation_tokens
 from mur.servers.clients.probes import healthy
-from mur.servers.connect import add_connection_arguments, connection_argv
 from mur.servers.processes.facts import cpu_model
 from mur.testing.fake_endpoint import expected_content
 
@@ -342,16 +340,17 @@ def serving(command: list[str], port: int, log_path: Path, timeout: float = 300)
             process.wait()
 
 
-def run(args: argparse.Namespace) -> Report:
-    """Start the endpoint for `args.backbone`, send the load, check every reply."""
+def run(args: argparse.Namespace, server_flags: Sequence[str] = ()) -> Report:
+    """Start the endpoint for `args.backbone` (`server_flags`: the connection flags the `cpu`
+    backbone's endpoint is given), send the load, check every reply."""
     asks = plan(
         args.requests, args.stream_share, args.fault_share if args.backbone == "fake" else 0
     )
     max_runs = str(args.max_runs or args.clients)
     if args.backbone == "fake":
-        command = [sys.executable, "-m", "mur.testing.fake_endpoint", "--max-runs", max_runs]
+        command = [sys.executable, "-m", "mur.cli.fakes", "endpoint", "--max-runs", max_runs]
     else:
-        command = [sys.executable, "-m", "mur.endpoint", *connection_argv(args)]
+        command = [sys.executable, "-m", "mur.cli.endpoint", *server_flags]
         command += ["--max-runs", max_runs, "--log-level", "warning"]
     command += ["--port", str(args.port)]
     with tempfile.TemporaryDirectory() as folder:
@@ -387,61 +386,15 @@ def table_row(report: Report) -> dict[str, Any]:
     }
 
 
-PROG = "mur bench endpoint_load"
-
-
-def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
-    parser = OneLineParser(
-        prog=prog,
-        description="Load-test the MUR endpoint and check every reply.",
-    )
-    parser.add_argument("--backbone", choices=("fake", "cpu"), default="fake")
-    parser.add_argument("--clients", type=int, default=64, help="concurrent clients (64)")
-    parser.add_argument("--requests", type=int, help="requests in all (fake 1024, cpu 128)")
-    parser.add_argument("--stream-share", type=float, default=0.5, help="share streamed (0.5)")
-    parser.add_argument(
-        "--fault-share", type=float, default=0.05, help="fake: share with injected faults (0.05)"
-    )
-    parser.add_argument("--max-runs", type=int, help="the endpoint's run limit (default: clients)")
-    parser.add_argument(
-        "--port", type=port_number, help="the endpoint's port (fake 8051, cpu 8052)"
-    )
-    add_connection_arguments(
-        parser,
-        defaults="--backbone cpu: the servers the endpoint under test uses (passed on to "
-        f"`mur endpoint`); default --base-url {CPU_BASE_URL}.",
-    )
-    parser.set_defaults(base_url=CPU_BASE_URL)
-    parser.add_argument("--json", action="store_true", help="print the report as JSON")
-    return parser
-
-
-def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
-    """Load-test, print the report; 0 only when every check passed."""
-    parser = build_parser(prog)
-    args = parser.parse_args(argv)
-    args.requests = args.requests or (1024 if args.backbone == "fake" else 128)
-    args.port = args.port or (8051 if args.backbone == "fake" else 8052)
-    if args.clients < 1 or args.requests < 1 or (args.max_runs is not None and args.max_runs < 1):
-        parser.error("--clients, --requests and --max-runs must be >= 1")
-    if not (0 <= args.stream_share <= 1 and 0 <= args.fault_share <= 1):
-        parser.error("--stream-share and --fault-share lie in [0, 1]")
-    try:
-        report = run(args)
-    except RuntimeError as exc:
-        print(f"{prog}: {exc}", file=sys.stderr)
-        return 1
-    if args.json:
+def print_report(report: Report, as_json: bool) -> None:
+    """The report as one JSON line, or the CPU, the table, the token counts and the problems
+    (the first 20 and the last 40)."""
+    if as_json:
         print(json.dumps(asdict(report)))
-    else:
-        print(f"CPU: {cpu_model()} x {os.cpu_count()}")
-        print(dict_table([table_row(report)]))
-        if report.server_tokens is not None:
-            print(f"tokens: replies {report.reply_tokens}, server counter {report.server_tokens}")
-        for problem in report.problems[:20] + report.problems[-40:] * (len(report.problems) > 20):
-            print(f"  {problem}")
-    return 0 if report.passed else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+        return
+    print(f"CPU: {cpu_model()} x {os.cpu_count()}")
+    print(dict_table([table_row(report)]))
+    if report.server_tokens is not None:
+        print(f"tokens: replies {report.reply_tokens}, server counter {report.server_tokens}")
+    for problem in report.problems[:20] + report.problems[-40:] * (len(report.problems) > 20):
+        print(f"  {problem}")

@@ -20,28 +20,18 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
 from mur.evals.questions import load_dataset
 from mur.graphs.mur import build_graph
 from mur.graphs.state import Context
-from mur.servers.cli import (
-    OneLineParser,
-    comma_choices,
-    port_number,
-    positive_float,
-    positive_int,
-)
 from mur.servers.clients.chat_models import make_chat_model
 from mur.servers.clients.errors import ServerError
 from mur.servers.clients.metrics import generation_tokens
 from mur.servers.processes.facts import server_facts
 from mur.servers.processes.launcher import down, status, up
-from mur.servers.processes.profiles import get_profile, profiles
-from mur.servers.processes.weights import WEIGHT_FORMATS
+from mur.servers.processes.profiles import get_profile
 
-PROG = "mur bench formats"
 STREAMS = (1, 8, 32)
 BENCH_PORT = 8090  # its own port and record name: an experiment's server is never reused
 
@@ -150,36 +140,14 @@ def table(runs: Sequence[FormatRun]) -> str:
     return "\n".join(lines)
 
 
-def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
-    cpu = sorted(name for name, p in profiles().items() if p.package is not None)
-    parser = OneLineParser(prog=prog, description=__doc__.split("\n\n")[0])
-    parser.add_argument("--profile", default="cpu-qwen-1.5b", choices=cpu)
-    parser.add_argument(
-        "--formats",
-        type=comma_choices(WEIGHT_FORMATS, "format"),
-        default=tuple(WEIGHT_FORMATS),
-        help="comma list, in order",
-    )
-    parser.add_argument("--offset", type=int, default=200, help="first MATH-500 question")
-    parser.add_argument("--questions", type=positive_int, default=40, help="the load's questions")
-    parser.add_argument("--alone", type=positive_int, default=2, help="questions timed alone")
-    parser.add_argument("--warmup", type=positive_float, default=30, help="seconds before a window")
-    parser.add_argument("--window", type=positive_float, default=60, help="seconds measured")
-    parser.add_argument("--port", type=port_number, default=BENCH_PORT, help="the servers' port")
-    parser.add_argument("--timeout", type=positive_float, default=900, help="start timeout")
-    parser.add_argument(
-        "--eager", action="store_true", help="--enforce-eager servers (faster start, slower)"
-    )
-    parser.add_argument("--out", type=Path, help="write the measurements and table as JSON")
-    return parser
-
-
-async def run(args: argparse.Namespace) -> int:
+async def run(args: argparse.Namespace, prog: str) -> int:
+    """Every format in turn, alone on the cores (2 when other servers share them); the
+    table, and --out's JSON."""
     busy = [s for s in status() if s.healthy]
     if busy:
         names = ", ".join(f"{s.profile} ({s.base_url})" for s in busy)
         print(
-            f"{PROG}: other servers share the cores and would void the figures: {names}; stop "
+            f"{prog}: other servers share the cores and would void the figures: {names}; stop "
             "them first (`mur servers down --all`)",
             file=sys.stderr,
         )
@@ -195,12 +163,3 @@ async def run(args: argparse.Namespace) -> int:
         document = {"runs": [asdict(r) for r in runs], "table": shown}
         args.out.write_text(json.dumps(document, indent=1) + "\n")
     return 0
-
-
-def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
-    args = build_parser(prog).parse_args(argv)
-    return asyncio.run(run(args))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

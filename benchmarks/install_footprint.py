@@ -26,18 +26,16 @@ import email
 import json
 import os
 import platform
-import shlex
 import shutil
 import statistics
 import subprocess
 import sys
 import tarfile
-import tempfile
 import venv
 import zipfile
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -46,10 +44,8 @@ from packaging.utils import canonicalize_name
 
 from mur.benchmarks.report import load_line
 from mur.benchmarks.tables import markdown_table
-from mur.servers.cli import OneLineParser, comma_list, positive_int, usage_error
 from mur.servers.processes.facts import cpu_model
 
-PROG = "mur bench install"
 ROOT = Path(__file__).resolve().parents[1]
 # What a checkout holds that is no part of a build (as tests/unit/test_wheel.py copies it).
 NOT_BUILT = (
@@ -116,14 +112,6 @@ class Footprint:
     @property
     def import_median(self) -> float | None:
         return statistics.median(self.import_s) if self.import_s else None
-
-
-def install(word: str) -> tuple[str, ...]:
-    """An install's extras: `base` (none), an extra, or extras joined by `+`."""
-    extras = tuple(e.strip() for e in word.split("+") if e.strip() and e.strip() != "base")
-    if not all(e.replace("-", "").replace("_", "").isalnum() for e in extras):
-        raise argparse.ArgumentTypeError(f"{word!r} is not an extra's name")
-    return extras
 
 
 def install_name(extras: tuple[str, ...]) -> str:
@@ -355,27 +343,6 @@ def details(footprints: Sequence[Footprint], top: int) -> list[str]:
     return lines
 
 
-INSTALLS = comma_list(install, "installs such as base,serve,lab")
-
-
-def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
-    parser = OneLineParser(prog=prog, description=__doc__.split("\n\n", 1)[0])
-    parser.add_argument(
-        "--installs", type=INSTALLS, default=INSTALLS("base,serve,lab"),
-        help="comma list of installs: base, an extra, or extras joined by + (serve+lab)",
-    )  # fmt: skip
-    parser.add_argument("--rev", help="measure this git revision instead of the working tree")
-    parser.add_argument(
-        "--before", metavar="REV", help="also measure this git revision (e.g. HEAD), alongside"
-    )
-    parser.add_argument("--source", type=Path, default=ROOT, help="the checkout (default: this)")
-    parser.add_argument("--runs", type=positive_int, default=5, help="timed imports per install")
-    parser.add_argument("--largest", type=positive_int, default=5, help="largest packages named")
-    parser.add_argument("--json", type=Path, help="also write every measurement here")
-    parser.add_argument("--keep", action="store_true", help="keep the venvs (path on stderr)")
-    return parser
-
-
 def measure_source(
     args: argparse.Namespace, rev: str | None, work: Path
 ) -> list[tuple[Footprint, Path | None, Path | None]]:
@@ -409,34 +376,3 @@ def measure_all(args: argparse.Namespace, work: Path) -> list[Footprint]:
     envs = [(f, python, cwd) for f, python, cwd in measured if python and cwd]
     time_imports(envs, args.runs)
     return [f for f, _, _ in measured]
-
-
-def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
-    """Measure every install and print the table; 1 with one line when a step fails."""
-    args = build_parser(prog).parse_args(argv)
-    command = shlex.join([*prog.split(), *(sys.argv[1:] if argv is None else argv)])
-    if not (args.source / "pyproject.toml").is_file():
-        return usage_error(prog, f"{args.source} holds no pyproject.toml: give --source")
-    work = Path(tempfile.mkdtemp(prefix="install-footprint-"))
-    try:
-        lines = header(args, command)
-        footprints = measure_all(args, work)
-        timed = next((f.load for f in footprints if f.load), "-")
-        lines.append(f"- Load average when the imports were timed (round robin): {timed}")
-    except (FootprintError, subprocess.TimeoutExpired, OSError) as exc:
-        print(f"{prog}: error: {exc}", file=sys.stderr)
-        return 1
-    finally:
-        if args.keep:
-            print(f"kept: {work}", file=sys.stderr)
-        else:
-            shutil.rmtree(work, ignore_errors=True)
-    print("\n".join([*lines, "", table(footprints), "", *details(footprints, args.largest)]))
-    if args.json:
-        out = {"header": lines, "installs": [asdict(f) for f in footprints]}
-        args.json.write_text(json.dumps(out, indent=1) + "\n")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

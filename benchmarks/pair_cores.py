@@ -15,17 +15,12 @@ from __future__ import annotations
 import argparse
 import subprocess
 import sys
-import tempfile
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from mur.evals.harness.records import load_records
-from mur.servers.cli import OneLineParser, comma_choices
-from mur.servers.processes.launcher import CORE_SHARING, CoreSharing, down, up_pair
-
-PROG = "mur bench pair_cores"
+from mur.servers.processes.launcher import CoreSharing, down, up_pair
 
 
 @dataclass(frozen=True)
@@ -75,35 +70,3 @@ def table(runs: list[PairRun]) -> str:
             f"{run.external_tokens:,} | {run.tokens_per_s:.1f} |"
         )
     return "\n".join(lines)
-
-
-def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
-    parser = OneLineParser(prog=prog, description=__doc__)
-    parser.add_argument("--profile", default="cpu-qwen-0.5b", help="the backbone's profile")
-    parser.add_argument("--verifier-profile", default="cpu-qwen-1.5b")
-    parser.add_argument("--limit", type=int, default=8, help="first N MATH-500 questions")
-    parser.add_argument("--max-steps", type=int, default=6)
-    parser.add_argument("--concurrency", type=int, default=16, help="questions in flight")
-    parser.add_argument(
-        "--ways",
-        type=comma_choices(CORE_SHARING, "way"),
-        default=CORE_SHARING,
-        help=f"comma list of {', '.join(CORE_SHARING)}",
-    )
-    return parser
-
-
-def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
-    """Run the load once per way and print the table (stops and starts the pair's servers)."""
-    args = build_parser(prog).parse_args(argv)
-    runs = []
-    with tempfile.TemporaryDirectory(prefix="pair-cores-") as tmp:
-        for cores in args.ways:
-            runs.append(run_load(args, cores, Path(tmp) / cores))
-            print(table(runs[-1:]).splitlines()[-1], file=sys.stderr, flush=True)
-    print(table(runs))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -16,14 +16,12 @@ import argparse
 import asyncio
 import json
 import os
-import shlex
 import shutil
-import signal
 import sys
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -34,12 +32,10 @@ from mur.evals.harness.plan import EvaluationPlan
 from mur.evals.harness.records import RecordStore, load_records
 from mur.evals.harness.run_record import total_tokens
 from mur.evals.harness.runner import run_jobs
-from mur.evals.questions import Problem, load_dataset
+from mur.evals.questions import Problem
 from mur.graphs.mur import build_graph
 from mur.graphs.refine import STRATEGIES
-from mur.servers.cli import OneLineParser, usage_error
 from mur.servers.clients.chat_models import make_chat_model
-from mur.servers.clients.errors import ServerError
 from mur.servers.clients.metrics import (
     GENERATION_TOKENS,
     PREFIX_CACHE_HITS,
@@ -50,9 +46,8 @@ from mur.servers.clients.metrics import (
 from mur.servers.clients.sessions import session
 from mur.servers.processes.launcher import down, up
 from mur.servers.processes.model import ensure_model
-from mur.servers.processes.paths import mur_home
 from mur.servers.processes.profiles import get_profile
-from mur.servers.processes.replicas import POLICIES, down_group, replica_profile, up_replicas
+from mur.servers.processes.replicas import down_group, replica_profile, up_replicas
 
 GIB = 1024**3
 NEED_GIB = {"one": 6.0, "two": 8.5}  # ~4.7 GiB server / two ~3.7 GiB replicas, plus headroom
@@ -341,109 +336,3 @@ def table(phases: Sequence[Phase]) -> str:
                     f" tok/s."
                 )
     return "\n".join(lines)
-
-
-PROG = "mur bench scaleout"
-
-
-def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
-    parser = OneLineParser(
-        prog=prog,
-        description="Prefix-cache hit rate and tok/s: one vLLM CPU server vs two replicas "
-        "behind vllm-router, with and without session affinity.",
-    )
-    parser.add_argument("--questions", type=int, default=16, help="first N MATH-500 questions")
-    parser.add_argument("--strategy", default="critic")
-    parser.add_argument("--gate", default="mur")
-    parser.add_argument("--gamma", type=float, default=0.9)
-    parser.add_argument("--concurrency", type=int, default=8, help="questions in flight")
-    parser.add_argument(
-        "--policies",
-        default="consistent_hash,round_robin",
-        help="router policies to measure with two replicas (comma-separated)",
-    )
-    parser.add_argument(
-        "--port",
-        type=int,
-        default=8031,
-        help="router (or the single server) port; the replicas take the next two",
-    )
-    parser.add_argument(
-        "--max-others-cpu",
-        type=float,
-        default=0.25,
-        help="before each measurement, wait (up to 30 min) until other processes use at most "
-        "this share of the CPU",
-    )
-    parser.add_argument("--home", type=Path, default=None, help="private MUR_HOME for records")
-    parser.add_argument("--data-dir", help="benchmark data folder (default: the shipped MATH-500)")
-    parser.add_argument("--eager", action="store_true", help="start the servers eager")
-    parser.add_argument("--start-timeout", type=float, default=1800)
-    parser.add_argument("--json", dest="json_out", help="also write the phases to this file")
-    parser.add_argument(
-        "--dry-run",
-        action="store_true",
-        help="print the configurations and the runs each would make; start no server",
-    )
-    return parser
-
-
-def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
-    """Measure each configuration (or --dry-run print them); 2 for bad settings."""
-    args = build_parser(prog).parse_args(argv)
-
-    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
-    unknown = [p for p in policies if p not in POLICIES]
-    if unknown:
-        return usage_error(
-            prog,
-            f"--policies {args.policies}: {', '.join(unknown)} unknown; policies must be among "
-            f"{', '.join(POLICIES)}",
-        )
-    if args.questions <= 0 or args.concurrency <= 0:
-        return usage_error(
-            prog,
-            f"--questions and --concurrency must be > 0, got {args.questions} and "
-            f"{args.concurrency}",
-        )
-    args.home = args.home or mur_home() / "scaleout"
-    try:
-        problems = load_dataset("math500", args.data_dir, limit=args.questions)
-        plan = describe_plan([ONE, *policies], problems, args)
-    except (ValueError, OSError) as exc:  # a bad strategy, label or data folder
-        print(f"{prog}: {exc}", file=sys.stderr)
-        return 2
-    if args.dry_run:
-        print(plan)
-        return 0
-    phases: list[Phase] = []
-    # A `kill` stops the servers too: SystemExit unwinds through `measure`'s cleanup.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    try:
-        for case in [ONE, *policies]:
-            phases.append(measure(case, problems, args))
-            print(table(phases[-1:]), file=sys.stderr)
-    except ServerError as exc:
-        print(f"{prog}: {exc}", file=sys.stderr)
-        return 1
-    command = shlex.join([*prog.split(), *(sys.argv[1:] if argv is None else argv)])
-    print(
-        f"{command}\n{len(problems)} MATH-500 questions, strategy {args.strategy}, gate "
-        f"{args.gate} (gamma {args.gamma}), concurrency {args.concurrency}, "
-        f"{', '.join(f'{k}={v}' for k, v in SMALL_SETTINGS.items())}, "
-        f"{'eager' if args.eager else 'compiled'} cpu-tiny servers, {os.cpu_count()} cores\n"
-    )
-    print(table(phases))
-    for phase in phases:
-        for error in phase.errors:
-            print(f"{phase.case}: {error}", file=sys.stderr)
-    if args.json_out:
-        data = [
-            {**asdict(p), "hit_rate": p.hit_rate, "tokens_per_s": p.tokens_per_s} for p in phases
-        ]
-        Path(args.json_out).write_text(json.dumps(data, indent=2) + "\n")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -12,6 +12,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from mur.cli.args import OneLineParser, positive_int
 from mur.evals.harness.records import load_records
 from mur.evals.report.compare import (
     compare,
@@ -21,7 +22,6 @@ from mur.evals.report.compare import (
     to_markdown,
     traces_markdown,
 )
-from mur.servers.cli import OneLineParser, positive_int
 
 
 def finite_number(text: str) -> float:

@@ -11,9 +11,9 @@ import sys
 from collections.abc import Sequence
 from importlib import import_module
 
+from mur.cli.args import usage_error
 from mur.cli.registry import MUR, Command
 from mur.nodes.extras import MissingExtra, require
-from mur.servers.cli import usage_error
 
 HELP_FLAGS = ("-h", "--help")
 MISSING_EXTRA_EXIT = 1

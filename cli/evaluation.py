@@ -15,6 +15,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from mur.cli.connection import connection_options
 from mur.cli.flags import budget_settings, gammas, gates, shared_settings
 from mur.evals.harness.plan import EvaluationPlan
 from mur.evals.harness.pool import WorkerPool
@@ -22,7 +23,7 @@ from mur.evals.harness.shutdown import leave_stop_signals_to_parent
 from mur.evals.harness.worker import Channel, serve
 from mur.evals.questions import Problem, load_dataset
 from mur.servers.clients.errors import ServerError
-from mur.servers.connect import Connection, connect, connection_options
+from mur.servers.connect import Connection, connect
 
 # The prog of the solve command when run.py runs it (the card's own entry), not `mur solve`.
 SCRIPT = "run.py"

@@ -15,9 +15,9 @@ from typing import Any
 
 from pydantic.fields import FieldInfo
 
+from mur.cli.args import comma_list
 from mur.graphs.state import Context, context_for
 from mur.nodes.gate_labels import budget_label
-from mur.servers.cli import comma_list
 
 # Context fields that take a comma-separated list with --dataset: the evaluation sweeps them.
 SWEEPS: tuple[str, ...] = ("gate", "gamma", "budget_tokens", "target_scale_rate")

@@ -11,6 +11,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from mur.cli.args import OneLineParser
 from mur.evals.harness.records import (
     RECORDS,
     VOLUME_AT,
@@ -18,7 +19,6 @@ from mur.evals.harness.records import (
     RecordStore,
     has_records,
 )
-from mur.servers.cli import OneLineParser
 
 
 def main(argv: Sequence[str] | None = None, prog: str = "mur records") -> int:

@@ -44,25 +44,25 @@ EXPERIMENTS = Command(
         Command(
             "table1",
             "the paper's Table 1 in miniature: every gate and baseline, resumable",
-            "mur.experiments.table1",
+            "mur.cli.experiment.table1",
             extra="lab",
         ),
         Command(
             "rescore",
             "re-score a folder's recorded steps on another server: the same experiment?",
-            "mur.experiments.rescore",
+            "mur.cli.experiment.rescore",
             extra="lab",
         ),
         Command(
             "bfcl",
             "BFCL's multi-turn tool-calling cases by an agent with MURMiddleware, resumable",
-            "mur.cli.bfcl",
+            "mur.cli.experiment.bfcl",
             extra="lab",
         ),
         Command(
             "verdicts",
             "replay a folder's critic judgements with forced verdicts",
-            "mur.experiments.verdicts",
+            "mur.cli.experiment.verdicts",
             extra="lab",
         ),
     ),
@@ -75,52 +75,52 @@ BENCHMARKS = Command(
         Command(
             "chaos",
             "endpoint replicas on one PostgreSQL, one SIGKILLed every 30-60 s: nothing lost?",
-            "mur.benchmarks.chaos",
+            "mur.cli.bench.chaos",
             extra="serve",
         ),
         Command(
             "client",
             "the client's own CPU per token against an instant vLLM-shaped server, layer by layer",
-            "mur.benchmarks.client_cost",
+            "mur.cli.bench.client_cost",
         ),
         Command(
             "economy",
             "token economy and orchestration speed on one server",
-            "mur.benchmarks.economy",
+            "mur.cli.bench.economy",
             extra="lab",
         ),
         Command(
             "endpoint_load",
             "load-test the OpenAI-compatible endpoint and check every reply",
-            "mur.benchmarks.endpoint_load",
+            "mur.cli.bench.endpoint_load",
             extra="serve",
         ),
         Command(
             "formats",
             "each weight format served in turn: decode rate at 1/8/32 streams, one answer's wait",
-            "mur.benchmarks.formats",
+            "mur.cli.bench.formats",
             extra="lab",
         ),
         Command(
             "install",
             "what `pip install mur` and each extra install: packages, MB, import time",
-            "mur.benchmarks.install_footprint",
+            "mur.cli.bench.install_footprint",
         ),
         Command(
             "pair_cores",
             "a backbone and a verifier server on one machine: shared or split cores",
-            "mur.benchmarks.pair_cores",
+            "mur.cli.bench.pair_cores",
         ),
         Command(
             "scaleout",
             "replicas behind vllm-router, with and without session affinity",
-            "mur.benchmarks.scaleout",
+            "mur.cli.bench.scaleout",
             extra="lab",
         ),
         Command(
             "trace_time",
             "the wait for one answer under each trace rule, each question alone",
-            "mur.benchmarks.trace_time",
+            "mur.cli.bench.trace_time",
             extra="lab",
         ),
     ),
@@ -138,10 +138,10 @@ MUR = Command(
         Command(
             "servers",
             "start, stop and inspect vLLM servers: up, down, status, profiles, model",
-            "mur.servers.__main__",
+            "mur.cli.servers",
         ),
         Command(
-            "endpoint", "serve MUR as an OpenAI-compatible API", "mur.endpoint.cli", extra="serve"
+            "endpoint", "serve MUR as an OpenAI-compatible API", "mur.cli.endpoint", extra="serve"
         ),
         Command(
             "report",

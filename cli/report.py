@@ -14,12 +14,12 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from mur.cli.args import OneLineParser, entry_of, positive_float, positive_int
 from mur.evals.report import stats
 from mur.evals.report.headlines import HEADLINE_GAMMA
 from mur.evals.report.tables import write_report
 from mur.experiments import online_check
 from mur.experiments.registry import EXPERIMENTS
-from mur.servers.cli import OneLineParser, entry_of, positive_float, positive_int
 
 PROG = "mur report"
 

@@ -18,6 +18,8 @@ import json
 import sys
 from collections.abc import Callable, Sequence
 
+from mur.cli.args import OneLineParser, positive_int, usage_error
+from mur.cli.connection import add_connection_arguments, connection_options
 from mur.cli.evaluation import (
     WORKER_FLAG,
     command_line,
@@ -35,9 +37,8 @@ from mur.evals.questions.datasets import describe as describe_datasets
 from mur.graphs.model_calls import describe_failure, server_roles
 from mur.nodes.extras import MissingExtra
 from mur.persistence.checkpointers import CheckpointerError
-from mur.servers.cli import OneLineParser, positive_int, usage_error
 from mur.servers.clients.errors import ServerError
-from mur.servers.connect import Connection, add_connection_arguments, connection_options
+from mur.servers.connect import Connection
 from mur.servers.connect import connect as connect_servers
 
 PROG = "mur solve"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from mur.cli.connection import check_connection_flags
 from mur.cli.flags import budget_labels, budget_settings, flag_settings, gammas, gates
 from mur.graphs import STRATEGIES
 from mur.graphs.state import context_for
@@ -16,7 +17,6 @@ from mur.nodes.draft import check_question
 from mur.nodes.extras import require
 from mur.persistence.checkpointers import CheckpointerError, check_folder, parse_target
 from mur.servers.clients.errors import ServerError
-from mur.servers.connect import check_connection_flags
 
 
 class UsageError(Exception):

@@ -41,7 +41,6 @@ import mur
 from mur.endpoint.checkpointing import CHECKPOINTER_ENV, check_checkpointer
 from mur.endpoint.supervisor import Supervisor
 from mur.persistence.checkpointers import CheckpointerError, parse_target
-from mur.servers.cli import MAX_PORT, usage_error
 from mur.servers.clients.errors import ServerError
 from mur.servers.processes.replicas import check_router_installed, router_command
 from mur.servers.processes.supervisor import Child
@@ -113,23 +112,6 @@ def child_env(checkpointer: str, api_key: Sequence[str] | None) -> dict[str, str
     return env
 
 
-def check_replicas(args: argparse.Namespace, checkpointer: str) -> str | None:
-    """What makes `--replicas N` impossible with these flags (None: nothing)."""
-    try:
-        target = parse_target(checkpointer)
-    except CheckpointerError:
-        return None  # named by the checkpointer check itself
-    if target.kind != "postgres":
-        return (
-            f"--replicas {args.replicas} needs a PostgreSQL checkpointer the replicas share "
-            f"(--checkpointer postgresql://USER:PASSWORD@HOST:PORT/DB or {CHECKPOINTER_ENV}), "
-            f"got {target}"
-        )
-    if args.port > MAX_PORT - args.replicas:  # the parser took 1..MAX_PORT (port_number)
-        return f"--port {args.port} leaves no room for {args.replicas} replica ports above it"
-    return None
-
-
 class Signals:
     """Counts SIGINT/SIGTERM while installed; the first also sets the supervisor stopping."""
 
@@ -156,10 +138,8 @@ def serve_replicas(
     prog: str,
 ) -> int:
     """Run N replicas and their router in the foreground until a signal; 0 when every replica
-    drained and exited 0, 2 for flags that cannot work, 1 when something failed."""
-    problem = check_replicas(args, checkpointer)
-    if problem:
-        return usage_error(prog, problem)
+    drained and exited 0, 1 when something failed. The flags were checked by the command
+    (cli/endpoint.py: check_replicas): a PostgreSQL checkpointer, room for N ports."""
     try:
         check_router_installed()
         check_checkpointer(checkpointer)
@@ -170,7 +150,7 @@ def serve_replicas(
     shared = replica_argv(parser, args)
     replicas = []
     for index, port in enumerate(ports):
-        command = [sys.executable, "-m", "mur.endpoint", "--host", REPLICA_HOST]
+        command = [sys.executable, "-m", "mur.cli.endpoint", "--host", REPLICA_HOST]
         command += ["--port", str(port), *shared]
         if args.replica_id:
             command += ["--replica-id", f"{args.replica_id}-r{index + 1}"]

@@ -24,31 +24,23 @@ more text follows as two (198, 198), so the steps joined by blank lines tokenize
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import functools
-import json
-import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import httpx
 import numpy as np
 from langchain_core.messages import BaseMessage
 
-from mur.evals.harness.records import SETTINGS, load_records
 from mur.evals.harness.run_record import RunRecord
-from mur.evals.questions import Problem, load_dataset
-from mur.experiments.cli import float_list, publish
+from mur.evals.questions import Problem
 from mur.nodes.draft import STEP_FORMATS, step_messages
 from mur.nodes.gates import replay_decisions
 from mur.nodes.llm import CONTINUE_FINAL_MESSAGE
-from mur.servers.cli import OneLineParser
 from mur.servers.clients.errors import ServerError
 from mur.servers.clients.probes import normalize_base_url
-from mur.servers.connect import add_connection_arguments, connect, connection_options
 
 _ROLES = {"system": "system", "human": "user", "ai": "assistant"}
 
@@ -283,73 +275,3 @@ def report(result: Agreement, folder: str, base_url: str, model: str, traces: in
             f"{100 * before:.1f} | {100 * after:.1f} |"
         )
     return "\n".join(lines) + "\n"
-
-
-PROG = "mur experiment rescore"
-
-
-def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
-    """Re-score a folder's traces on the server and print (or --out write) the agreement."""
-    parser = OneLineParser(prog=prog, description=(__doc__ or "").split("\n")[0])
-    parser.add_argument("folder", help="a results folder (records.jsonl and settings.json)")
-    add_connection_arguments(
-        parser,
-        verifier=False,
-        defaults="The backbone's vLLM server that re-scores the steps; unset, MUR_BASE_URL, "
-        "else the embedded CPU server (started when not running).",
-    )
-    parser.add_argument("--gate", default="never", help="whose traces (default never)")
-    parser.add_argument("--limit", type=int, default=20, help="traces to re-score")
-    parser.add_argument("--gamma", type=float_list, default=(0.9,), help="MUR gammas to replay")
-    parser.add_argument(
-        "--data-dir", help="where the runs' questions came from (as mur solve's; default shipped)"
-    )
-    parser.add_argument("--concurrency", type=int, default=4)
-    parser.add_argument("--out", type=Path, help="also write the markdown summary here")
-    args = parser.parse_args(argv)
-    folder = Path(args.folder)
-    try:  # the folder and its questions: the user's to fix (exit status 2)
-        settings = json.loads((folder / SETTINGS).read_text())
-        records = load_records(folder)
-        names = {r["dataset"] for r in records}
-        problems = {
-            (p.dataset, p.id): p for name in names for p in load_dataset(name, args.data_dir)
-        }
-        traces = list(recorded_traces(records, problems, settings, args.gate, args.limit))
-    except (FileNotFoundError, ValueError) as exc:
-        print(f"{prog}: {exc}", file=sys.stderr)
-        return 2
-    if not traces:
-        parser.error(
-            f"{folder} holds no {args.gate} traces of two or more steps without a scaled "
-            "step (only a step followed by another is compared)"
-        )
-    try:
-        backbone = connect(**connection_options(args), start=True, progress=True).backbone
-        base_url, model = str(backbone.openai_api_base), str(backbone.model_name)
-        result = asyncio.run(_run(args, base_url, model, traces, settings))
-    except (ServerError, httpx.HTTPError, ValueError) as exc:  # the server, or its tokens
-        print(f"{prog}: {exc}", file=sys.stderr)
-        return 1
-    text = report(result, str(folder), base_url, model, len(traces))
-    publish(text, args.out, prog, argv)
-    return 0
-
-
-async def _run(
-    args: argparse.Namespace,
-    base_url: str,
-    model: str,
-    traces: Sequence[Trace],
-    settings: dict[str, Any],
-) -> Agreement:
-    async with httpx.AsyncClient(timeout=600) as client:
-        scorer = Scorer(client, base_url, model)
-        rescored = await rescore(scorer, traces, args.concurrency)
-    gates = [(f"mur, gamma {g:g}", g, False) for g in args.gamma]
-    gates += [(f"mur+bc, gamma {g:g}", g, True) for g in args.gamma]
-    return agreement(traces, rescored, settings.get("alpha", 0.9), gates)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

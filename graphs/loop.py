@@ -59,14 +59,17 @@ def trace_confidences(steps: Sequence[StepRecord]) -> list[float]:
 
 
 def stops_after(steps: Sequence[StepRecord], rules: TraceRules, threshold: float | None) -> bool:
-    """The stop rule after the last of `steps` (commit_step asks it before the next step)."""
+    """The stop rule after the last of `steps` (commit_step asks it before the next step).
+    The trace's confidences are gathered only for a rule that reads them: a report replays
+    this after every step of thousands of traces, where gathering them was most of its time."""
     if not steps:
         return False
+    reads = STOP_RULES[rules.trace_stop].reads_confidence
     return should_stop(
         rules,
         threshold,
         momentum=steps[-1]["momentum_after"],
-        confidences=trace_confidences(steps),
+        confidences=trace_confidences(steps) if reads else (),
     )
 
 

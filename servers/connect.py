@@ -20,14 +20,11 @@ whether the server died and starts it again (the graph's retry then finishes the
 long benchmark, the endpoint or Studio's graph outlives a crashed server. A server stopped with
 `mur servers down` is not a crash: it stays down and the run stops with ServerStopped.
 
-`add_connection_arguments` declares the flags every command takes for this (run.py, the
-endpoint, the experiments, the benchmarks); `connection_options` hands them to `connect`, and
-`connection_argv` passes them on to a command it starts.
+The flags every command takes for this, and their check, are cli/connection.py's.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import concurrent.futures
 import os
@@ -53,98 +50,6 @@ from mur.servers.processes.profiles import DEFAULT_PROFILE, Profile, get_profile
 
 PROBE_TIMEOUT_S = 3.0
 """Seconds to wait for GET /v1/models: a server that is up answers it in milliseconds."""
-
-CONNECTION_DEFAULTS = (
-    "Unset, each comes from MUR_BASE_URL, MUR_MODEL, MUR_VERIFIER_URL or MUR_VERIFIER_MODEL, "
-    "else the embedded CPU server; the verifier is the backbone unless one is named."
-)
-# The flags of add_connection_arguments, by their argparse dest (connect()'s argument names).
-_FLAGS = ("base_url", "model", "verifier_url", "verifier_model", "profile", "verifier_profile")
-
-
-def add_connection_arguments(
-    parser: argparse.ArgumentParser, *, verifier: bool = True, defaults: str = CONNECTION_DEFAULTS
-) -> argparse._ArgumentGroup:
-    """Declare the flags that say which servers a command uses, named as `connect` names its
-    arguments: --base-url, --model, --verifier-url, --verifier-model (unless `verifier` is
-    false: a command that talks to one server) and --profile. `defaults` says where an unset
-    flag's value comes from in this command (the group's description in --help)."""
-    group = parser.add_argument_group("servers", defaults)
-    group.add_argument(
-        "--base-url",
-        metavar="URL",
-        help="the backbone's OpenAI-compatible server: one vLLM server, or a vllm-router in "
-        "front of replicas (`mur servers up --replicas N`)",
-    )
-    group.add_argument(
-        "--model", metavar="NAME", help="the backbone's model name (default: what it serves)"
-    )
-    if verifier:
-        group.add_argument(
-            "--verifier-url",
-            metavar="URL",
-            help="the external model's server or router: the judge of critic and best_of_n, "
-            "the writer of the steps escalate hands it",
-        )
-        group.add_argument(
-            "--verifier-model",
-            metavar="NAME",
-            help="the external model's name (default: what its server serves)",
-        )
-    group.add_argument(
-        "--profile",
-        type=profile_name,
-        metavar="NAME",
-        help="a server profile (`mur servers profiles`) whose recommended graph settings "
-        "apply; without --base-url a CPU profile is also the server used here (default: the "
-        "embedded server's)",
-    )
-    if verifier:
-        group.add_argument(
-            "--verifier-profile",
-            type=profile_name,
-            metavar="NAME",
-            help="a second profile as the external model (judge, critic or escalation "
-            "model): without --verifier-url, "
-            "that profile's server here (`mur servers up --profile B "
-            "--verifier-profile V` starts both)",
-        )
-    return group
-
-
-def profile_name(name: str) -> str:
-    """argparse type of --profile and --verifier-profile: a known profile's name, else the
-    parser's one-line error listing them (`get_profile`'s, the one list of profiles)."""
-    try:
-        return get_profile(name).name
-    except ServerError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def connection_options(args: argparse.Namespace) -> dict[str, Any]:
-    """The connection flags of parsed `args` as `connect`'s keyword arguments."""
-    return {name: getattr(args, name, None) for name in _FLAGS}
-
-
-def check_connection_flags(args: argparse.Namespace) -> None:
-    """Refuse connection flags that cannot work, before any server is probed: a model name
-    without the server that serves it, a list of URLs (replicas go behind a router). Raises
-    ServerError with one line naming the flag."""
-    options = connection_options(args)
-    if options["model"] and not options["base_url"]:
-        raise ServerError("--model needs --base-url")
-    for flag in ("base_url", "verifier_url"):
-        check_single_url(options[flag], "--" + flag.replace("_", "-"))
-
-
-def connection_argv(args: argparse.Namespace) -> list[str]:
-    """The connection flags that were given, as arguments for another command that takes
-    them (a benchmark starting the endpoint, an experiment running run.py)."""
-    argv: list[str] = []
-    for name, value in connection_options(args).items():
-        if value is not None:
-            argv += ["--" + name.replace("_", "-"), str(value)]
-    return argv
 
 
 @dataclass(frozen=True)

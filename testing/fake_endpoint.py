@@ -1,7 +1,7 @@
 """The MUR endpoint over a scripted backbone (testing/scripted_chat.py), for load tests:
 every reply is known in advance, so a load test can check each one exactly.
 
-    python -m mur.testing.fake_endpoint [--port 8051] [--max-runs 64] [--checkpointer TARGET]
+    python -m mur.cli.fakes endpoint [--port 8051] [--max-runs 64] [--checkpointer TARGET]
         [--call-delay 0] [--lease-seconds 30] [--calls-log PATH]
 
 A question `Load request N: ...` gets the steps `draft step 1 of request N`, then step 2
@@ -24,16 +24,12 @@ import os
 import re
 from typing import Any
 
-import uvicorn
 from langchain_core.messages import BaseMessage, HumanMessage
 from langchain_core.outputs import ChatResult
 
 from mur.endpoint import create_app
-from mur.endpoint.checkpointing import CHECKPOINTER_ENV
-from mur.endpoint.cli import KEEP_ALIVE_SECONDS
 from mur.endpoint.runs import DEFAULT_LEASE_SECONDS
 from mur.persistence.checkpointers import MEMORY
-from mur.servers.cli import OneLineParser, port_number
 from mur.testing.scripted_chat import FakeLogprobChat, Scripted
 
 DRAFT_UNCERTAINTY = {1: 1.0, 2: 1.3, 3: 0.15}  # the gamma-gate scales step 2 only
@@ -128,38 +124,3 @@ def make_app(
     return create_app(
         backbone, max_runs=max_runs, checkpointer=checkpointer, lease_seconds=lease_seconds
     )
-
-
-def main(argv: list[str] | None = None) -> None:
-    parser = OneLineParser(
-        prog="python -m mur.testing.fake_endpoint",
-        description="Serve the MUR endpoint over the scripted load-test backbone.",
-    )
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=port_number, default=8051)
-    parser.add_argument("--max-runs", type=int, default=64)
-    parser.add_argument(
-        "--checkpointer", default=os.environ.get(CHECKPOINTER_ENV) or MEMORY, metavar="TARGET"
-    )
-    parser.add_argument("--call-delay", type=float, default=0.0, metavar="S")
-    parser.add_argument("--lease-seconds", type=float, default=DEFAULT_LEASE_SECONDS)
-    parser.add_argument("--calls-log", metavar="PATH")
-    args = parser.parse_args(argv)
-    app = make_app(
-        args.max_runs,
-        checkpointer=args.checkpointer,
-        call_delay=args.call_delay,
-        lease_seconds=args.lease_seconds,
-        calls_log=args.calls_log,
-    )
-    uvicorn.run(
-        app,
-        host=args.host,
-        port=args.port,
-        log_level="warning",
-        timeout_keep_alive=KEEP_ALIVE_SECONDS,  # as `mur endpoint` serves
-    )
-
-
-if __name__ == "__main__":
-    main()

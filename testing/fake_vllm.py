@@ -1,6 +1,6 @@
 """A vLLM-shaped server that answers at once, for measuring the client's own cost.
 
-    python -m mur.testing.fake_vllm [--port 8061] [--steps 8]
+    python -m mur.cli.fakes vllm [--port 8061] [--steps 8]
 
 On a GPU the engine answers a hundred times faster than the 2-core CPU server, and the client
 (the graph, LangChain, the SDK, the checkpointer) may become the bottleneck. To see the
@@ -27,17 +27,13 @@ with `stream: true` gets 400).
 
 from __future__ import annotations
 
-import argparse
 import re
-import socket
 from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
-import uvicorn
 
-from mur.servers.cli import OneLineParser, port_or_any
 from mur.testing.vllm_replies import choice_body, completion_body, dumps, logprob_entry, usage_of
 
 MODEL = "fake/vllm"
@@ -259,27 +255,3 @@ async def _lifespan(receive: Receive, send: Send) -> None:
         elif message["type"] == "lifespan.shutdown":
             await send({"type": "lifespan.shutdown.complete"})
             return
-
-
-def build_parser(prog: str = "python -m mur.testing.fake_vllm") -> argparse.ArgumentParser:
-    parser = OneLineParser(prog=prog, description="Serve instant vLLM-shaped replies.")
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=port_or_any, default=8061, help="0: any free port")
-    parser.add_argument("--steps", type=int, default=8, help="steps of every solution")
-    return parser
-
-
-def main(argv: list[str] | None = None) -> None:
-    """Serve; the port it listens on is the first line it prints (`--port 0`: one the system
-    picks, so no other process can take it between a choice and the bind)."""
-    args = build_parser().parse_args(argv)
-    listening = socket.create_server((args.host, args.port))
-    print(listening.getsockname()[1], flush=True)
-    config = uvicorn.Config(
-        FakeVLLM(steps=args.steps), log_level="warning", access_log=False, lifespan="on"
-    )
-    uvicorn.Server(config).run(sockets=[listening])
-
-
-if __name__ == "__main__":
-    main()

@@ -73,7 +73,7 @@ from mur.servers.processes.running import (
 from mur.servers.processes.running import profile_lock as _profile_lock
 
 # What callers import from here: the start side's own names and, re-exported, the running
-# side's (servers.__main__, replicas, facts, the benchmarks and the tests take them from here).
+# side's (cli.servers, replicas, facts, the benchmarks and the tests take them from here).
 __all__ = [
     "CORE_SHARING",
     "LOG_TAIL_LINES",

@@ -9,7 +9,9 @@ import socket
 
 import pytest
 
-from mur.benchmarks.endpoint_load import build_parser, run
+from mur.benchmarks.endpoint_load import run
+from mur.cli.bench.endpoint_load import build_parser
+from mur.cli.connection import connection_argv
 from mur.servers.processes.launcher import RunningServer
 
 pytestmark = pytest.mark.integration
@@ -20,7 +22,8 @@ def test_16_clients_over_the_cpu_server(cpu_server: RunningServer) -> None:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     flags = ["--backbone", "cpu", "--base-url", cpu_server.base_url, "--port", str(port)]
-    report = run(build_parser().parse_args([*flags, "--clients", "16", "--requests", "32"]))
+    args = build_parser().parse_args([*flags, "--clients", "16", "--requests", "32"])
+    report = run(args, connection_argv(args))
     assert report.requests == report.ok == 32 and report.streamed == 16
     assert (report.lost, report.duplicated, report.unexpected_5xx, report.wrong) == (0, 0, 0, 0)
     assert report.server_tokens == report.reply_tokens > 0, report.problems

@@ -41,7 +41,7 @@ RUNNING = "vllm:num_requests_running"
 
 def cli(*args: str, env: dict[str, str], timeout: float = 900) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "mur.servers", *args],
+        [sys.executable, "-m", "mur", "servers", *args],
         cwd=ROOT,
         env=env,
         capture_output=True,

@@ -11,9 +11,10 @@ from pathlib import Path
 import httpx
 import pytest
 
+from mur.cli.experiment.rescore import main
 from mur.evals.harness.records import load_records
 from mur.evals.questions import load_dataset
-from mur.experiments.rescore import RecordedStep, Scorer, Trace, main, recorded_traces, rescore
+from mur.experiments.rescore import RecordedStep, Scorer, Trace, recorded_traces, rescore
 from mur.nodes.llm import CONTINUE_FINAL_MESSAGE
 
 ROOT = Path(__file__).resolve().parents[2]

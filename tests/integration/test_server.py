@@ -168,7 +168,7 @@ def test_up_again_reuses_and_cli_reports(cpu_server: RunningServer) -> None:
     assert again.base_url == cpu_server.base_url and again.model == cpu_server.model
     assert probes.check_endpoint(cpu_server.base_url) == [cpu_server.model]
     out = subprocess.run(
-        [sys.executable, "-m", "mur.servers", "status", "--json"],
+        [sys.executable, "-m", "mur", "servers", "status", "--json"],
         capture_output=True,
         text=True,
         check=True,

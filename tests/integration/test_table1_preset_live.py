@@ -10,9 +10,10 @@ import json
 
 import pytest
 
+from mur.cli.experiment.table1 import build_parser, make_plan
 from mur.evals.harness.records import load_records
 from mur.evals.questions import load_dataset
-from mur.experiments.table1 import build_parser, make_plan, run_mur
+from mur.experiments.table1 import run_mur
 from mur.nodes.gate_labels import STANDARD_LABELS
 from tiny_qwen3 import SERVED_NAME, TinyQwen3Server
 

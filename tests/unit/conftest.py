@@ -51,6 +51,6 @@ def _checkpoints_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _endpoint_checkpoints_in_a_temporary_folder(
     _checkpoints_folder: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """An endpoint started by a test (`main`, or `python -m mur.endpoint` in a subprocess)
+    """An endpoint started by a test (`main`, or `python -m mur endpoint` in a subprocess)
     checkpoints in a temporary file, not in the user's MUR_HOME."""
     monkeypatch.setenv("MUR_CHECKPOINTER", str(_checkpoints_folder / "checkpoints.sqlite"))

@@ -7,6 +7,7 @@ import pytest
 
 from mur.benchmarks import formats
 from mur.benchmarks.formats import FormatRun, reason, table
+from mur.cli.bench.formats import main
 from mur.servers.clients.errors import ModelError
 from mur.servers.processes.launcher import RunningServer
 
@@ -29,7 +30,7 @@ def test_it_refuses_to_time_beside_another_server(
     running = RunningServer("cpu-qwen-1.5b", "http://127.0.0.1:8022/v1", "m", 1, True, False, None)
     monkeypatch.setattr(formats, "status", lambda: [running])
     monkeypatch.setattr(formats, "measure", lambda *a: pytest.fail("measured beside a server"))
-    assert formats.main(["--formats", "bf16"]) == 2
+    assert main(["--formats", "bf16"]) == 2
     err = capsys.readouterr().err
     assert "cpu-qwen-1.5b (http://127.0.0.1:8022/v1)" in err and "mur servers down --all" in err
 

@@ -12,7 +12,8 @@ import re
 
 import pytest
 
-from mur.benchmarks.chaos import HEADER, REPLICAS, main, port_free
+from mur.benchmarks.chaos import HEADER, REPLICAS, port_free
+from mur.cli.bench.chaos import main
 from mur.servers.processes.postgres import PostgresMissing, binaries
 from postgres import free_port
 

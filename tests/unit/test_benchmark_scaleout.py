@@ -8,15 +8,8 @@ from pathlib import Path
 import pytest
 
 from fakes import FakeLogprobChat, Scripted
-from mur.benchmarks.scaleout import (
-    ONE,
-    Phase,
-    build_parser,
-    fill_from_counters,
-    main,
-    run_load,
-    table,
-)
+from mur.benchmarks.scaleout import ONE, Phase, fill_from_counters, run_load, table
+from mur.cli.bench.scaleout import build_parser, main
 from mur.evals.harness.records import load_records
 from mur.evals.questions import load_dataset
 from mur.servers.clients.metrics import (

@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 
 import pytest
 
-from mur.benchmarks import economy, measure, trace_time
+from mur.benchmarks import measure, trace_time
 from mur.benchmarks.analysis import (
     ClientTime,
     client_time,
@@ -38,6 +38,8 @@ from mur.benchmarks.tables import (
     scaling_table,
     verdict,
 )
+from mur.cli.bench import economy
+from mur.cli.bench import trace_time as trace_time_command
 from mur.servers.processes.facts import ServerFacts
 
 METRICS = """\
@@ -451,12 +453,12 @@ def test_trace_time_refuses_an_offset_past_the_questions_before_starting_a_serve
     def no_server(*args, **kwargs):
         raise AssertionError("no server may be started for bad input")
 
-    monkeypatch.setattr(trace_time, "connect", no_server)
-    assert trace_time.main(["--offset", "100000"]) == 2
+    monkeypatch.setattr(trace_time_command, "connect", no_server)
+    assert trace_time_command.main(["--offset", "100000"]) == 2
     err = capsys.readouterr().err.splitlines()
     assert err == [
-        f"{trace_time.PROG}: error: offset 100000 skips every question of math500, which has "
-        "500: give an offset below 500; see --help"
+        f"{trace_time_command.PROG}: error: offset 100000 skips every question of math500, "
+        "which has 500: give an offset below 500; see --help"
     ]
 
 
@@ -510,16 +512,16 @@ def test_trace_time_refuses_an_out_it_cannot_write_before_starting_a_server(
     capsys, monkeypatch, tmp_path
 ) -> None:
     no_server = lambda *a, **k: pytest.fail("no server for bad input")  # noqa: E731
-    monkeypatch.setattr(trace_time, "connect", no_server)
-    assert trace_time.main(["--out", str(tmp_path / "missing" / "t.json")]) == 2
+    monkeypatch.setattr(trace_time_command, "connect", no_server)
+    assert trace_time_command.main(["--out", str(tmp_path / "missing" / "t.json")]) == 2
     assert "give a file in a folder that exists" in capsys.readouterr().err
 
 
 def test_trace_time_refuses_top_logprobs_eager_cannot_read_before_starting_a_server(
     capsys, monkeypatch
 ) -> None:
-    monkeypatch.setattr(trace_time, "connect", lambda *a, **k: pytest.fail("no server"))
-    assert trace_time.main(["--top-logprobs", "0"]) == 2
+    monkeypatch.setattr(trace_time_command, "connect", lambda *a, **k: pytest.fail("no server"))
+    assert trace_time_command.main(["--top-logprobs", "0"]) == 2
     assert "branch eager reads token entropies: set top_logprobs" in capsys.readouterr().err
 
 
@@ -592,21 +594,21 @@ def test_trace_time_compares_only_the_questions_every_arm_timed() -> None:
 def test_trace_time_table_prints_an_out_files_runs_without_a_server(
     capsys, monkeypatch, tmp_path
 ) -> None:
-    monkeypatch.setattr(trace_time, "connect", lambda *a, **k: pytest.fail("no server"))
+    monkeypatch.setattr(trace_time_command, "connect", lambda *a, **k: pytest.fail("no server"))
     out = tmp_path / "trace_time.json"
     trace_time.save(out, facts_of(), {"offset": 200}, [timed("q1", a) for a in trace_time.ARMS])
-    assert trace_time.main(["--table", "--out", str(out)]) == 0
+    assert trace_time_command.main(["--table", "--out", str(out)]) == 0
     shown = capsys.readouterr().out.splitlines()
     assert shown[0] == (
         "4 runs timed alone on vLLM 0.32.0, bfloat16, bf16 weights on AMD EPYC (family 25, "
         "model 17)"
     )
     assert shown[1].startswith("| arm | questions |") and len(shown) == 7
-    assert trace_time.main(["--table", "--out", str(tmp_path / "none.json")]) == 2
+    assert trace_time_command.main(["--table", "--out", str(tmp_path / "none.json")]) == 2
     assert f"--table reads the runs of --out FILE ({tmp_path / 'none.json'} does not exist)" in (
         capsys.readouterr().err
     )
-    assert trace_time.main(["--table"]) == 2
+    assert trace_time_command.main(["--table"]) == 2
     assert "--table reads the runs of --out FILE (none given)" in capsys.readouterr().err
 
 
@@ -616,9 +618,9 @@ def test_trace_time_stopped_by_ctrl_c_says_what_is_kept_and_exits_130(
     async def interrupted(args):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(trace_time, "run", interrupted)
+    monkeypatch.setattr(trace_time_command, "run", interrupted)
     out = tmp_path / "trace_time.json"
-    assert trace_time.main(["--out", str(out)]) == 130
+    assert trace_time_command.main(["--out", str(out)]) == 130
     assert capsys.readouterr().err == (
         "mur bench trace_time: stopped (Ctrl-C): the run in flight is not kept; the runs "
         f"timed before it are in {out}, the same command resumes\n"

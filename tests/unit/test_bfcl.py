@@ -16,7 +16,7 @@ from agent_fakes import PROMPT_TOKENS, Said, ScriptedAgentModel, calls, says
 
 from asgi_server import running
 from mur import MURMiddleware
-from mur.cli import bfcl as command
+from mur.cli.experiment import bfcl as command
 from mur.evals.harness.records import load_records
 from mur.experiments import bfcl
 from mur.testing.fake_vllm import FakeVLLM

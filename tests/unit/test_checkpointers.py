@@ -23,8 +23,8 @@ from langchain_core.messages import BaseMessage
 
 from asgi_server import running
 from fakes import FakeLogprobChat, Scripted
+from mur.cli.endpoint import PROG, main
 from mur.endpoint import create_app
-from mur.endpoint.cli import PROG, main
 from mur.graphs import Context, build_graph
 from mur.graphs.solve import saved_progress, solve, thread_status
 from mur.persistence.checkpointers import (
@@ -270,11 +270,11 @@ def test_a_bad_postgres_url_stops_the_endpoint_with_one_line_without_the_passwor
 
 
 def test_the_password_in_the_variable_is_never_printed(postgres: PostgresServer) -> None:
-    """`python -m mur.endpoint` with MUR_CHECKPOINTER holding a wrong password, at debug level:
+    """`python -m mur endpoint` with MUR_CHECKPOINTER holding a wrong password, at debug level:
     exit 1, one line, no traceback, no password."""
     env = {**os.environ, "MUR_CHECKPOINTER": postgres.url(password="Wr0ng-pw-456")}
     done = subprocess.run(
-        [sys.executable, "-m", "mur.endpoint", "--log-level", "debug"],
+        [sys.executable, "-m", "mur", "endpoint", "--log-level", "debug"],
         cwd=ROOT,
         env=env,
         capture_output=True,

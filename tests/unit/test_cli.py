@@ -19,11 +19,11 @@ import mur.cli
 from fakes import two_step_model
 from mur.cli import evaluation, flags, validation
 from mur.cli import solve as solve_command
+from mur.cli.args import OneLineParser, positive_float, positive_int
 from mur.cli.printer import Printer
 from mur.cli.registry import MUR
 from mur.evals.questions import loading as datasets
 from mur.graphs import Context
-from mur.servers.cli import OneLineParser, positive_float, positive_int
 from mur.servers.connect import Connection
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -322,7 +322,7 @@ def test_every_parser_is_the_one_line_parser() -> None:
         for path in project_sources()
         if "argparse.ArgumentParser(" in (ROOT / path).read_text(encoding="utf-8")
     ]
-    assert plain == [], "use servers.cli.OneLineParser"
+    assert plain == [], "use cli.args.OneLineParser"
 
 
 def test_the_usage_error_is_one_line_through_the_shell() -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from mur.benchmarks import client_cost
+from mur.cli.bench.client_cost import main
 from mur.testing.fake_vllm import STEP_TOKENS
 
 # A critic/mur question on the fake: eight steps, the third and sixth scaled: judged wrong (a
@@ -23,7 +24,7 @@ def test_each_layer_is_measured_on_the_same_questions(
     out = tmp_path / "client.json"
     arms = "floor top0,graph top0,cli top0,endpoint keyed top0"
     argv = ["--questions", "3", "--concurrency", "2", "--arms", arms]
-    assert client_cost.main([*argv, "--out", str(out)]) == 0
+    assert main([*argv, "--out", str(out)]) == 0
     entries = json.loads(out.read_text())["entries"]
     assert [entry["arm"] for entry in entries] == arms.split(",")
     floor, graph, cli, endpoint = entries
@@ -45,7 +46,7 @@ def test_each_layer_is_measured_on_the_same_questions(
     rows = [line.split(" | ")[:2] for line in printed.splitlines() if line.startswith("| ")]
     assert [arm for arm, _ in rows[1:]] == [f"| {arm}" for arm in arms.split(",")]
     assert all(checkout.startswith("after ") for _, checkout in rows[1:])
-    assert client_cost.main(["--table", "--out", str(out)]) == 0
+    assert main(["--table", "--out", str(out)]) == 0
     assert capsys.readouterr().out.strip() == printed.split("\n\n", 1)[1].strip()
 
 
@@ -85,4 +86,4 @@ def test_a_cpu_time_under_the_clocks_tick_is_no_figure() -> None:
 def test_bad_arms_and_a_missing_table_are_one_line() -> None:
     with pytest.raises(ValueError, match="unknown arm 'nope': choose one of floor top0, sdk top0"):
         client_cost.chosen_arms("floor top0,nope")
-    assert client_cost.main(["--table"]) == 2
+    assert main(["--table"]) == 2

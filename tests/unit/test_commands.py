@@ -27,8 +27,7 @@ FOLDERS = ("benchmarks", "cli", "endpoint", "evals", "experiments", "servers", "
 # Started by a command as a process of its own, never by a user: `mur bench endpoint_load`'s
 # endpoint, `mur bench client`'s fake vLLM server and each of its arms.
 INTERNAL = {
-    "mur.testing.fake_endpoint",
-    "mur.testing.fake_vllm",
+    "mur.cli.fakes",
     "mur.benchmarks.client_arm",
     "mur.servers.processes.orphans",  # the shim every replica and router starts through
 }
@@ -86,10 +85,10 @@ def test_every_module_with_a_main_is_a_subcommand() -> None:
     reachable = {import_module(command.module).main for command in SUBCOMMANDS.values()}
     found = modules_with_a_main()
     assert {
-        "mur.servers",
-        "mur.endpoint",
-        "mur.experiments.table1",
-        "mur.benchmarks.economy",
+        "mur.cli.endpoint",
+        "mur.cli.fakes",
+        "mur.cli.experiment.table1",
+        "mur.cli.bench.economy",
     } <= set(found)
     missing = [
         name

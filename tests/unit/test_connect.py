@@ -17,6 +17,8 @@ import pytest
 from langchain_core.messages import HumanMessage
 
 from faulty_server import MODEL, faulty_server
+from mur.cli.args import OneLineParser
+from mur.cli.connection import add_connection_arguments, connection_argv, connection_options
 from mur.nodes.llm import Request, generate
 from mur.servers import (
     RequestTimeout,
@@ -26,15 +28,8 @@ from mur.servers import (
     make_chat_model,
 )
 from mur.servers import connect as connect_module
-from mur.servers.cli import OneLineParser
 from mur.servers.clients.errors import SeedRefused
-from mur.servers.connect import (
-    Healer,
-    add_connection_arguments,
-    connect,
-    connection_argv,
-    connection_options,
-)
+from mur.servers.connect import Healer, connect
 from mur.servers.processes.launcher import PAIR_KV_CACHE_GIB, RunningServer, pair_profiles
 from mur.servers.processes.profiles import DEFAULT_PROFILE, get_profile, profiles
 

@@ -23,8 +23,8 @@ from typing import Any
 import pytest
 from test_endpoint_runs import Backbone
 
+from mur.cli.endpoint import PROG, main
 from mur.endpoint import create_app
-from mur.endpoint.cli import PROG, main
 from mur.endpoint.durable import DurableRuns, Ticket
 from mur.endpoint.errors import APIError
 from mur.graphs import Context, build_graph

@@ -25,9 +25,9 @@ from pydantic import TypeAdapter, ValidationError
 from asgi_server import running
 from fakes import FakeLogprobChat, Scripted
 from faulty_server import MODEL, faulty_server
+from mur.cli import endpoint as endpoint_cli
+from mur.cli.endpoint import build_parser, is_loopback, main
 from mur.endpoint import MODELS, create_app, guards
-from mur.endpoint import cli as endpoint_cli
-from mur.endpoint.cli import build_parser, is_loopback, main
 from mur.endpoint.guards import ApiKey
 from mur.graphs import Context
 from mur.servers import connect as connect_module
@@ -320,7 +320,8 @@ def test_served_key_never_appears_in_the_logs() -> None:
         command = [
             sys.executable,
             "-m",
-            "mur.endpoint",
+            "mur",
+            "endpoint",
             "--port",
             str(port),
             "--log-level",

@@ -7,16 +7,8 @@ from __future__ import annotations
 
 import socket
 
-from mur.benchmarks.endpoint_load import (
-    Ask,
-    Outcome,
-    Report,
-    build_parser,
-    plan,
-    problems_of,
-    run,
-    summarize,
-)
+from mur.benchmarks.endpoint_load import Ask, Outcome, Report, plan, problems_of, run, summarize
+from mur.cli.bench.endpoint_load import build_parser
 from mur.testing.fake_endpoint import expected_content
 
 

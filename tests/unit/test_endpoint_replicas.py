@@ -31,7 +31,7 @@ import psycopg
 import pytest
 
 from faulty_server import ANSWER_TOKENS, MODEL, STEP_TOKENS, FaultyServer, faulty_server, step_of
-from mur.endpoint.cli import PROG, build_parser, main
+from mur.cli.endpoint import PROG, build_parser, main
 from mur.endpoint.idempotency import fingerprint
 from mur.endpoint.replicas import replica_argv, router_argv
 from mur.endpoint.schemas import ChatCompletionRequest, parse_job
@@ -155,7 +155,7 @@ def busy_replica_pid(router: str) -> int:
         if httpx.get(f"http://127.0.0.1:{replica}/health", timeout=2).json()["runs_in_flight"]:
             for process in psutil.process_iter(["cmdline"]):
                 argv = process.info["cmdline"] or []
-                if argv[1:3] == ["-m", "mur.endpoint"] and f"{replica}" in argv:
+                if argv[1:3] == ["-m", "mur.cli.endpoint"] and f"{replica}" in argv:
                     return int(process.pid)
     raise AssertionError("no replica has a run in flight")
 

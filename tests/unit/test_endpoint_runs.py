@@ -25,9 +25,8 @@ from langchain_core.messages import BaseMessage
 
 from asgi_server import running
 from fakes import FakeLogprobChat, Scripted
+from mur.cli.endpoint import PROG, build_parser, checkpointer_target, main
 from mur.endpoint import create_app
-from mur.endpoint.checkpointing import checkpointer_target
-from mur.endpoint.cli import PROG, build_parser, main
 from mur.endpoint.refusals import lease_lost
 from mur.persistence.checkpointers import CheckpointerUnavailable
 from waiting import wait_until

@@ -22,7 +22,7 @@ import httpx
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage
 
-from mur.servers.__main__ import main
+from mur.cli.servers import main
 from mur.servers.clients import probes
 from mur.servers.clients.chat_models import make_chat_model
 from mur.servers.clients.errors import ServerError

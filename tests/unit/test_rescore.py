@@ -11,10 +11,11 @@ from typing import Any
 import httpx
 import pytest
 
+from mur.cli.experiment.publish import float_list, publish
+from mur.cli.experiment.rescore import main
 from mur.evals.harness.records import RecordStore
 from mur.evals.questions import load_dataset
-from mur.experiments.cli import float_list, publish
-from mur.experiments.rescore import Scorer, agreement, main, recorded_traces, report
+from mur.experiments.rescore import Scorer, agreement, recorded_traces, report
 from mur.nodes.gates import replay_decisions
 from mur.servers.clients.errors import ServerError
 

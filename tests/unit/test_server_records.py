@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from test_servers import free_port, serving, tiny_on
 
-from mur.servers.__main__ import main
+from mur.cli.servers import main
 from mur.servers.clients.errors import ServerError
 from mur.servers.processes import launcher, pids, running
 from mur.servers.processes.profiles import Profile

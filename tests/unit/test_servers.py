@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage
 
-from mur.servers.__main__ import main
+from mur.cli.servers import main
 from mur.servers.clients import chat_models, probes
 from mur.servers.clients.chat_models import SAMPLING_DEFAULTS, make_chat_model
 from mur.servers.clients.errors import ServerError, ServerStopped, ServerUnavailable
@@ -536,7 +536,7 @@ def test_cli_server_error_is_one_message_exit_1(
     def fail(*_: object, **__: object) -> None:
         raise ServerError("port 8011 is already taken by X: stop it")
 
-    monkeypatch.setattr("mur.servers.__main__.up", fail)
+    monkeypatch.setattr("mur.cli.servers.up", fail)
     assert main(["up"]) == 1
     err = capsys.readouterr().err
     assert err == "error: port 8011 is already taken by X: stop it\n"

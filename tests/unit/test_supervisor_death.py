@@ -137,7 +137,7 @@ def test_a_sigkilled_endpoint_supervisor_takes_its_replicas_and_router_along(
             up = wait_until(lambda: healthy(router_root) or not in_session(supervisor), 120, 0.2)
             assert up and in_session(supervisor), log.read_text()[-3000:]
             programs = psutil.Process(supervisor).children()
-            replicas = [p for p in programs if "mur.endpoint" in p.cmdline()]
+            replicas = [p for p in programs if "mur.cli.endpoint" in p.cmdline()]
             [router] = [p for p in programs if p not in replicas]
             assert len(replicas) == 2
             for replica in replicas:

@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from mur.cli.experiment.table1 import PROG, main
 from mur.experiments import table1
 from mur.experiments.presets import DatasetRun
-from mur.experiments.table1 import Table1Error, Table1Plan, main, mur_program, run_mur, run_table
+from mur.experiments.table1 import Table1Error, Table1Plan, mur_program, run_mur, run_table
 from mur.nodes.gate_labels import STANDARD_LABELS as MAIN_GATES
 
 
@@ -108,7 +109,7 @@ def test_run_table_runs_each_phase_and_resolves_the_rate_after_main(tmp_path: Pa
             write_mur(Path(argv[argv.index("--out") + 1]), 2, steps=3, scaled=1)
         return 0
 
-    assert run_table(table, runner) == 0
+    assert run_table(table, runner, prog=PROG) == 0
     gates = [argv[argv.index("--gate") + 1] for argv in calls]
     assert gates == [",".join(MAIN_GATES), "random@0.5", "mur"]
 
@@ -116,13 +117,13 @@ def test_run_table_runs_each_phase_and_resolves_the_rate_after_main(tmp_path: Pa
 def test_a_failed_phase_stops_the_table_and_says_how_to_go_on(tmp_path: Path) -> None:
     calls: list[Sequence[str]] = []
     with pytest.raises(Table1Error, match=r"critic / main stopped \(mur solve exit 1\).*rerun"):
-        run_table(plan(tmp_path), lambda argv: calls.append(argv) or 1)
+        run_table(plan(tmp_path), lambda argv: calls.append(argv) or 1, prog=PROG)
     assert len(calls) == 1
 
 
 def test_a_stopped_phase_stops_the_table_with_130_not_as_a_failure(tmp_path: Path, capsys) -> None:
     calls: list[Sequence[str]] = []
-    assert run_table(plan(tmp_path), lambda argv: calls.append(argv) or 130) == 130
+    assert run_table(plan(tmp_path), lambda argv: calls.append(argv) or 130, prog=PROG) == 130
     assert len(calls) == 1
     assert "critic / main stopped; its finished questions are saved" in capsys.readouterr().err
 

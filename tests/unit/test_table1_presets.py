@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from mur.cli.experiment.table1 import main
 from mur.evals.questions import DataNotFoundError, load_dataset
 from mur.experiments.presets import PAPER_GPU, PRESETS, DatasetRun, run_tokens
-from mur.experiments.table1 import Table1Error, Table1Plan, main
+from mur.experiments.table1 import Table1Error, Table1Plan
 from mur.servers.processes.profiles import get_profile
 
 PAPER_ARGS = (

@@ -26,6 +26,8 @@ import openai
 from langchain_openai import ChatOpenAI
 from pydantic import SecretStr
 
+from mur.cli.args import OneLineParser, comma_choices, positive_int
+from mur.cli.connection import add_connection_arguments, connection_options
 from mur.cli.flags import SWEEPS, add_context_flags
 from mur.evals.harness.records import RecordStore, SettingsMismatchError
 from mur.evals.harness.run_record import JobKey
@@ -35,9 +37,8 @@ from mur.graphs.model_calls import describe_failure
 from mur.graphs.state import Context, ContextError, context_for
 from mur.integrations.middleware import GATE_SETTINGS, MURMiddleware
 from mur.nodes.gate_labels import reads_gamma
-from mur.servers.cli import OneLineParser, comma_choices, positive_int
 from mur.servers.clients.errors import ServerError
-from mur.servers.connect import add_connection_arguments, connect, connection_options
+from mur.servers.connect import connect
 
 PROG = "mur experiment bfcl"
 STRATEGY = "escalate"

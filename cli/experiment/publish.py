@@ -1,5 +1,5 @@
-"""Pieces shared by the experiments that replay a results folder against a server
-(`experiments.verdicts`, `experiments.rescore`)."""
+"""Pieces shared by the commands that replay a results folder against a server
+(`mur experiment verdicts`, `mur experiment rescore`)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from mur.servers.cli import comma_list
+from mur.cli.args import comma_list
 
 float_list = comma_list(float, "numbers")
 """An argparse type: comma-separated numbers ("0,0.5")."""

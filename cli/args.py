@@ -3,8 +3,8 @@ subcommands, `mur servers` among them, and run.py).
 
 argparse answers a bad flag with its whole usage block (dozens of lines for `mur solve`) before
 the one line that says what is wrong. Here a usage error is that one line, `PROG: error: WHAT; see
---help`, and exit status 2, for subcommands too. It lives in servers/, the lowest layer every
-entry point may import.
+--help`, and exit status 2, for subcommands too. It lives in cli/ with the commands that use it:
+no room below parses a command line.
 """
 
 from __future__ import annotations

@@ -8,6 +8,9 @@ mur servers down [--profile P | --all]
 mur servers status [--json]
 mur servers model [--profile P] [--format w8a8]
 mur servers profiles
+
+The servers themselves are the serving layer's (servers/processes/); this module holds the
+flags and turns them into its calls.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import replace
 
-from mur.servers.cli import OneLineParser, port_number
+from mur.cli.args import OneLineParser, port_number
 from mur.servers.clients.errors import ServerError
 from mur.servers.processes.launcher import (
     CORE_SHARING,
@@ -287,7 +290,3 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -9,7 +9,7 @@
 It listens on loopback unless `--host` says otherwise. The API keys come from `--api-key`
 (repeated for several callers) or, better (a flag shows in `ps`), the environment variable
 MUR_API_KEY (comma-separated); they are never printed. Runs are checkpointed where
-`--checkpointer` says (endpoint/checkpointing.py), checked before any model server starts.
+`--checkpointer` says, checked before any model server starts (endpoint/checkpointing.py).
 SIGTERM drains the runs in flight before the process exits (endpoint/drain.py).
 `--replicas N` runs N of these behind vllm-router instead (endpoint/replicas.py).
 """
@@ -19,29 +19,31 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import logging
+import math
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import uvicorn
 
+from mur.cli.args import MAX_PORT, OneLineParser, port_number, positive_int, usage_error
+from mur.cli.connection import add_connection_arguments, check_connection_flags, connection_options
 from mur.endpoint.app import DEFAULT_MAX_REQUEST_BYTES, DEFAULT_MAX_RUNS, create_app
 from mur.endpoint.checkpointing import (
-    add_checkpointer_arguments,
+    CHECKPOINTER_ENV,
+    DEFAULT_FILE,
     check_checkpointer,
-    checkpointer_target,
-    keep_finished_error,
+    default_checkpointer,
 )
 from mur.endpoint.drain import DEFAULT_GRACE_SECONDS, DrainingServer
 from mur.endpoint.guards import api_keys
 from mur.endpoint.replicas import serve_replicas
+from mur.endpoint.runs import DEFAULT_KEEP_FINISHED, DEFAULT_LEASE_SECONDS
 from mur.endpoint.schemas import MODELS
 from mur.persistence.checkpointers import CheckpointerError, parse_target
 from mur.servers import ServerError
-from mur.servers.cli import MAX_PORT, OneLineParser, port_number, positive_int, usage_error
 from mur.servers.clients.collector import tune_collector
-from mur.servers.connect import add_connection_arguments, check_connection_flags, connection_options
 from mur.servers.connect import connect as connect_servers
 
 PROG = "mur endpoint"
@@ -56,6 +58,76 @@ request has already arrived, and the client reads a reset (BENCHMARKS.md, the en
 load). Above the 60 s idle timeout of common proxies and balancers."""
 CLOSE_SECONDS = 5
 """After a drain, how long uvicorn waits for open connections to close before it exits."""
+
+
+def _seconds(minimum: float, strict: bool) -> Callable[[str], float]:
+    """An argparse type: a number of seconds >= `minimum` (> with `strict`)."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+        if not math.isfinite(value) or value < minimum or (strict and value == minimum):
+            raise argparse.ArgumentTypeError(
+                f"must be {'>' if strict else '>='} {minimum:g}, got {text}"
+            )
+        return value
+
+    return parse
+
+
+def add_checkpointer_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--checkpointer",
+        metavar="TARGET",
+        help="where every run with an Idempotency-Key is checkpointed after each node (a run "
+        "without one writes nothing: nothing could resume it): an SQLite file (one replica) "
+        "or postgresql://USER:PASSWORD@HOST:PORT/DB (replicas sharing it resume each other's "
+        f"runs; prefer env {CHECKPOINTER_ENV} or PGPASSWORD for the password, a flag shows in "
+        f"the process list) (default: env {CHECKPOINTER_ENV}, else "
+        f"$MUR_HOME/{DEFAULT_FILE.as_posix()})",
+    )
+    parser.add_argument(
+        "--lease-seconds",
+        type=_seconds(0, strict=True),
+        default=DEFAULT_LEASE_SECONDS,
+        help="a run is held by its replica for this long, renewed while it runs; a replica "
+        "that dies leaves its runs to others once this has passed "
+        f"(default {DEFAULT_LEASE_SECONDS:g})",
+    )
+    parser.add_argument(
+        "--keep-finished",
+        type=_seconds(0, strict=False),
+        default=DEFAULT_KEEP_FINISHED,
+        help="seconds a finished run's reply and checkpoints are kept for retries with its "
+        "Idempotency-Key, and a stopped or abandoned run's for a retry to resume it; at least "
+        f"--lease-seconds (default {DEFAULT_KEEP_FINISHED:g})",
+    )
+    parser.add_argument(
+        "--replica-id",
+        default=None,
+        help="this process's name in the run ledger (default HOST-PID)",
+    )
+
+
+def keep_finished_error(args: argparse.Namespace) -> str | None:
+    """Why `--keep-finished` cannot be used with `--lease-seconds` (None: it can). Shorter
+    than a lease, a run that failed would be pruned before its retry resumes it, and one whose
+    replica stalled past its lease pruned under that replica."""
+    keep, lease = args.keep_finished, args.lease_seconds
+    if keep >= lease:
+        return None
+    return (
+        f"--keep-finished {keep:g} is shorter than --lease-seconds {lease:g}: runs must be kept "
+        "at least a lease, or a stopped run is pruned before its retry resumes it; give "
+        f"--keep-finished {lease:g} or more"
+    )
+
+
+def checkpointer_target(args: argparse.Namespace) -> str:
+    """The target from `--checkpointer`, MUR_CHECKPOINTER, else the default file."""
+    return args.checkpointer or os.environ.get(CHECKPOINTER_ENV) or str(default_checkpointer())
 
 
 def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
@@ -153,6 +225,23 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def check_replicas(args: argparse.Namespace, checkpointer: str) -> str | None:
+    """What makes `--replicas N` impossible with these flags (None: nothing)."""
+    try:
+        target = parse_target(checkpointer)
+    except CheckpointerError:
+        return None  # named by the checkpointer check itself
+    if target.kind != "postgres":
+        return (
+            f"--replicas {args.replicas} needs a PostgreSQL checkpointer the replicas share "
+            f"(--checkpointer postgresql://USER:PASSWORD@HOST:PORT/DB or {CHECKPOINTER_ENV}), "
+            f"got {target}"
+        )
+    if args.port > MAX_PORT - args.replicas:  # the parser took 1..MAX_PORT (port_number)
+        return f"--port {args.port} leaves no room for {args.replicas} replica ports above it"
+    return None
+
+
 def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     """Serve until SIGTERM or Ctrl-C (drained: 0); 2 for bad flags, 1 when no server or app
     can be made or a second signal cut the drain short."""
@@ -166,6 +255,8 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     api_key = api_keys(args.api_key, os.environ.get(API_KEY_ENV))
     checkpointer = checkpointer_target(args)
     if args.replicas > 1:  # this process supervises N of them behind a router instead
+        if (problem := check_replicas(args, checkpointer)) is not None:
+            return usage_error(prog, problem)
         return serve_replicas(args, build_parser(prog), api_key, checkpointer, prog)
     try:
         check_checkpointer(checkpointer)  # before a model server is started for nothing
@@ -214,3 +305,7 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     server = DrainingServer(config, app.state.service, grace_s=args.drain_seconds)
     server.run()
     return 1 if server.forced else 0
+
+
+if __name__ == "__main__":  # each replica of `mur endpoint --replicas N` (endpoint/replicas.py)
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""`mur bench` commands: each module's parser and main over benchmarks/."""

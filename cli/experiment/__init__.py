@@ -1,0 +1,1 @@
+"""`mur experiment` commands: each experiment's parser and main over experiments/."""
