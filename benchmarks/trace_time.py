@@ -19,11 +19,13 @@ import statistics
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from mur.evals.harness.records import describe_differences
 from mur.evals.report.traces import first_ids
+from mur.experiments import cascade
 from mur.experiments.parallel_traces import MUR_ESC
 from mur.graphs.state import Context, output_of
 from mur.servers.clients.metrics import generation_tokens, prompt_tokens, settled
@@ -33,12 +35,30 @@ from mur.servers.processes.facts import (
     token_differences,
 )
 
-ARMS: dict[str, Mapping[str, Any]] = {
+TRACE_ARMS: dict[str, Mapping[str, Any]] = {
     "majority@8": {"traces": 8},
     "mur-esc": MUR_ESC,
     "MUR branching": {**MUR_ESC, "branch": "mur_max"},
     "EAGer branching": {**MUR_ESC, "branch": "eager"},
 }
+"""The trace rules (the default arms)."""
+ARMS: dict[str, Mapping[str, Any]] = {
+    **TRACE_ARMS,
+    **{f"cascade-{name}": settings for name, settings in cascade.TIMED_ARMS.items()},
+}
+"""Every arm's graph settings: the trace rules and the cascade's step routers (an arm with
+`cascade.WRITER` has the verifier's server write)."""
+
+
+def arm_settings(arm: str) -> dict[str, Any]:
+    """The arm's graph settings, without which server writes."""
+    return {k: v for k, v in ARMS[arm].items() if k != cascade.WRITER}
+
+
+def writer(arm: str) -> str:
+    """Whose server writes the arm's steps: "backbone", or "verifier" (the cascade's large
+    arm: the external model alone)."""
+    return str(ARMS[arm].get(cascade.WRITER, "backbone"))
 
 
 @dataclass(frozen=True)
@@ -73,31 +93,35 @@ class NotAlone(RuntimeError):
     """A timed run did not have the server to itself."""
 
 
-def quiet_count(url: str, when: str) -> int:
-    """The server's generated-token counter once it has stood still for a second; NotAlone
-    when it keeps moving (another client is generating)."""
-    try:
-        return settled(lambda: generation_tokens(url), quiet=1.0)
-    except TimeoutError:
-        raise NotAlone(
-            f"the server at {url} kept generating {when}: another client is using it. Time on "
-            "a quiet server: the same command resumes"
-        ) from None
+def quiet_count(urls: Sequence[str], when: str) -> int:
+    """The servers' generated-token counters, summed, once each has stood still for a second;
+    NotAlone when one keeps moving (another client is generating)."""
+    total = 0
+    for url in urls:
+        try:
+            total += settled(partial(generation_tokens, url), quiet=1.0)
+        except TimeoutError:
+            raise NotAlone(
+                f"the server at {url} kept generating {when}: another client is using it. "
+                "Time on a quiet server: the same command resumes"
+            ) from None
+    return total
 
 
 async def solve_alone(
-    graph: Any, arm: str, question: Any, settings: Mapping[str, Any], url: str
+    graph: Any, arm: str, question: Any, settings: Mapping[str, Any], urls: Sequence[str]
 ) -> Timed:
-    """Time one question under one arm; NotAlone when the server generated other tokens
-    than the run drew meanwhile (another client, or a request that failed)."""
-    before = quiet_count(url, f"before {question.id} {arm}")
-    prompts = prompt_tokens(url)
+    """Time one question under one arm on the servers at `urls` (every one the graph may ask);
+    NotAlone when they generated other tokens than the run drew meanwhile (another client, or
+    a request that failed)."""
+    before = quiet_count(urls, f"before {question.id} {arm}")
+    prompts = sum(prompt_tokens(url) for url in urls)
     finished: dict[int, float] = {}  # trace index -> seconds from the start
     final: dict[str, Any] = {}
     start = time.perf_counter()
     async for mode, chunk in graph.astream(
         {"question": question.question},
-        context=Context(**settings, **ARMS[arm]),
+        context=Context(**{**settings, **arm_settings(arm)}),
         stream_mode=["updates", "values"],
     ):
         if mode == "values":
@@ -107,12 +131,13 @@ async def solve_alone(
                 finished[summary["index"]] = time.perf_counter() - start
     wall = time.perf_counter() - start
     output = output_of(final)
-    server = quiet_count(url, f"after {question.id} {arm}") - before
+    server = quiet_count(urls, f"after {question.id} {arm}") - before
     usage = output["usage"]
     tokens = usage["backbone_tokens"] + usage["external_tokens"]
     if server != tokens:
+        where = f"server at {urls[0]}" if len(urls) == 1 else f"servers at {', '.join(urls)}"
         raise NotAlone(
-            f"{question.id} {arm}: the server at {url} generated {server} tokens while the "
+            f"{question.id} {arm}: the {where} generated {server} tokens while the "
             f"run drew {tokens} ({usage['failed_calls']} failed requests): another client "
             "shared it, or a request was lost; this run is not kept. Time on a quiet server: "
             "the same command resumes"
@@ -124,7 +149,7 @@ async def solve_alone(
         wall_s=wall,
         tokens=tokens,
         server_tokens=server,
-        prompt_tokens=prompt_tokens(url) - prompts,
+        prompt_tokens=sum(prompt_tokens(url) for url in urls) - prompts,
         traces=len(summaries),
         branched=sum(1 for s in summaries if s.get("parent") is not None),
         finished_s=[finished[index] for index in sorted(finished)],
@@ -147,21 +172,20 @@ def read(out: Path) -> tuple[dict[str, Any], list[Timed]]:
         raise ValueError(f"{out} is not a trace_time result ({exc}): give another --out") from None
 
 
-def resume(out: Path | None, facts: ServerFacts, plan: Mapping[str, Any]) -> list[Timed]:
+def resume(
+    out: Path | None,
+    facts: ServerFacts,
+    plan: Mapping[str, Any],
+    verifier: ServerFacts | None = None,
+) -> list[Timed]:
     """The runs an earlier --out holds ([] for none): ValueError naming the file when it is
-    not such a result, was timed on another kind of server, or with other settings."""
+    not such a result, was timed on another kind of server (or external model's server), or
+    with other settings."""
     if out is None or not out.exists():
         return []
     document, runs = read(out)
-    recorded = document.get("server") or {}
-    differ = token_differences(recorded, facts.as_json())
-    differ += ["cpu"] * (recorded.get("cpu") != facts.cpu)
-    if differ:
-        raise ValueError(
-            f"{out} was timed on {describe_recorded(recorded)}, this server is "
-            f"{facts.describe()} ({', '.join(differ)} differ): one table times one kind of "
-            "server; give another --out"
-        )
+    for role, given in (("server", facts), ("verifier", verifier)):
+        check_server(out, role, document.get(role), given)
     recorded_plan, asked = flat_plan(document.get("plan") or {}), flat_plan(plan)
     differ = [
         k for k in recorded_plan.keys() | asked.keys() if recorded_plan.get(k) != asked.get(k)
@@ -174,14 +198,46 @@ def resume(out: Path | None, facts: ServerFacts, plan: Mapping[str, Any]) -> lis
     return runs
 
 
+def check_server(
+    out: Path, role: str, recorded: dict[str, Any] | None, given: ServerFacts | None
+) -> None:
+    """ValueError unless the `role` server an --out file was timed on is of the same kind as
+    the one given (its URL may differ), or neither has one."""
+    if recorded is None and given is None:
+        return
+    if recorded is None or given is None:
+        had, has = ("with", "without") if recorded is not None else ("without", "with")
+        raise ValueError(
+            f"{out} was timed {had} a {role} server and this run is {has} one: one table "
+            "times one setup; give another --out"
+        )
+    differ = token_differences(recorded, given.as_json())
+    differ += ["cpu"] * (recorded.get("cpu") != given.cpu)
+    if differ:
+        raise ValueError(
+            f"{out} was timed on {describe_recorded(recorded)}, this {role} is "
+            f"{given.describe()} ({', '.join(differ)} differ): one table times one kind of "
+            "server; give another --out"
+        )
+
+
 def flat_plan(plan: Mapping[str, Any]) -> dict[str, Any]:
     """A plan's own fields and its graph settings side by side, each compared by name."""
     return {**{k: v for k, v in plan.items() if k != "settings"}, **plan.get("settings", {})}
 
 
-def save(out: Path, facts: ServerFacts, plan: Mapping[str, Any], runs: Sequence[Timed]) -> None:
+def save(
+    out: Path,
+    facts: ServerFacts,
+    plan: Mapping[str, Any],
+    runs: Sequence[Timed],
+    verifier: ServerFacts | None = None,
+) -> None:
     """Every run so far, written whole and renamed into place (a kill leaves the last copy)."""
-    document = {"server": facts.as_json(), "plan": plan, "runs": [asdict(r) for r in runs]}
+    document: dict[str, Any] = {"server": facts.as_json()}
+    if verifier is not None:
+        document["verifier"] = verifier.as_json()
+    document |= {"plan": plan, "runs": [asdict(r) for r in runs]}
     partial = out.with_name(f".{out.name}.partial")
     partial.write_text(json.dumps(document, indent=1) + "\n")
     partial.replace(out)

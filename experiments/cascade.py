@@ -45,6 +45,25 @@ ARMS: Mapping[str, Mapping[str, str]] = {
     "first_token": {"strategy": "escalate", "gate": "first_token"},
 }
 """Each arm's folder, by name, and the settings its records must carry."""
+PILOT_CHOICES: Mapping[str, float | str] = {
+    "gamma": 0.9,
+    "escalate_momentum": "draft",
+    "tau": 0.8510,
+    "first_token_threshold": 1.2713,
+}
+"""What the pilot chose (results/prereg-cascade.md), as the main run's commands give it: MUR's
+gamma and reading of the momentum, smart's tau and first_token's threshold."""
+WRITER = "writer"
+"""A timed arm's key that is no graph setting: "verifier" when the external model's server
+writes every step alone (the `large` arm)."""
+TIMED_ARMS: Mapping[str, Mapping[str, float | str]] = {
+    name: {"strategy": "escalate", **settings, **PILOT_CHOICES}
+    | ({WRITER: "verifier"} if name == LARGE else {})
+    for name, settings in ARMS.items()
+}
+"""Each arm's settings for the wall time of one question alone (`mur bench trace_time --arms
+cascade-NAME`), as the main run's commands give them (a gate reads only its own threshold);
+the random arm takes MUR's realised rate from `--random-rate`."""
 PARAMETERS = {SMALL: 0.494e9, LARGE: 1.544e9}
 """Qwen2.5-Coder-0.5B and -1.5B's parameters: a generated token costs about 2 x these FLOPs."""
 QUESTIONS = 400

@@ -269,7 +269,7 @@ def _cpu_tiny() -> Profile:
 # Step and judgement caps that keep a question to minutes on two cores, above what a real step
 # or solution of these models takes. They write paragraphs, not `StepN:` markers: with markers
 # many MATH-500 solutions were one step, which MUR never scales; max_steps stays the paper's
-# 20, which fewer solutions reach (results/README.md has the runs that showed both).
+# 20, which fewer solutions reach.
 _QWEN_CODER_RECOMMENDED: Mapping[str, Setting] = {
     "step_format": "paragraph",
     "max_step_tokens": 384,

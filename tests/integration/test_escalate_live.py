@@ -72,3 +72,28 @@ def test_the_printed_steps_say_the_external_model_wrote_them(
 ) -> None:
     printed = mur_solve(cpu_server, tiny_qwen3, "--max-steps", "1")
     assert "SCALED (escalate: written by the external model" in printed
+
+
+def test_trace_time_times_the_cascade_arms_by_both_servers_counts(
+    cpu_server: RunningServer, tiny_qwen3: TinyQwen3Server, tmp_path: Path
+) -> None:
+    """`mur bench trace_time --arms cascade-...` on one question: the small model alone, the
+    external model writing alone and every step escalated, each run's tokens equal to what the
+    two servers' counters moved by together; the external model's server recorded beside."""
+    out = tmp_path / "cascade-time.json"
+    arms = ["cascade-small", "cascade-large", "cascade-always"]
+    command = [
+        *(sys.executable, "-m", "mur", "bench", "trace_time", "--limit", "1"),
+        *("--arms", ",".join(arms), "--profile", "cpu-tiny"),
+        *("--base-url", cpu_server.base_url, "--model", cpu_server.model),
+        *("--verifier-url", tiny_qwen3.base_url, "--verifier-model", tiny_qwen3.model),
+        *("--max-steps", "2", "--max-step-tokens", "8", "--out", str(out)),
+    ]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert all(f"| {arm} | 1 |" in done.stdout for arm in arms)
+    document = json.loads(out.read_text())
+    assert [run["arm"] for run in document["runs"]] == arms
+    assert all(run["tokens"] == run["server_tokens"] > 0 for run in document["runs"])
+    assert document["server"]["model"] == cpu_server.model
+    assert document["verifier"]["model"] == tiny_qwen3.model

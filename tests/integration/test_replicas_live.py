@@ -155,7 +155,6 @@ def test_a_killed_replica_is_taken_out_and_the_run_finishes(replicas, tmp_path: 
     assert len(keys) == len(set(keys)) == QUESTIONS * len(GATES)
     assert killed_at < QUESTIONS * len(GATES)  # the kill came in the middle of the run
     assert read_counter(survivor, REQUESTS_DONE) > done_before  # the router moved work over
-    assert time.monotonic() - begin < 900
 
     rerun = benchmark(router_url, out, env)
     _, stderr = rerun.communicate(timeout=300)

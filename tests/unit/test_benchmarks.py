@@ -40,6 +40,7 @@ from mur.benchmarks.tables import (
 )
 from mur.cli.bench import economy
 from mur.cli.bench import trace_time as trace_time_command
+from mur.servers.clients.errors import ServerError
 from mur.servers.processes.facts import ServerFacts
 
 METRICS = """\
@@ -555,7 +556,7 @@ def test_trace_time_keeps_a_run_only_when_it_had_the_server_to_itself(monkeypatc
         monkeypatch.setattr(trace_time, "generation_tokens", server.generation_tokens)
         monkeypatch.setattr(trace_time, "prompt_tokens", server.prompt_tokens)
         monkeypatch.setattr(trace_time, "settled", lambda read, quiet: read())
-        return trace_time.solve_alone(server, "MUR branching", question, {}, "http://s/v1")
+        return trace_time.solve_alone(server, "MUR branching", question, {}, ["http://s/v1"])
 
     run = asyncio.run(solving(CountingServer(drawn=120, generated=120)))
     assert (run.tokens, run.server_tokens, run.prompt_tokens) == (120, 120, 300)
@@ -596,7 +597,9 @@ def test_trace_time_table_prints_an_out_files_runs_without_a_server(
 ) -> None:
     monkeypatch.setattr(trace_time_command, "connect", lambda *a, **k: pytest.fail("no server"))
     out = tmp_path / "trace_time.json"
-    trace_time.save(out, facts_of(), {"offset": 200}, [timed("q1", a) for a in trace_time.ARMS])
+    trace_time.save(
+        out, facts_of(), {"offset": 200}, [timed("q1", a) for a in trace_time.TRACE_ARMS]
+    )
     assert trace_time_command.main(["--table", "--out", str(out)]) == 0
     shown = capsys.readouterr().out.splitlines()
     assert shown[0] == (
@@ -625,3 +628,83 @@ def test_trace_time_stopped_by_ctrl_c_says_what_is_kept_and_exits_130(
         "mur bench trace_time: stopped (Ctrl-C): the run in flight is not kept; the runs "
         f"timed before it are in {out}, the same command resumes\n"
     )
+
+
+def test_trace_time_cascade_arms_are_refused_without_their_inputs_before_a_server(
+    capsys, monkeypatch
+) -> None:
+    """The random arm needs MUR's rate, every cascade arm the external model's server: each is
+    one line before any server is started; given both, the flags pass to the servers."""
+    monkeypatch.delenv("MUR_VERIFIER_URL", raising=False)
+    monkeypatch.delenv("MUR_VERIFIER_MODEL", raising=False)
+
+    def no_server(**kwargs):
+        raise ServerError(f"reached the servers with verifier {kwargs['verifier_profile']}")
+
+    monkeypatch.setattr(trace_time_command, "connect", no_server)
+    arms = ["--arms", "cascade-small,cascade-random", "--limit", "1"]
+    assert trace_time_command.main(arms) == 2
+    assert "arm cascade-random draws steps at random: give its rate with --random-rate" in (
+        capsys.readouterr().err
+    )
+    assert trace_time_command.main([*arms, "--random-rate", "0.3"]) == 2
+    assert "the cascade arms need the external model's server: give --verifier-url" in (
+        capsys.readouterr().err
+    )
+    pair = ["--profile", "cpu-qwen-0.5b", "--verifier-profile", "cpu-qwen-1.5b"]
+    assert trace_time_command.main([*arms, "--random-rate", "0.3", *pair]) == 2
+    assert "reached the servers with verifier cpu-qwen-1.5b" in capsys.readouterr().err
+    # The trace rules need no external model.
+    assert trace_time_command.main(["--arms", "mur-esc", "--limit", "1"]) == 2
+    assert "reached the servers with verifier None" in capsys.readouterr().err
+
+
+class TwoServers:
+    """Two servers' counters, and a graph whose run moves each by what it generated there."""
+
+    URLS = ("http://small/v1", "http://large/v1")
+
+    def __init__(self, small: int, large: int, drawn: tuple[int, int]) -> None:
+        self.moves, self.drawn = dict(zip(self.URLS, (small, large), strict=True)), drawn
+        self.counters = dict.fromkeys(self.URLS, 1000)
+
+    async def astream(self, state: dict, *, context: Any, stream_mode: list[str]):
+        for url, moved in self.moves.items():
+            self.counters[url] += moved
+        backbone, external = self.drawn
+        usage = {"backbone_tokens": backbone, "external_tokens": external, "failed_calls": 0}
+        yield "values", {"question": state["question"], "usage": usage, "traces": []}
+
+
+def test_trace_time_counts_both_servers_of_a_cascade_arm(monkeypatch) -> None:
+    """A run on two servers is kept only when their counters together moved by what it drew."""
+    question = SimpleNamespace(id="q7", question="What is 1 + 1?")
+
+    def solving(servers: TwoServers):
+        monkeypatch.setattr(trace_time, "generation_tokens", servers.counters.__getitem__)
+        monkeypatch.setattr(trace_time, "prompt_tokens", lambda url: 0)
+        monkeypatch.setattr(trace_time, "settled", lambda read, quiet: read())
+        settings = {"top_logprobs": 20}
+        return trace_time.solve_alone(servers, "cascade-mur", question, settings, TwoServers.URLS)
+
+    run = asyncio.run(solving(TwoServers(small=100, large=50, drawn=(100, 50))))
+    assert (run.arm, run.tokens, run.server_tokens) == ("cascade-mur", 150, 150)
+    with pytest.raises(trace_time.NotAlone, match=r"q7 cascade-mur: the servers at "
+                       r"http://small/v1, http://large/v1 generated 170 tokens while the run "
+                       r"drew 150"):  # fmt: skip
+        asyncio.run(solving(TwoServers(small=100, large=70, drawn=(100, 50))))
+
+
+def test_trace_time_resumes_only_with_the_same_external_models_server(tmp_path) -> None:
+    out, plan = tmp_path / "trace_time.json", {"dataset": "math500", "offset": 100}
+    runs = [timed("q1", "cascade-mur")]
+    trace_time.save(out, facts_of(), plan, runs, verifier=facts_of(model="large"))
+    assert trace_time.resume(out, facts_of(), plan, facts_of(model="large")) == runs
+    with pytest.raises(ValueError, match="was timed with a verifier server and this run is "
+                       "without one"):  # fmt: skip
+        trace_time.resume(out, facts_of(), plan)
+    with pytest.raises(ValueError, match=r"this verifier is .* \(dtype differ\)"):
+        trace_time.resume(out, facts_of(), plan, facts_of(model="large", dtype="float32"))
+    trace_time.save(out, facts_of(), plan, runs)
+    with pytest.raises(ValueError, match="was timed without a verifier server"):
+        trace_time.resume(out, facts_of(), plan, facts_of(model="large"))

@@ -123,3 +123,32 @@ def test_the_pilot_sets_smart_and_first_token_at_murs_rate() -> None:
     # A third of the drafts (the two escalated ones of each question) lie past each threshold.
     assert 0.52 < thresholds.tau < 0.88
     assert 0.6 <= thresholds.first_token_threshold < 2.0
+
+
+def test_the_timed_arms_are_the_main_runs_settings() -> None:
+    """`mur bench trace_time --arms cascade-...` times what the committed main run ran: the
+    pilot's choices as the mur arm's records and settings carry them, and the thresholds the
+    pilot's own records give smart and first_token (rounded as the pre-registration's
+    commands give them)."""
+    root = Path(__file__).resolve().parents[2]
+    folder = root / "results" / "cascade-mur"
+    settings = json.loads((folder / "settings.json").read_text())
+    record = next(iter(RecordStore(folder).load()))
+    mur = cascade.TIMED_ARMS["mur"]
+    assert (
+        (mur["strategy"], mur["gate"])
+        == (record["strategy"], record["gate"])
+        == (
+            "escalate",
+            "mur",
+        )
+    )
+    assert mur["gamma"] == record["gamma"]
+    assert mur["escalate_momentum"] == settings["escalate_momentum"]
+    pilot = cascade.pilot_thresholds(list(RecordStore(root / "results/pilot-cascade-draft").load()))
+    assert cascade.PILOT_CHOICES["tau"] == round(pilot.tau, 4)
+    assert cascade.PILOT_CHOICES["first_token_threshold"] == round(pilot.first_token_threshold, 4)
+    assert cascade.TIMED_ARMS["large"][cascade.WRITER] == "verifier"
+    assert all(
+        cascade.WRITER not in arm for name, arm in cascade.TIMED_ARMS.items() if name != "large"
+    )
