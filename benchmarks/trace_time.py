@@ -1,4 +1,5 @@
-"""`mur bench trace_time`: how long a user waits for one answer under each trace rule.
+"""`mur bench trace_time`: how long a user waits for one answer under each trace rule or step
+router.
 
 Each question is solved alone (nothing else in flight on the server), once per arm (`ARMS`),
 the arms' order rotating from question to question. A run whose completion tokens differ

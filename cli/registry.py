@@ -119,7 +119,7 @@ BENCHMARKS = Command(
         ),
         Command(
             "trace_time",
-            "the wait for one answer under each trace rule, each question alone",
+            "the wait for one answer under each trace rule or step router, each question alone",
             "mur.cli.bench.trace_time",
             extra="lab",
         ),
