@@ -45,7 +45,7 @@ TRACE_ARMS: dict[str, Mapping[str, Any]] = {
 """The trace rules (the default arms)."""
 ARMS: dict[str, Mapping[str, Any]] = {
     **TRACE_ARMS,
-    **{f"cascade-{name}": settings for name, settings in cascade.TIMED_ARMS.items()},
+    **{cascade.TIMED_PREFIX + name: settings for name, settings in cascade.TIMED_ARMS.items()},
 }
 """Every arm's graph settings: the trace rules and the cascade's step routers (an arm with
 `cascade.WRITER` has the verifier's server write)."""

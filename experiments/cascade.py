@@ -22,6 +22,8 @@ ran). Which model wrote a token follows from the arm: the backbone's are the 0.5
 
 from __future__ import annotations
 
+import json
+import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +35,7 @@ from mur.evals.report import stats
 from mur.evals.report.experiment import Decision, Evidence, Experiment, pending
 from mur.evals.report.plots import accuracy_limits
 from mur.evals.report.traces import first_ids, paired_difference
+from mur.servers.processes.facts import describe_recorded
 
 SMALL, LARGE = "small", "large"
 ARMS: Mapping[str, Mapping[str, str]] = {
@@ -56,6 +59,8 @@ gamma and reading of the momentum, smart's tau and first_token's threshold."""
 WRITER = "writer"
 """A timed arm's key that is no graph setting: "verifier" when the external model's server
 writes every step alone (the `large` arm)."""
+TIMED_PREFIX = "cascade-"
+"""The arms' names among `mur bench trace_time`'s arms: the prefix and the arm's."""
 TIMED_ARMS: Mapping[str, Mapping[str, float | str]] = {
     name: {"strategy": "escalate", **settings, **PILOT_CHOICES}
     | ({WRITER: "verifier"} if name == LARGE else {})
@@ -196,11 +201,18 @@ def decide(e: Evidence) -> list[Decision]:
 
 def cost_section(e: Evidence, folder: Path) -> str:
     """Every arm's accuracy and cost per question on the questions all arms share, as a
-    table and as the accuracy-cost plot (1.5B tokens, and FLOP-weighted tokens)."""
+    table and as the accuracy-cost plot (1.5B tokens, and FLOP-weighted tokens); then the wall
+    time of one question alone per arm, when the report's folder holds it."""
     arms = arms_of(e.named)
     ids = common_questions(arms)
     if not ids:
-        return "No question is shared by every arm yet."
+        return "\n".join(
+            [
+                "No question is shared by every arm yet.",
+                "",
+                *wall_time_lines(folder / WALL_TIME_FILE),
+            ]
+        )
     points = {name: (accuracy(arm, ids), cost(arm, ids)) for name, arm in arms.items()}
     plot = plot_costs(points, folder / PLOT_NAME)
     lines = [
@@ -220,8 +232,46 @@ def cost_section(e: Evidence, folder: Path) -> str:
         )
     if missing:
         lines += ["", f"Not given yet: {first_ids(missing)}."]
-    lines += ["", f"![accuracy against the cost of each arm]({plot.name})"]
-    return "\n".join(lines)
+    lines += ["", f"![accuracy against the cost of each arm]({plot.name})", ""]
+    return "\n".join(lines + wall_time_lines(folder / WALL_TIME_FILE))
+
+
+WALL_TIME_FILE = "wall-time.json"
+"""`mur bench trace_time --arms cascade-... --out` into the report's folder: the wall time of
+one question alone per arm (BENCHMARKS.md gives the command)."""
+
+
+def wall_time_lines(path: Path) -> list[str]:
+    """The wait for one question alone per arm, on the questions every timed arm shares, with
+    each arm's wall time against the large model's alone (a cascade waits for two servers)."""
+    if not path.is_file():
+        return [f"Wall time: not measured yet (`mur bench trace_time --out {path}`)."]
+    document = json.loads(path.read_text())
+    runs = [r for r in document["runs"] if str(r["arm"]).startswith(TIMED_PREFIX)]
+    arms = list(dict.fromkeys(str(r["arm"]).removeprefix(TIMED_PREFIX) for r in runs))
+    by_arm = {arm: {r["problem_id"]: r for r in runs if r["arm"] == TIMED_PREFIX + arm}
+              for arm in arms}  # fmt: skip
+    shared = set.intersection(*(set(timed) for timed in by_arm.values())) if by_arm else set()
+    walls = {arm: [by_arm[arm][q]["wall_s"] for q in sorted(shared)] for arm in arms}
+    large = stats.mean(walls[LARGE]) if shared and LARGE in walls else None
+    servers = " and ".join(
+        describe_recorded(document[role]) for role in ("server", "verifier") if role in document
+    )
+    lines = [
+        f"Wall time of one question alone, each arm on the {len(shared)} questions every timed "
+        f"arm shares ({servers}):",
+        "",
+        "| arm | wall s / question | median | tokens / question | wall vs large |",
+        "|---|---|---|---|---|",
+    ]
+    for arm in arms:
+        if shared:
+            wall = stats.mean(walls[arm])
+            tokens = stats.mean([by_arm[arm][q]["tokens"] for q in shared])
+            ratio = f"{wall / large:.2f}x" if large else "-"
+            lines.append(f"| {arm} | {wall:.1f} | {statistics.median(walls[arm]):.1f} | "
+                         f"{tokens:,.0f} | {ratio} |")  # fmt: skip
+    return lines
 
 
 def accuracy(arm: Mapping[str, ArmQuestion], ids: Sequence[str]) -> float:

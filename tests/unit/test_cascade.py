@@ -83,6 +83,28 @@ def test_the_seven_arms_decide_c1_to_c4(
     monkeypatch.setattr(cascade, "QUESTIONS", QUESTIONS)
     out = tmp_path / "cascade"
     assert main(["--prereg", "cascade", "--out", str(out), *folders(tmp_path, list(ARMS))]) == 0
+    assert "Wall time: not measured yet" in (out / "report.md").read_text()
+    # `mur bench trace_time --out` into the report's folder: q2 was timed by one arm only.
+    runs = [
+        {"arm": f"cascade-{arm}", "problem_id": q, "wall_s": wall, "tokens": 100}
+        for arm, wall in (("large", 40.0), ("mur", 30.0))
+        for q in ("q0", "q1", *("q2",) * (arm == "mur"))
+    ]
+    runs.append({"arm": "majority@8", "problem_id": "q0", "wall_s": 1.0, "tokens": 1})
+    server = {"vllm_version": "0.32.0", "dtype": "float32", "cpu": "AMD EPYC"}
+    wall_time = {"server": server, "verifier": server, "plan": {}, "runs": runs}
+    (out / cascade.WALL_TIME_FILE).write_text(json.dumps(wall_time))
+    assert (
+        main(["--prereg", "cascade", "--out", str(out), *folders(tmp_path / "again", list(ARMS))])
+        == 0
+    )
+    report = (out / "report.md").read_text()
+    assert (
+        "each arm on the 2 questions every timed arm shares (vLLM 0.32.0, float32 on AMD EPYC and"
+        in report
+    )
+    assert "| large | 40.0 | 40.0 | 100 | 1.00x |" in report
+    assert "| mur | 30.0 | 30.0 | 100 | 0.75x |" in report and "majority@8" not in report
     decisions = {h["name"]: h for h in json.loads((out / "report.json").read_text())["hypotheses"]}
     assert decisions["C1"]["value"] == pytest.approx((7 - 2) / QUESTIONS)
     assert decisions["C2"]["value"] == pytest.approx((7 - 8) / QUESTIONS)
