@@ -19,13 +19,14 @@ import json
 import statistics
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 from mur.evals.harness.records import describe_differences
 from mur.evals.report.traces import first_ids
+from mur.evals.report.wall_time import Timed, paired, read
 from mur.experiments import cascade
 from mur.experiments.parallel_traces import MUR_ESC
 from mur.graphs.state import Context, output_of
@@ -60,25 +61,6 @@ def writer(arm: str) -> str:
     """Whose server writes the arm's steps: "backbone", or "verifier" (the cascade's large
     arm: the external model alone)."""
     return str(ARMS[arm].get(cascade.WRITER, "backbone"))
-
-
-@dataclass(frozen=True)
-class Timed:
-    """One question solved alone by one arm."""
-
-    arm: str
-    problem_id: str
-    wall_s: float
-    tokens: int
-    """Completion tokens by the graph's usage."""
-    server_tokens: int
-    """What the server's counter moved by meanwhile (the same: `solve_alone` checks it)."""
-    prompt_tokens: int
-    """The prompt tokens the server processed meanwhile (a branch sends its parent's steps)."""
-    traces: int
-    branched: int
-    finished_s: list[float]
-    """When each trace (by index) finished, in seconds from the question's start."""
 
 
 def waiting(run: Timed) -> float:
@@ -164,15 +146,6 @@ async def warm_up(graph: Any, question: Any, settings: Mapping[str, Any]) -> Non
     )
 
 
-def read(out: Path) -> tuple[dict[str, Any], list[Timed]]:
-    """An --out file and its runs; ValueError naming the file when it is not such a result."""
-    try:
-        document = json.loads(out.read_text())
-        return document, [Timed(**run) for run in document["runs"]]
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise ValueError(f"{out} is not a trace_time result ({exc}): give another --out") from None
-
-
 def resume(
     out: Path | None,
     facts: ServerFacts,
@@ -256,14 +229,6 @@ def schedule(
         for arm in [*arms[i % len(arms) :], *arms[: i % len(arms)]]
         if (problem_id, arm) not in timed
     ]
-
-
-def paired(runs: Sequence[Timed], arms: Sequence[str]) -> list[Timed]:
-    """The runs of the questions every arm timed: a ratio of means over other questions would
-    compare easy questions with hard ones (a stopped run leaves a question part-timed)."""
-    timed_by = {arm: {r.problem_id for r in runs if r.arm == arm} for arm in arms}
-    every = set.intersection(*timed_by.values()) if timed_by else set()
-    return [r for r in runs if r.arm in timed_by and r.problem_id in every]
 
 
 def table(runs: Sequence[Timed], arms: Sequence[str]) -> str:

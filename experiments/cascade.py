@@ -22,7 +22,6 @@ ran). Which model wrote a token follows from the arm: the backbone's are the 0.5
 
 from __future__ import annotations
 
-import json
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -35,6 +34,7 @@ from mur.evals.report import stats
 from mur.evals.report.experiment import Decision, Evidence, Experiment, pending
 from mur.evals.report.plots import accuracy_limits
 from mur.evals.report.traces import first_ids, paired_difference
+from mur.evals.report.wall_time import paired, read
 from mur.servers.processes.facts import describe_recorded
 
 SMALL, LARGE = "small", "large"
@@ -246,13 +246,20 @@ def wall_time_lines(path: Path) -> list[str]:
     each arm's wall time against the large model's alone (a cascade waits for two servers)."""
     if not path.is_file():
         return [f"Wall time: not measured yet (`mur bench trace_time --out {path}`)."]
-    document = json.loads(path.read_text())
-    runs = [r for r in document["runs"] if str(r["arm"]).startswith(TIMED_PREFIX)]
-    arms = list(dict.fromkeys(str(r["arm"]).removeprefix(TIMED_PREFIX) for r in runs))
-    by_arm = {arm: {r["problem_id"]: r for r in runs if r["arm"] == TIMED_PREFIX + arm}
-              for arm in arms}  # fmt: skip
-    shared = set.intersection(*(set(timed) for timed in by_arm.values())) if by_arm else set()
-    walls = {arm: [by_arm[arm][q]["wall_s"] for q in sorted(shared)] for arm in arms}
+    try:
+        document, timed = read(path)
+    except ValueError as exc:
+        return [f"Wall time: {exc}"]
+    ours = [r for r in timed if r.arm.startswith(TIMED_PREFIX)]
+    arms = list(dict.fromkeys(r.arm for r in ours))
+    runs = paired(ours, arms)
+    shared = {r.problem_id for r in runs}
+    walls = {
+        arm.removeprefix(TIMED_PREFIX): [r.wall_s for r in runs if r.arm == arm] for arm in arms
+    }
+    tokens = {
+        arm.removeprefix(TIMED_PREFIX): [r.tokens for r in runs if r.arm == arm] for arm in arms
+    }
     large = stats.mean(walls[LARGE]) if shared and LARGE in walls else None
     servers = " and ".join(
         describe_recorded(document[role]) for role in ("server", "verifier") if role in document
@@ -264,13 +271,10 @@ def wall_time_lines(path: Path) -> list[str]:
         "| arm | wall s / question | median | tokens / question | wall vs large |",
         "|---|---|---|---|---|",
     ]
-    for arm in arms:
-        if shared:
-            wall = stats.mean(walls[arm])
-            tokens = stats.mean([by_arm[arm][q]["tokens"] for q in shared])
-            ratio = f"{wall / large:.2f}x" if large else "-"
-            lines.append(f"| {arm} | {wall:.1f} | {statistics.median(walls[arm]):.1f} | "
-                         f"{tokens:,.0f} | {ratio} |")  # fmt: skip
+    for arm, wall in walls.items() if shared else ():
+        ratio = f"{stats.mean(wall) / large:.2f}x" if large else "-"
+        lines.append(f"| {arm} | {stats.mean(wall):.1f} | {statistics.median(wall):.1f} | "
+                     f"{stats.mean(tokens[arm]):,.0f} | {ratio} |")  # fmt: skip
     return lines
 
 

@@ -4,6 +4,7 @@ through `mur report --prereg cascade --live ARM=DIR ...`, and the pilot's thresh
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,7 @@ import pytest
 from mur.cli.report import main
 from mur.evals.harness.records import RecordStore
 from mur.evals.harness.run_record import JobKey, RunRecord, make_record
+from mur.evals.report.wall_time import Timed
 from mur.experiments import cascade
 from mur.graphs.state import Context
 
@@ -86,11 +88,11 @@ def test_the_seven_arms_decide_c1_to_c4(
     assert "Wall time: not measured yet" in (out / "report.md").read_text()
     # `mur bench trace_time --out` into the report's folder: q2 was timed by one arm only.
     runs = [
-        {"arm": f"cascade-{arm}", "problem_id": q, "wall_s": wall, "tokens": 100}
+        asdict(Timed(f"cascade-{arm}", q, wall, 100, 100, 500, 1, 0, [wall]))
         for arm, wall in (("large", 40.0), ("mur", 30.0))
         for q in ("q0", "q1", *("q2",) * (arm == "mur"))
     ]
-    runs.append({"arm": "majority@8", "problem_id": "q0", "wall_s": 1.0, "tokens": 1})
+    runs.append(asdict(Timed("majority@8", "q0", 1.0, 1, 1, 1, 8, 0, [1.0])))
     server = {"vllm_version": "0.32.0", "dtype": "float32", "cpu": "AMD EPYC"}
     wall_time = {"server": server, "verifier": server, "plan": {}, "runs": runs}
     (out / cascade.WALL_TIME_FILE).write_text(json.dumps(wall_time))
