@@ -165,9 +165,11 @@ async def solved(cpu_server) -> Solved:
     generated = settled(counter) - before
     results = [solution.output for solution in solutions]
     spent = sum(r["usage"]["backbone_tokens"] + r["usage"]["external_tokens"] for r in results)
-    # A request that got no answer (a retried fault) cost tokens no reply reports: name them.
-    failed = sum(r["usage"].get("failed_calls", 0) for r in results)
-    assert spent == generated, f"{failed} failed requests"
+    # Where tokens went if the counts differ: the replies on the wire, and requests that got
+    # none (a retried fault costs tokens no reply reports).
+    replied = sum(e.completion_tokens for pair in recorders for r in pair for e in r.exchanges)
+    failed = sum(r["usage"]["failed_calls"] for r in results)
+    assert spent == generated, f"replies carried {replied} tokens; {failed} requests failed"
     by_strategy: Solved = {strategy: [] for strategy in STRATEGIES.names}
     for (strategy, gate, question), result, (backbone, verifier) in zip(
         runs, results, recorders, strict=True
