@@ -17,12 +17,12 @@ from functools import partial
 from typing import Any
 
 import pytest
+from server_counters import settled
 
 from mur.graphs import STRATEGIES, Context
 from mur.graphs.mur import build_graph
 from mur.graphs.solve import solve
 from mur.servers import generation_tokens
-from mur.servers.clients.metrics import settled
 from recorder import Exchange, Recorder, choice_logprobs, choice_text, recording_model
 
 pytestmark = pytest.mark.integration
