@@ -57,8 +57,8 @@ def tokenizer(tiny_qwen3_dir: Path) -> Tokenizer:
 
 @pytest.fixture(scope="module", params=[True, False], ids=["reasoning-parser", "plain"])
 def qwen3(request: pytest.FixtureRequest, tiny_qwen3_dir: Path) -> Iterator[TinyQwen3Server]:
-    """A server with the reasoning parser, stopped before the session's plain one
-    (tests/conftest.py) starts: one tiny Qwen3 in memory at a time."""
+    """A server with the reasoning parser for this module's first half, stopped after it; then
+    the session's plain one (tests/conftest.py), which test_escalate_live has started."""
     if not request.param:
         yield request.getfixturevalue("tiny_qwen3")
         return
