@@ -34,7 +34,7 @@ from mur.evals.report import stats
 from mur.evals.report.experiment import Decision, Evidence, Experiment, pending
 from mur.evals.report.plots import accuracy_limits
 from mur.evals.report.traces import first_ids, paired_difference
-from mur.evals.report.wall_time import paired, read
+from mur.evals.report.wall_time import Timed, paired, read
 from mur.servers.processes.facts import describe_recorded
 
 SMALL, LARGE = "small", "large"
@@ -251,16 +251,12 @@ def wall_time_lines(path: Path) -> list[str]:
     except ValueError as exc:
         return [f"Wall time: {exc}"]
     ours = [r for r in timed if r.arm.startswith(TIMED_PREFIX)]
-    arms = list(dict.fromkeys(r.arm for r in ours))
-    runs = paired(ours, arms)
+    runs = paired(ours, list(dict.fromkeys(r.arm for r in ours)))
+    by_arm: dict[str, list[Timed]] = {}  # empty when the arms share no question
+    for run in runs:
+        by_arm.setdefault(run.arm.removeprefix(TIMED_PREFIX), []).append(run)
     shared = {r.problem_id for r in runs}
-    walls = {
-        arm.removeprefix(TIMED_PREFIX): [r.wall_s for r in runs if r.arm == arm] for arm in arms
-    }
-    tokens = {
-        arm.removeprefix(TIMED_PREFIX): [r.tokens for r in runs if r.arm == arm] for arm in arms
-    }
-    large = stats.mean(walls[LARGE]) if shared and LARGE in walls else None
+    large = stats.mean([r.wall_s for r in by_arm[LARGE]]) if LARGE in by_arm else None
     servers = " and ".join(
         describe_recorded(document[role]) for role in ("server", "verifier") if role in document
     )
@@ -271,10 +267,11 @@ def wall_time_lines(path: Path) -> list[str]:
         "| arm | wall s / question | median | tokens / question | wall vs large |",
         "|---|---|---|---|---|",
     ]
-    for arm, wall in walls.items() if shared else ():
+    for arm, arm_runs in by_arm.items():
+        wall = [r.wall_s for r in arm_runs]
         ratio = f"{stats.mean(wall) / large:.2f}x" if large else "-"
         lines.append(f"| {arm} | {stats.mean(wall):.1f} | {statistics.median(wall):.1f} | "
-                     f"{stats.mean(tokens[arm]):,.0f} | {ratio} |")  # fmt: skip
+                     f"{stats.mean([r.tokens for r in arm_runs]):,.0f} | {ratio} |")  # fmt: skip
     return lines
 
 
