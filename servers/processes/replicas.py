@@ -29,6 +29,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import MappingProxyType
+from urllib.parse import urlsplit
 
 from mur.servers.clients.errors import ServerError
 from mur.servers.clients.probes import healthy
@@ -195,7 +196,8 @@ def router_command(
     It runs as `python -m vllm_router.launch_router` with this interpreter, so the router is
     the package `check_router_installed` checked, not some other `vllm-router` on PATH. Its
     Prometheus exporter needs a port of its own (two routers on the default one collide):
-    `metrics_port`, default a free one on `host`. `retries` (attempts on another worker),
+    `metrics_port`, default a free one on `host` other than the router's and the workers' (the
+    router has not bound its port yet, so the kernel may offer it again). `retries` (attempts on another worker),
     `circuit_open_s` (how long a failing worker stays out) and `request_timeout_s` override
     the router's defaults when given: every vllm-router flag MUR uses is spelled here.
     """
@@ -216,7 +218,7 @@ def router_command(
         "--prometheus-host",
         host,
         "--prometheus-port",
-        str(free_port(host) if metrics_port is None else metrics_port),
+        str(_metrics_port(host, port, worker_urls) if metrics_port is None else metrics_port),
         "--log-level",
         "warning",
         # A dead replica leaves fast: 3 failed requests open its circuit; health checks
@@ -252,6 +254,18 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as sock:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
+
+
+def _metrics_port(host: str, router_port: int, worker_urls: Sequence[str]) -> int:
+    """A free port for the router's exporter that is none of the ports the router and its
+    workers will listen on: CI once drew the router's own port and the router died with
+    "Address already in use"."""
+    taken = {router_port} | {p for url in worker_urls if (p := urlsplit(url).port)}
+    for _ in range(100):
+        port = free_port(host)
+        if port not in taken:
+            return port
+    raise ServerError(f"no free port on {host} for the router's metrics besides {sorted(taken)}")
 
 
 def describe(policy: str, members: Sequence[Profile]) -> str:

@@ -121,6 +121,22 @@ def test_router_command_runs_the_checked_package() -> None:
         replicas.router_command([], port=1, metrics_port=2, policy="sticky")
 
 
+def test_the_metrics_port_is_never_the_routers_or_a_workers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The kernel may offer the router's own port again before the router binds it (CI's
+    router died on "Address already in use" so): the exporter's port skips those."""
+    offered = iter([9000, 9002, 9001, 9100])
+    monkeypatch.setattr(replicas, "free_port", lambda host="127.0.0.1": next(offered))
+    argv = replicas.router_command(
+        ["http://127.0.0.1:9001", "http://127.0.0.1:9002"], port=9000
+    )
+    assert argv[argv.index("--prometheus-port") + 1] == "9100"
+    monkeypatch.setattr(replicas, "free_port", lambda host="127.0.0.1": 9000)
+    with pytest.raises(ServerError, match=r"no free port on 127\.0\.0\.1 .* \[9000\]"):
+        replicas.router_command([], port=9000)
+
+
 def test_installed_router_is_vllm_project_0_1_17(monkeypatch: pytest.MonkeyPatch) -> None:
     replicas.check_router_installed()
     monkeypatch.setattr(replicas.importlib.metadata, "version", lambda name: "0.1.3")
