@@ -196,10 +196,11 @@ def router_command(
     It runs as `python -m vllm_router.launch_router` with this interpreter, so the router is
     the package `check_router_installed` checked, not some other `vllm-router` on PATH. Its
     Prometheus exporter needs a port of its own (two routers on the default one collide):
-    `metrics_port`, default a free one on `host` other than the router's and the workers' (the
-    router has not bound its port yet, so the kernel may offer it again). `retries` (attempts on another worker),
-    `circuit_open_s` (how long a failing worker stays out) and `request_timeout_s` override
-    the router's defaults when given: every vllm-router flag MUR uses is spelled here.
+    `metrics_port`, default a free one on `host` other than the router's and the workers'
+    (the router has not bound its port yet, so the kernel may offer it again). `retries`
+    (attempts on another worker), `circuit_open_s` (how long a failing worker stays out) and
+    `request_timeout_s` override the router's defaults when given: every vllm-router flag MUR
+    uses is spelled here.
     """
     if policy not in POLICIES:
         raise ServerError(f"unknown router policy {policy!r}: choose one of {', '.join(POLICIES)}")

@@ -128,9 +128,7 @@ def test_the_metrics_port_is_never_the_routers_or_a_workers(
     router died on "Address already in use" so): the exporter's port skips those."""
     offered = iter([9000, 9002, 9001, 9100])
     monkeypatch.setattr(replicas, "free_port", lambda host="127.0.0.1": next(offered))
-    argv = replicas.router_command(
-        ["http://127.0.0.1:9001", "http://127.0.0.1:9002"], port=9000
-    )
+    argv = replicas.router_command(["http://127.0.0.1:9001", "http://127.0.0.1:9002"], port=9000)
     assert argv[argv.index("--prometheus-port") + 1] == "9100"
     monkeypatch.setattr(replicas, "free_port", lambda host="127.0.0.1": 9000)
     with pytest.raises(ServerError, match=r"no free port on 127\.0\.0\.1 .* \[9000\]"):
