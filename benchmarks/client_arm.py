@@ -20,6 +20,7 @@ Layers, each the one before it plus one more thing, on the same requests:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import re
@@ -248,15 +249,12 @@ async def graph_arm(
 
     settings = {k: arm[k] for k in ("strategy", "gate", "top_logprobs", "traces")}
     context = Context(**settings, **arm.get("context", {}))
+    saved = arm["layer"] == "checkpoints"
     with tempfile.TemporaryDirectory() as folder:
-        if arm["layer"] == "checkpoints":
-            async with open_checkpoints(Path(folder)) as saver:
-                graph = build_graph(backbone=model, verifier=model, checkpointer=saver)
-                tune()
-                return await timed(arm, _graph_question(graph, context, True), server)
-        graph = build_graph(backbone=model, verifier=model)
-        tune()
-        return await timed(arm, _graph_question(graph, context, False), server)
+        async with open_checkpoints(Path(folder)) if saved else contextlib.nullcontext() as saver:
+            graph = build_graph(backbone=model, verifier=model, checkpointer=saver)
+            tune()
+            return await timed(arm, _graph_question(graph, context, saved), server)
 
 
 def _graph_question(graph: Any, context: Any, threads: bool) -> Callable[[int], Awaitable[None]]:

@@ -4,6 +4,7 @@ over the wire, and the bodies that replay it with the same tokens and the same l
 from __future__ import annotations
 
 import contextvars
+import itertools
 import json
 import math
 import time
@@ -76,14 +77,12 @@ def plan_waves(requests: Iterable[RecordedRequest]) -> list[list[list[RecordedRe
     otherwise it opens the next wave (it may depend on what came back). Questions come in
     index order, the order the runner starts them.
     """
-    by_question: dict[int, list[RecordedRequest]] = {}
-    for request in requests:
-        by_question.setdefault(request.question, []).append(request)
     plan = []
-    for question in sorted(by_question):
+    ordered = sorted(requests, key=lambda r: (r.question, r.start))
+    for _, asked in itertools.groupby(ordered, key=lambda r: r.question):
         waves: list[list[RecordedRequest]] = []
         first_answer = math.inf
-        for request in sorted(by_question[question], key=lambda r: r.start):
+        for request in asked:
             if waves and request.start < first_answer:
                 waves[-1].append(request)
                 first_answer = min(first_answer, request.end)

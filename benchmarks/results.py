@@ -45,9 +45,7 @@ class GraphRun:
     @property
     def window_tokens_per_s(self) -> float | None:
         """Tokens/s of the window in which every slot always had a question."""
-        if self.window is None or self.window_s is None:
-            return None
-        return ratio(self.window.generation_tokens, self.window_s)
+        return ratio(self.window.generation_tokens if self.window else None, self.window_s)
 
     @property
     def client(self) -> ClientTime:

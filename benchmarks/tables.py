@@ -63,9 +63,10 @@ def verdict(value: float | None, goal: float, *, at_most: bool) -> str:
 def economy_table(runs: Sequence[GraphRun]) -> tuple[str, list[str]]:
     """Table 1 and one goal line per strategy."""
     by_key = {(r.strategy, r.gate): r for r in runs}
-    rows = []
+    rows, goals = [], []
     for r in runs:
         always, never = by_key.get((r.strategy, "always")), by_key.get((r.strategy, "never"))
+        vs_never = ratio(r.total_tokens, never.total_tokens if never else None)
         rows.append(
             {
                 "strategy": r.strategy,
@@ -81,31 +82,24 @@ def economy_table(runs: Sequence[GraphRun]) -> tuple[str, list[str]]:
                 "tok vs always": fmt_ratio(
                     ratio(r.total_tokens, always.total_tokens if always else None)
                 ),
-                "tok vs never": fmt_ratio(
-                    ratio(r.total_tokens, never.total_tokens if never else None)
-                ),
+                "tok vs never": fmt_ratio(vs_never),
             }
         )
-    table = dict_table(rows)
-    goals = []
-    for run in runs:
-        always = by_key.get((run.strategy, "always"))
-        never = by_key.get((run.strategy, "never"))
-        if run.gate in ("always", "never") or not always:
+        if r.gate in ("always", "never") or not always:
             continue
-        tok = ratio(run.total_tokens, always.total_tokens)
-        name = "MUR" if run.gate == "mur" else run.gate
+        tok = ratio(r.total_tokens, always.total_tokens)
+        name = "MUR" if r.gate == "mur" else r.gate
         goals.append(
-            f"- {run.strategy}, {run.gate}: {name} / always = {fmt_ratio(tok)} tokens "
-            f"({fmt_ratio(ratio(run.calls, always.calls))} calls, "
-            f"{fmt_ratio(ratio(run.wall_s, always.wall_s))} wall); {name} / never = "
-            f"{fmt_ratio(ratio(run.total_tokens, never.total_tokens if never else None))} "
-            f"tokens. Goal <= {GOAL_TOKENS:.2f}x: **{verdict(tok, GOAL_TOKENS, at_most=True)}**"
-            f" (scaled {run.steps_scaled} of {run.steps_total} steps; by step index "
-            + ", ".join(f"t={t}: {s}/{n}" for t, (s, n) in sorted(run.scaled_by_step.items()))
+            f"- {r.strategy}, {r.gate}: {name} / always = {fmt_ratio(tok)} tokens "
+            f"({fmt_ratio(ratio(r.calls, always.calls))} calls, "
+            f"{fmt_ratio(ratio(r.wall_s, always.wall_s))} wall); {name} / never = "
+            f"{fmt_ratio(vs_never)} tokens. Goal <= {GOAL_TOKENS:.2f}x: "
+            f"**{verdict(tok, GOAL_TOKENS, at_most=True)}** (scaled {r.steps_scaled} of "
+            f"{r.steps_total} steps; by step index "
+            + ", ".join(f"t={t}: {s}/{n}" for t, (s, n) in sorted(r.scaled_by_step.items()))
             + ")"
         )
-    return table, goals
+    return dict_table(rows), goals
 
 
 OVERHEAD_HEADER = [

@@ -22,7 +22,14 @@ from mur.evals.harness.records import load_records
 from mur.evals.harness.run_record import RunRecord, total_tokens
 from mur.evals.report import stats
 from mur.evals.report.tables import Appendix
-from mur.evals.report.traces import Question, first_ids, question_traces, recorded_context, replay
+from mur.evals.report.traces import (
+    Question,
+    first_ids,
+    per_question_means,
+    question_traces,
+    recorded_context,
+    replay,
+)
 from mur.nodes.voting import TraceRules
 
 
@@ -43,19 +50,12 @@ def prediction_interval(
     """What a live run of `rules` on these questions should land in, over `replays` random
     orders of each question's recorded traces."""
     rng = np.random.default_rng(seed)
-    means: list[tuple[float, float, float, float]] = []
+    means: list[tuple[float, ...]] = []  # accuracy, tokens, traces drawn, stopped
     for _ in range(replays):
         results = [
             replay(q, rules, order=rng.permutation(len(q.traces)).tolist()) for q in questions
         ]
-        means.append(
-            (
-                float(np.mean([r.correct for r in results])),
-                float(np.mean([r.tokens for r in results])),
-                float(np.mean([r.drawn for r in results])),
-                float(np.mean([r.stopped for r in results])),
-            )
-        )
+        means.append(tuple(per_question_means(results).values()))
     low, high = np.percentile(np.array(means), [2.5, 97.5], axis=0)
     return Prediction(*(stats.Interval(float(a), float(b)) for a, b in zip(low, high, strict=True)))
 

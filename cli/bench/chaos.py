@@ -46,18 +46,13 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
         default=chaos.FAULTS,
         help=f"the phases after the baseline, comma-separated ({','.join(chaos.FAULTS)})",
     )
-    parser.add_argument(
-        "--db-pause", type=float, default=10.0, help="seconds PostgreSQL stays frozen (10)"
-    )
-    parser.add_argument(
-        "--call-delay", type=float, default=0.5, help="seconds per model call (0.5)"
-    )
-    parser.add_argument(
-        "--lease-seconds", type=float, default=10.0, help="the replicas' run lease (10)"
-    )
-    parser.add_argument(
-        "--stream-share", type=float, default=0.25, help="share of streamed requests (0.25)"
-    )
+    for flag, default, text in (
+        ("--db-pause", 10.0, "seconds PostgreSQL stays frozen (10)"),
+        ("--call-delay", 0.5, "seconds per model call (0.5)"),
+        ("--lease-seconds", 10.0, "the replicas' run lease (10)"),
+        ("--stream-share", 0.25, "share of streamed requests (0.25)"),
+    ):
+        parser.add_argument(flag, type=float, default=default, help=text)
     parser.add_argument(
         "--port",
         type=port_number,

@@ -117,11 +117,8 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     agent_model, stronger = (
         chat(client, args) for client in (servers.backbone, servers.verifier or servers.backbone)
     )
-    middleware = MURMiddleware(
-        escalate_to=stronger,
-        momentum_scope="thread",
-        **{name: getattr(context, name) for name in GATE_SETTINGS},
-    )
+    gated = {name: getattr(context, name) for name in GATE_SETTINGS}  # the gate's family
+    middleware = MURMiddleware(escalate_to=stronger, momentum_scope="thread", **gated)
     gamma = context.gamma if reads_gamma(label) else None
     settings = {
         "categories": list(args.category),
@@ -147,7 +144,6 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     done = store.done_keys()  # read once: each call loads the folder's records
     todo = [case for case in cases if keys[case.id].text not in done]
     print(f"{len(cases)} cases, {len(cases) - len(todo)} already in {args.out}, {len(todo)} to go")
-    gated = {name: getattr(context, name) for name in GATE_SETTINGS}  # the gate's family
     run = Run(store, middleware, agent_model, {**settings, **gated}, keys, args.concurrency)
     try:
         failed = asyncio.run(run.all(todo))
