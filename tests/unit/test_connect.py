@@ -32,14 +32,9 @@ from mur.servers.clients.errors import SeedRefused
 from mur.servers.connect import Healer, connect
 from mur.servers.processes.launcher import PAIR_KV_CACHE_GIB, RunningServer, pair_profiles
 from mur.servers.processes.profiles import DEFAULT_PROFILE, get_profile, profiles
+from mur.servers.processes.replicas import free_port
 
 TINY = get_profile(DEFAULT_PROFILE)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @contextmanager

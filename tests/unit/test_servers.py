@@ -39,6 +39,7 @@ from mur.servers.processes.profiles import (
     profiles,
     server_env,
 )
+from mur.servers.processes.replicas import free_port
 
 
 @pytest.fixture(autouse=True)
@@ -49,12 +50,6 @@ def mur_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     for var in ("MUR_BASE_URL", "MUR_MODEL", "MUR_VERIFIER_URL", "MUR_VERIFIER_MODEL"):
         monkeypatch.delenv(var, raising=False)
     return home
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class FakeVLLM:
