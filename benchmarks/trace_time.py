@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from mur.evals.harness.records import describe_differences
+from mur.evals.harness.wall_time import Timed, paired, read
 from mur.evals.report.traces import first_ids
-from mur.evals.report.wall_time import Timed, paired, read
 from mur.experiments import cascade
 from mur.experiments.parallel_traces import MUR_ESC
 from mur.graphs.state import Context, output_of

@@ -30,11 +30,11 @@ from pathlib import Path
 from matplotlib.figure import Figure
 
 from mur.evals.harness.run_record import RunRecord
+from mur.evals.harness.wall_time import Timed, paired, read
 from mur.evals.report import stats
 from mur.evals.report.experiment import Decision, Evidence, Experiment, pending
 from mur.evals.report.plots import accuracy_limits
 from mur.evals.report.traces import first_ids, paired_difference
-from mur.evals.report.wall_time import Timed, paired, read
 from mur.servers.processes.facts import describe_recorded
 
 SMALL, LARGE = "small", "large"

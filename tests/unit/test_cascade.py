@@ -13,7 +13,7 @@ import pytest
 from mur.cli.report import main
 from mur.evals.harness.records import RecordStore
 from mur.evals.harness.run_record import JobKey, RunRecord, make_record
-from mur.evals.report.wall_time import Timed
+from mur.evals.harness.wall_time import Timed
 from mur.experiments import cascade
 from mur.graphs.state import Context
 

@@ -1,6 +1,6 @@
 """The runs `mur bench trace_time` times, as its --out file keeps them: one question solved
-alone by one arm. Here, below the benchmark, so that an experiment's report can show the wait
-of its arms from the same file."""
+alone by one arm. A record format, so it sits with the run records, below the benchmark that
+writes it and the experiment reports that show the wait of their arms from it."""
 
 from __future__ import annotations
 
