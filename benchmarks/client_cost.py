@@ -258,7 +258,11 @@ def server_side(profile: str, requests: int, concurrency: int, prog: str) -> int
 
 
 def _cpu(processes: Sequence[psutil.Process]) -> float:
-    return sum(times.user + times.system for times in (p.cpu_times() for p in processes))
+    total = 0.0
+    for process in processes:
+        times = process.cpu_times()
+        total += times.user + times.system
+    return total
 
 
 async def _requests(base_url: str, model: str, top: int, count: int, concurrency: int) -> None:
